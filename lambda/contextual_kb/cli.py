@@ -1,0 +1,122 @@
+"""``ckb``: the command line of contextual-kb."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from contextual_kb.errors import TransformationError
+
+app = typer.Typer(
+    help="Contextual retrieval for Amazon Bedrock Knowledge Bases.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+errors = Console(stderr=True)
+
+STRATEGY_HELP = "Context strategy (CONTEXT_STRATEGY): structural or none."
+
+
+@app.command()
+def transform(
+    event_file: Annotated[Path, typer.Argument(help="A KB custom-transformation event (JSON).", exists=True)],
+    objects: Annotated[
+        Path | None,
+        typer.Option(
+            help="Folder of batch objects to upload first, keyed by relative path "
+            "[default: objects/ beside the event, when it exists]."
+        ),
+    ] = None,
+    endpoint: Annotated[
+        str | None,
+        typer.Option(
+            envvar="AWS_ENDPOINT_URL_S3",
+            help="S3 endpoint to use. Without one, a local S3 (moto) is started on 127.0.0.1.",
+        ),
+    ] = None,
+    strategy: Annotated[str | None, typer.Option(help=STRATEGY_HELP)] = None,
+    show: Annotated[int, typer.Option(help="Print this many chunks before and after.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the handler's response as JSON.")] = False,
+    logs: Annotated[bool, typer.Option(help="Also print the handler's log lines and metrics.")] = False,
+) -> None:
+    """Run the real transformation handler on EVENT_FILE and print a summary."""
+    if logs:
+        os.environ["POWERTOOLS_LOG_LEVEL"] = "INFO"  # before the handler's logger is created
+    from contextlib import nullcontext
+
+    import boto3
+
+    from contextual_kb.local import runner, s3server
+    from contextual_kb.local.render import print_chunks, print_summary
+
+    if strategy:
+        os.environ["CONTEXT_STRATEGY"] = strategy
+    event = runner.load_event(event_file)
+    objects_dir = objects or (event_file.parent / "objects")
+    if endpoint:
+        os.environ["AWS_ENDPOINT_URL_S3"] = endpoint
+    with nullcontext(endpoint) if endpoint else s3server.local_s3():
+        if objects_dir.is_dir():
+            runner.upload_objects(boto3.client("s3"), str(event.get("bucketName")), objects_dir)
+        try:
+            result = runner.invoke(event)
+        except runner.HandlerError as failed:
+            if logs:
+                errors.print(failed.log, markup=False, highlight=False)
+            kind = (
+                "transformation failed"
+                if isinstance(failed.error, TransformationError)
+                else "handler crashed"
+            )
+            errors.print(f"[bold red]{kind}:[/] {failed}")
+            raise typer.Exit(code=1) from failed
+    if logs:
+        console.print(result.log, markup=False, highlight=False)
+    if as_json:
+        console.print_json(json.dumps(result.response))
+        return
+    print_summary(console, result)
+    if show:
+        print_chunks(console, result, show)
+
+
+@app.command()
+def demo(
+    max_tokens: Annotated[int, typer.Option(help="Fixed-size chunking: tokens per chunk.")] = 120,
+    overlap: Annotated[int, typer.Option(help="Fixed-size chunking: overlap percentage.")] = 20,
+    chunks_per_batch: Annotated[int, typer.Option(help="Chunks per batch object.")] = 4,
+    strategy: Annotated[str, typer.Option(help=STRATEGY_HELP)] = "structural",
+    show: Annotated[int, typer.Option(help="Chunks to print before and after.")] = 3,
+    documents: Annotated[
+        Path, typer.Option(help="Folder of documents to ingest.", exists=True, file_okay=False)
+    ] = Path("events/documents"),
+) -> None:
+    """Offline demo: local S3, KB-style chunking, the real handler, chunks before and after."""
+    from contextual_kb.local.demo import run_demo
+
+    os.environ["CONTEXT_STRATEGY"] = strategy
+    run_demo(
+        console,
+        documents,
+        max_tokens=max_tokens,
+        overlap=overlap,
+        chunks_per_batch=chunks_per_batch,
+        show=show,
+    )
+
+
+def main() -> None:
+    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")  # no EMF blobs on a terminal
+    os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
+    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""The interface every context strategy implements, and what it is given."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from contextual_kb.documents import Document
+
+
+@dataclass(frozen=True, slots=True)
+class SourceDocument:
+    """One source file as the strategy sees it: the whole document and its text chunks in order."""
+
+    source: str  # the original file's URI (or its first batch key), for logs
+    path: str | None  # the object key within the source bucket, when the source is S3
+    metadata: Mapping[str, Any]  # file-level metadata
+    document: Document  # the reassembled text; document.spans[i] is chunk i
+
+    @property
+    def chunk_count(self) -> int:
+        return len(self.document.spans)
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkContext:
+    """The context for one chunk and which strategy produced it (kept in metrics and chunk metadata)."""
+
+    text: str
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentContexts:
+    document: SourceDocument
+    contexts: tuple[ChunkContext | None, ...]  # one per chunk; None leaves that chunk as it was
+
+
+class ContextStrategy(ABC):
+    """Turns documents into per-chunk contexts.
+
+    ``contextualize`` takes documents lazily and yields their results in the same order, so that a strategy
+    may work on several documents at once (a model-backed one will) while the caller writes each result as
+    soon as it arrives and holds no more documents than the strategy asks for.
+    """
+
+    name: ClassVar[str]
+
+    def contextualize(self, documents: Iterable[SourceDocument]) -> Iterator[DocumentContexts]:
+        for document in documents:
+            yield DocumentContexts(document, tuple(self.contexts_for(document)))
+
+    @abstractmethod
+    def contexts_for(self, document: SourceDocument) -> list[ChunkContext | None]:
+        """One context (or None) per chunk of ``document``."""

@@ -1,0 +1,452 @@
+"""The outline of a document, read from its text alone: what kind it is, its title or opening comment,
+its sections (Markdown headings, numbered clauses) or definitions (classes, functions, ...), and the
+names it declares. Pure and deterministic; no parser per language, on purpose: KB documents come in any
+language and any state (parsed PDFs, fragments), so we read layout (indentation, headings, keywords)
+rather than grammar, and degrade to less context, never to an error.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+Kind = Literal["code", "markdown", "text"]
+
+CODE_EXTENSIONS = frozenset(
+    "py pyi rs c h cc cpp cxx hpp hh hxx java kt kts scala go js jsx mjs cjs ts tsx swift rb php cs "
+    "m mm lua pl pm r sh bash zsh ps1 sql dart ex exs erl hs ml fs clj groovy gradle proto tf zig v "
+    "nim jl vue svelte".split()
+)
+MARKDOWN_EXTENSIONS = frozenset("md markdown mdx rst adoc asciidoc org".split())
+
+MAX_LABEL_CHARS = 110
+# Longer lines (minified code, tables flattened by a parser) are not read for definitions: no signature is
+# that long, and the regular expressions below must stay linear on any input.
+MAX_DEFINITION_LINE_CHARS = 400
+MAX_SCAN_LINES_FOR_OPENING = 120
+
+_ATX_HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$")
+_SETEXT_UNDERLINE = re.compile(r"^(=+|-+)[ \t]*$")
+_FENCE = re.compile(r"^[ \t]*(```|~~~)")
+_NUMBERED_HEADING = re.compile(
+    r"^(?:(?P<word>ARTICLE|Article|SECTION|Section|CHAPTER|Chapter|PART|Part|SCHEDULE|Schedule)\s+"
+    r"(?P<wnum>[0-9IVXLC]+(?:\.[0-9]+)*)|(?P<num>[0-9]+(?:\.[0-9]+)*)\.?)[ \t]+(?P<title>[A-Z][^.]{1,80})$"
+)
+_CODE_SIGNAL = re.compile(
+    r"^\s*(?:def |class |import |from \S+ import |fn |pub |use |impl|struct |enum |#include|#define|#if|"
+    r"package |public |private |protected |static |return\b|if\s*\(|for\s*\(|while\s*\(|const |let |var |"
+    r"function\b|func |namespace |template\s*<|typedef |@\w+|elif |else:|try:|except\b|raise )|"
+    r"\bself\.|\)\s*;\s*$|=.*;\s*$|[{}]\s*$|\):\s*$"
+)
+_MODIFIERS = (
+    r"(?:(?:pub(?:\([^)]*\))?|export|default|async|unsafe|const|extern(?:\s+\"[^\"]*\")?|static|public|"
+    r"private|protected|internal|abstract|final|sealed|open|override|inline|virtual|partial|data|suspend|"
+    r"typedef|template\s*<[^>]*>)\s+)*"
+)
+_KEYWORD_DEF = re.compile(
+    rf"^{_MODIFIERS}(?P<kind>def|class|fn|func|function|struct|enum|trait|interface|impl|mod|module|"
+    r"namespace|union|object|record|protocol|extension|macro_rules!)(?![\w!])\s*"
+    r"(?:\([^)]*\)\s*)?(?P<name>[A-Za-z_$][\w$]*)?"
+)
+_TYPE_ALIAS = re.compile(rf"^{_MODIFIERS}type\s+(?P<name>[A-Za-z_]\w*)")
+_MACRO = re.compile(r"^#\s*define\s+(?P<name>[A-Za-z_]\w*)")
+# A C-family function or method definition: return type(s), a name, an opening parenthesis.
+_C_FUNCTION = re.compile(r"^(?:[\w:*&<>,\[\]~]+\s+)+[*&]*(?P<name>[A-Za-z_~][\w:~]*)\s*\((?!.*;\s*$)")
+_C_NOT_A_DEF = re.compile(
+    r"^(?:return|if|else|for|while|switch|case|do|goto|sizeof|new|delete|throw|catch|using|typedef|"
+    r"assert|printf|elif|yield|await|echo|print|raise|with|del|pass|import|from|except|not|lambda|in|is|"
+    r"and|or|async|super|self|this)\b"
+)
+_IMPL_TARGET = re.compile(r"\bfor\s+(?P<name>[A-Za-z_]\w*)|^impl(?:<.*?>)?\s+(?P<own>[A-Za-z_]\w*)")
+_LICENSE = re.compile(r"copyright|licen[cs]e|spdx|permission is hereby|all rights reserved", re.IGNORECASE)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s")
+_TYPE_KINDS = frozenset(
+    "class struct enum trait interface union object record protocol type impl namespace mod module".split()
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """A heading's or a definition's extent in the document and how it is shown."""
+
+    start: int
+    end: int
+    depth: int
+    label: str
+
+
+@dataclass(frozen=True, slots=True)
+class Outline:
+    kind: Kind
+    title: str
+    names: tuple[str, ...]
+    sections: tuple[Section, ...]
+    _starts: tuple[int, ...] = field(default=(), repr=False)
+
+    def path_at(self, offset: int) -> list[Section]:
+        """The sections that enclose ``offset``, outermost first."""
+        upto = bisect.bisect_right(self._starts, offset)
+        found = [s for s in self.sections[:upto] if s.start <= offset < s.end]
+        return sorted(found, key=lambda s: (s.depth, s.start))
+
+
+@dataclass(frozen=True, slots=True)
+class _Line:
+    start: int
+    text: str
+
+    @property
+    def stripped(self) -> str:
+        return self.text.strip()
+
+    @property
+    def indent(self) -> int:
+        expanded = self.text.expandtabs(4)
+        return len(expanded) - len(expanded.lstrip())
+
+
+def outline(text: str, *, path: str | None = None) -> Outline:
+    """Read the outline of ``text``. ``path`` (the source key), when known, decides the kind by extension."""
+    lines = _split_lines(text)
+    kind = detect_kind(lines, path)
+    if kind == "code":
+        sections, names = _code_sections(lines, len(text))
+        title = _opening_comment(lines)
+    elif kind == "markdown":
+        sections = _markdown_sections(lines, len(text))
+        names = ()
+        title = _markdown_title(lines, sections)
+    else:
+        sections = _numbered_sections(lines, len(text))
+        names = ()
+        title = _text_title(lines)
+    ordered = tuple(sorted(sections, key=lambda s: (s.start, s.depth)))
+    return Outline(kind, title, names, ordered, tuple(s.start for s in ordered))
+
+
+def detect_kind(lines: list[_Line], path: str | None) -> Kind:
+    extension = path.rsplit(".", 1)[-1].lower() if path and "." in path.rsplit("/", 1)[-1] else ""
+    if extension in CODE_EXTENSIONS:
+        return "code"
+    if extension in MARKDOWN_EXTENSIONS:
+        return "markdown"
+    meaningful = [line for line in lines[:400] if line.stripped]
+    if not meaningful:
+        return "text"
+    code_share = sum(1 for line in meaningful if _CODE_SIGNAL.search(line.text[:200])) / len(meaningful)
+    if code_share >= 0.25:
+        return "code"
+    headings = sum(1 for line in meaningful if _ATX_HEADING.match(line.stripped))
+    if headings >= 1 and not any(line.stripped.startswith(("#include", "#define")) for line in meaningful):
+        return "markdown"
+    return "text"
+
+
+def _split_lines(text: str) -> list[_Line]:
+    lines: list[_Line] = []
+    position = 0
+    for raw in text.splitlines(keepends=True):
+        lines.append(_Line(position, raw.rstrip("\r\n")))
+        position += len(raw)
+    return lines
+
+
+# --- Markdown and plain text ------------------------------------------------------------------------------
+
+
+def _markdown_headings(lines: list[_Line]) -> list[tuple[int, int, str]]:
+    """(line index, level, title) of each ATX or setext heading outside fenced code."""
+    found: list[tuple[int, int, str]] = []
+    fenced = False
+    for index, line in enumerate(lines):
+        if _FENCE.match(line.text):
+            fenced = not fenced
+            continue
+        if fenced:
+            continue
+        atx = _ATX_HEADING.match(line.stripped)
+        if atx and line.indent < 4:
+            found.append((index, len(atx.group(1)), atx.group(2).strip()))
+            continue
+        underline = _SETEXT_UNDERLINE.match(line.stripped)
+        if underline and index > 0 and lines[index - 1].stripped and line.indent < 4:
+            above = lines[index - 1].stripped
+            if not _ATX_HEADING.match(above) and not (found and found[-1][0] == index - 1):
+                found.append((index - 1, 1 if underline.group(1)[0] == "=" else 2, above))
+    return found
+
+
+def _sections_from_headings(
+    headings: list[tuple[int, int, str]], lines: list[_Line], text_length: int
+) -> list[Section]:
+    sections: list[Section] = []
+    for position, (index, level, title) in enumerate(headings):
+        end = text_length
+        for later_index, later_level, _ in headings[position + 1 :]:
+            if later_level <= level:
+                end = lines[later_index].start
+                break
+        sections.append(Section(lines[index].start, end, level, _shorten(title)))
+    return sections
+
+
+def _markdown_sections(lines: list[_Line], text_length: int) -> list[Section]:
+    return _sections_from_headings(_markdown_headings(lines), lines, text_length)
+
+
+def _markdown_title(lines: list[_Line], sections: list[Section]) -> str:
+    if lines and lines[0].stripped == "---":  # YAML front matter
+        for line in lines[1:40]:
+            if line.stripped == "---":
+                break
+            if line.stripped.lower().startswith("title:"):
+                return _shorten(line.stripped[6:].strip().strip("\"'"))
+    top = [s for s in sections if s.depth == min((x.depth for x in sections), default=1)]
+    if top:
+        return top[0].label
+    return _text_title(lines)
+
+
+def _numbered_sections(lines: list[_Line], text_length: int) -> list[Section]:
+    """Clauses of contracts, filings and manuals: "ARTICLE IV Termination", "7.2 Limitation of liability"."""
+    headings: list[tuple[int, int, str]] = []
+    for index, line in enumerate(lines):
+        match = _NUMBERED_HEADING.match(line.stripped)
+        if not match or len(line.stripped) > 90:
+            continue
+        number = match.group("wnum") or match.group("num") or ""
+        level = (1 if match.group("word") else 2) + number.count(".")
+        headings.append((index, level, line.stripped))
+    return _sections_from_headings(headings, lines, text_length)
+
+
+def _text_title(lines: list[_Line]) -> str:
+    for line in lines[:20]:
+        if line.stripped:
+            return _shorten(line.stripped)
+    return ""
+
+
+# --- Code -------------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Definition:
+    line: int
+    indent: int
+    kind: str
+    name: str
+    label: str
+
+
+def _definition_at(line: _Line, following: list[_Line]) -> _Definition | None:
+    text = line.stripped
+    if len(text) > MAX_DEFINITION_LINE_CHARS:
+        return None
+    if (
+        not text
+        or text.startswith(("//", "/*", "*", "#!", "--"))
+        or (text.startswith("#") and not text.startswith("#define"))
+    ):
+        macro = _MACRO.match(text)
+        return _Definition(0, line.indent, "macro", macro.group("name"), _label(text)) if macro else None
+    keyword = _KEYWORD_DEF.match(text)
+    if keyword:
+        kind = keyword.group("kind")
+        name = keyword.group("name") or ""
+        if kind == "impl":
+            target = _IMPL_TARGET.search(text)
+            name = (target.group("name") or target.group("own") or "") if target else ""
+        if kind == "function" and not name:
+            return None
+        return _Definition(0, line.indent, kind, name, _label(text))
+    alias = _TYPE_ALIAS.match(text)
+    if alias:
+        return _Definition(0, line.indent, "type", alias.group("name"), _label(text))
+    function = _C_FUNCTION.match(text)
+    if function and not _C_NOT_A_DEF.match(text) and _opens_body(text, following):
+        name = function.group("name").split("::")[-1]
+        return _Definition(0, line.indent, "function", name, _label(text))
+    return None
+
+
+def _opens_body(text: str, following: list[_Line]) -> bool:
+    """A C-family header is a definition if a ``{`` comes before any ``;`` (same line or the next few)."""
+    for candidate in [text, *(line.stripped for line in following[:6])]:
+        brace, semicolon = candidate.find("{"), candidate.find(";")
+        if brace != -1 and (semicolon == -1 or brace < semicolon):
+            return True
+        if semicolon != -1:
+            return False
+    return False
+
+
+def _code_sections(lines: list[_Line], text_length: int) -> tuple[list[Section], tuple[str, ...]]:
+    definitions: list[_Definition] = []
+    for index, line in enumerate(lines):
+        found = _definition_at(line, lines[index + 1 : index + 7])
+        if found:
+            found.line = index
+            definitions.append(found)
+    sections: list[Section] = []
+    for definition in definitions:
+        end_line = _scope_end(lines, definition.line, definition.indent)
+        end = lines[end_line].start if end_line < len(lines) else text_length
+        sections.append(Section(lines[definition.line].start, end, definition.indent, definition.label))
+    return sections, _declared_names(definitions)
+
+
+def _scope_end(lines: list[_Line], first: int, indent: int) -> int:
+    """Index of the first line after a definition's scope, judged by indentation.
+
+    The header may run over several lines at its own indentation (Rust ``where`` clauses, a ``{`` on the
+    next line); the body is what follows, indented deeper; a closing ``}`` at the header's indentation
+    belongs to the scope and ends it.
+    """
+    header_open = not _header_closed(lines[first].stripped)
+    index = first + 1
+    while index < len(lines):
+        line = lines[index]
+        text = line.stripped
+        if not text:
+            index += 1
+            continue
+        if line.indent > indent:
+            if header_open and _header_closed(text):
+                header_open = False
+            index += 1
+            continue
+        if text.startswith("}"):
+            return index + 1
+        if header_open and (
+            text.startswith(("where", "{", ")", "->", ":", "throws", "extends", "implements"))
+        ):
+            header_open = not _header_closed(text)
+            index += 1
+            continue
+        return index
+    return index
+
+
+def _header_closed(text: str) -> bool:
+    code = text.split("//", 1)[0].split(" #", 1)[0].rstrip()
+    return code.endswith(("{", ":", ";", "}")) or "{" in code
+
+
+def _declared_names(definitions: list[_Definition]) -> tuple[str, ...]:
+    """Names the file declares: types first, then the outermost functions, in order of appearance."""
+    if not definitions:
+        return ()
+    outermost = min(d.indent for d in definitions)
+    ranked = sorted(
+        (d for d in definitions if d.name),
+        key=lambda d: (d.kind not in _TYPE_KINDS, d.indent > outermost, d.line),
+    )
+    seen: dict[str, None] = {}
+    for definition in ranked:
+        if not (definition.name.startswith("__") and definition.name.endswith("__")):
+            seen.setdefault(definition.name, None)
+    return tuple(seen)
+
+
+def _opening_comment(lines: list[_Line]) -> str:
+    """The first comment block or docstring near the top that says what the file is (licences skipped)."""
+    blocks: list[str] = []
+    index = 0
+    limit = min(len(lines), MAX_SCAN_LINES_FOR_OPENING)
+    while index < limit:
+        text = lines[index].stripped
+        if text.startswith(('"""', "'''", 'r"""')):
+            block, index = _python_docstring(lines, index)
+            blocks.append(block)
+            continue
+        if text.startswith("/*"):
+            block, index = _block_comment(lines, index)
+            blocks.append(block)
+            continue
+        if _is_line_comment(text):
+            collected = []
+            while index < limit and _is_line_comment(lines[index].stripped):
+                collected.append(_strip_line_comment(lines[index].stripped))
+                index += 1
+            blocks.append(" ".join(collected))
+            continue
+        if text and _definition_at(lines[index], []) is not None and blocks:
+            break
+        index += 1
+    for block in blocks:
+        cleaned = " ".join(block.split())
+        if len(cleaned) >= 12 and not _LICENSE.search(cleaned):
+            return _first_sentences(cleaned)
+    return ""
+
+
+def _is_line_comment(text: str) -> bool:
+    if text.startswith("#!") or text.startswith(("#include", "#define", "#if", "#pragma", "#import")):
+        return False
+    return text.startswith(("//", "#", "--", ";;"))
+
+
+def _strip_line_comment(text: str) -> str:
+    return text.lstrip("/!#-; ").strip()
+
+
+def _python_docstring(lines: list[_Line], index: int) -> tuple[str, int]:
+    first = lines[index].stripped.lstrip("r")
+    quote = first[:3]
+    body = first[3:]
+    if quote in body:
+        return body.split(quote, 1)[0], index + 1
+    collected = [body]
+    index += 1
+    while index < len(lines):
+        text = lines[index].stripped
+        if quote in text:
+            collected.append(text.split(quote, 1)[0])
+            return " ".join(collected), index + 1
+        collected.append(text)
+        index += 1
+    return " ".join(collected), index
+
+
+def _block_comment(lines: list[_Line], index: int) -> tuple[str, int]:
+    collected = []
+    while index < len(lines):
+        text = lines[index].stripped
+        done = "*/" in text
+        text = text.split("*/", 1)[0]
+        collected.append(text.lstrip("/*! ").strip())
+        index += 1
+        if done:
+            break
+    return " ".join(part for part in collected if part and not part.startswith("@")), index
+
+
+# --- Helpers ----------------------------------------------------------------------------------------------
+
+
+def _label(text: str) -> str:
+    text = " ".join(text.split())
+    for tail in (" {", "{", ":", "("):
+        if text.endswith(tail) and not text.endswith("::"):
+            text = text[: -len(tail)].rstrip()
+            break
+    return _shorten(text)
+
+
+def _shorten(text: str, limit: int = MAX_LABEL_CHARS) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _first_sentences(text: str, limit: int = 200) -> str:
+    """Whole sentences up to ``limit`` characters (at least the first, shortened if it is too long)."""
+    sentences = _SENTENCE_END.split(text)
+    out = sentences[0]
+    for sentence in sentences[1:]:
+        if len(sentence) < 12 or len(out) + 1 + len(sentence) > limit:  # "1.", "e.g." are not sentences
+            break
+        out += " " + sentence
+    return _shorten(out, limit)

@@ -1,0 +1,16 @@
+"""Strategy by name, from configuration."""
+
+from __future__ import annotations
+
+from contextual_kb.config import Settings
+from contextual_kb.context.base import ContextStrategy
+
+
+def build_strategy(settings: Settings) -> ContextStrategy:
+    if settings.context_strategy == "none":
+        from contextual_kb.context.passthrough import PassThroughStrategy
+
+        return PassThroughStrategy()
+    from contextual_kb.context.structural import StructuralStrategy
+
+    return StructuralStrategy(max_chars=settings.structural_max_chars)

@@ -1,0 +1,91 @@
+"""``CONTEXT_STRATEGY=structural``: a context read from the document itself. No model, no cost.
+
+For each chunk: the document (its path and its title or opening comment), where the chunk sits (the heading
+path above it, or the definitions enclosing it), and the names the document declares, in that order of
+priority within ``max_chars``. It is also the fallback of model-backed strategies.
+"""
+
+from __future__ import annotations
+
+import re
+
+from contextual_kb.context.base import ChunkContext, ContextStrategy, SourceDocument
+from contextual_kb.context.outline import Outline, Section, outline
+
+NAME = "structural"
+PATH_SEPARATOR = " › "
+# Skipped to find where a chunk's own content starts: blank space and the closing lines of what came before.
+_LEADING_CLOSERS = re.compile(r"(?:\s+|[})\];,]+(?=\s))*")
+_MAX_DOCUMENT_LINE = 220
+_MAX_PATH_LINE = 240
+_MAX_PATH_PART = 90
+
+
+class StructuralStrategy(ContextStrategy):
+    name = NAME
+
+    def __init__(self, *, max_chars: int = 480) -> None:
+        self.max_chars = max_chars
+
+    def contexts_for(self, document: SourceDocument) -> list[ChunkContext | None]:
+        text = document.document.text
+        info = outline(text, path=document.path)
+        head = _document_line(document.path, info)
+        contexts: list[ChunkContext | None] = []
+        for span in document.document.spans:
+            chunk = text[span.start : span.end]
+            if not chunk.strip():
+                contexts.append(None)
+                continue
+            anchor = span.start + _LEADING_CLOSERS.match(chunk).end()  # type: ignore[union-attr]
+            enclosing = [s for s in info.path_at(anchor) if s.start < span.start]
+            context = _compose(head, _path_line(info, enclosing), info.names, self.max_chars)
+            contexts.append(ChunkContext(context, NAME) if context else None)
+        return contexts
+
+
+def _document_line(path: str | None, info: Outline) -> str:
+    title = info.title
+    if path:
+        shown = path if len(path) <= 100 else "…" + path[-99:]
+        line = f"File {shown}" if info.kind == "code" else f"Document {shown}"
+        line = f"{line}: {title}" if title else line
+    else:
+        line = title
+    return _cut(line, _MAX_DOCUMENT_LINE)
+
+
+def _path_line(info: Outline, enclosing: list[Section]) -> str:
+    if not enclosing:
+        return ""
+    labels = [_cut(s.label, _MAX_PATH_PART) for s in enclosing]
+    if labels and labels[0] == info.title:  # already on the document line
+        del labels[0]
+    if not labels:
+        return ""
+    # Too deep a path keeps its outermost and innermost parts: the container and the exact place.
+    while len(labels) > 2 and len(PATH_SEPARATOR.join(labels)) > _MAX_PATH_LINE:
+        del labels[1]
+    prefix = "Within" if info.kind == "code" else "Section"
+    return _cut(f"{prefix}: {PATH_SEPARATOR.join(labels)}", _MAX_PATH_LINE)
+
+
+def _compose(head: str, path: str, names: tuple[str, ...], max_chars: int) -> str:
+    lines = [line for line in (head, path) if line]
+    used = sum(len(line) + 1 for line in lines)
+    if names:
+        room = max_chars - used - len("Declares: ")
+        shown: list[str] = []
+        for name in names:
+            cost = len(name) + (2 if shown else 0)
+            if cost > room:
+                break
+            shown.append(name)
+            room -= cost
+        if shown:
+            lines.append("Declares: " + ", ".join(shown))
+    return _cut("\n".join(lines), max_chars)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"

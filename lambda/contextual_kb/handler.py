@@ -1,0 +1,56 @@
+"""Lambda entry point for the Knowledge Base's POST_CHUNKING custom transformation."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from contextual_kb.config import Settings
+from contextual_kb.context import ContextStrategy, build_strategy
+from contextual_kb.errors import TransformationError
+from contextual_kb.models import parse_event
+from contextual_kb.observability import bind_event_keys, logger, metrics, tracer
+from contextual_kb.storage import S3BatchStore
+from contextual_kb.transform import RunStats, Transformation
+
+
+@functools.cache
+def runtime() -> tuple[Settings, ContextStrategy, S3BatchStore]:
+    """Settings, strategy and S3 client, built once per execution environment (``cache_clear`` resets)."""
+    settings = Settings.from_env()
+    return settings, build_strategy(settings), S3BatchStore()
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics(capture_cold_start_metric=True)
+@tracer.capture_lambda_handler(capture_response=False)
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    bind_event_keys(event)
+    try:
+        settings, strategy, store = runtime()
+        response, stats = Transformation(settings, strategy, store).run(parse_event(event))
+    except TransformationError:
+        metrics.add_metric(name="TransformationErrors", unit=MetricUnit.Count, value=1)
+        logger.exception("transformation failed; the Knowledge Base will mark the file(s) as failed")
+        raise
+    record(strategy.name, stats)
+    return response.dump()
+
+
+def record(strategy: str, stats: RunStats) -> None:
+    metrics.add_dimension(name="Strategy", value=strategy)
+    for name, value in (
+        ("Files", stats.files),
+        ("BatchesIn", stats.batches_in),
+        ("ChunksIn", stats.chunks_in),
+        ("ChunksContextualized", stats.chunks_contextualized),
+        ("ChunksPassedThrough", stats.chunks_passed_through),
+        ("NonTextItems", stats.non_text_items),
+        ("EmptyDocuments", stats.empty_documents),
+        ("ContextMetadataTruncated", stats.metadata_truncated),
+    ):
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+    logger.info("transformation complete", extra={"strategy": strategy, **stats.as_log()})

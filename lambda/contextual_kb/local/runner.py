@@ -1,0 +1,140 @@
+"""Running the real handler on an event outside Lambda, against any S3 endpoint."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+from botocore.exceptions import ClientError
+from pydantic import ValidationError
+
+from contextual_kb import handler
+from contextual_kb.local.lambda_context import LocalLambdaContext
+from contextual_kb.models import BatchObject
+from contextual_kb.observability import logger
+
+
+@dataclass(frozen=True)
+class FileSummary:
+    source: str
+    batches_in: int
+    batches_out: int
+    chunks_in: int
+    contextualized: int
+    output_keys: list[str]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    response: dict[str, Any]
+    files: list[FileSummary]
+    before: dict[str, BatchObject]  # input key -> batch
+    after: dict[str, BatchObject]  # output key -> batch
+    event: dict[str, Any]
+    log: str  # what the handler printed: JSON log lines and EMF metrics, as CloudWatch would get them
+
+    def response_inputs(self) -> list[list[str]]:
+        """The input batch keys of each file, in the event's order (the response's order)."""
+        return [[b["key"] for b in f["contentBatches"]] for f in self.event["inputFiles"]]
+
+
+def upload_objects(s3: Any, bucket: str, objects_dir: Path) -> int:
+    """Upload every file under ``objects_dir`` with its relative path as key; create the bucket if needed."""
+    existing = {b["Name"] for b in s3.list_buckets().get("Buckets", [])}
+    if bucket not in existing:
+        s3.create_bucket(Bucket=bucket)
+    count = 0
+    for path in sorted(p for p in objects_dir.rglob("*") if p.is_file()):
+        s3.put_object(Bucket=bucket, Key=path.relative_to(objects_dir).as_posix(), Body=path.read_bytes())
+        count += 1
+    return count
+
+
+class HandlerError(Exception):
+    """The handler raised; ``log`` holds what it printed (its error log line among it)."""
+
+    def __init__(self, error: Exception, log: str) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.log = log
+
+
+def invoke(event: dict[str, Any]) -> RunResult:
+    """Invoke the real handler (fresh settings from the environment), then read inputs and outputs back."""
+    handler.runtime.cache_clear()
+    s3 = boto3.client("s3")
+    bucket = event.get("bucketName", "")
+    before = _snapshot(s3, bucket, _keys(event.get("inputFiles", []))) if bucket else {}
+    printed = io.StringIO()
+    # Powertools' log handler keeps the stdout it was created with: point it at our buffer too.
+    log_handler = logger.registered_handler
+    previous = log_handler.setStream(printed) if isinstance(log_handler, logging.StreamHandler) else None
+    try:
+        with contextlib.redirect_stdout(printed):
+            response = handler.lambda_handler(event, LocalLambdaContext())
+    except Exception as exc:
+        raise HandlerError(exc, printed.getvalue()) from exc
+    finally:
+        if previous is not None and isinstance(log_handler, logging.StreamHandler):
+            log_handler.setStream(previous)
+    after = {key: _read(s3, bucket, key) for key in _keys(response["outputFiles"])}
+    metadata_key = handler.runtime()[0].context_metadata_key
+    files = []
+    for given, produced in zip(event["inputFiles"], response["outputFiles"], strict=True):
+        in_keys = [b["key"] for b in given["contentBatches"]]
+        out_keys = [b["key"] for b in produced["contentBatches"]]
+        chunks = [item for key in in_keys for item in before[key].file_contents if item.is_text]
+        contextualized = sum(
+            1
+            for key in out_keys
+            for item in after[key].file_contents
+            if item.is_text and metadata_key in (item.content_metadata or {})
+        )
+        files.append(
+            FileSummary(
+                source=given["originalFileLocation"].get("s3_location", {}).get("uri", "?"),
+                batches_in=len(in_keys),
+                batches_out=len(out_keys),
+                chunks_in=len(chunks),
+                contextualized=contextualized,
+                output_keys=out_keys,
+            )
+        )
+    return RunResult(response, files, before, after, event, printed.getvalue())
+
+
+def load_event(path: Path) -> dict[str, Any]:
+    try:
+        event = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not JSON ({exc})") from exc
+    if not isinstance(event, dict):
+        raise ValueError(f"{path}: the event must be a JSON object")
+    return event
+
+
+def _keys(files: list[dict[str, Any]]) -> Iterator[str]:
+    for file in files:
+        for batch in file.get("contentBatches", []) if isinstance(file, dict) else []:
+            if isinstance(batch, dict) and isinstance(batch.get("key"), str):
+                yield batch["key"]
+
+
+def _read(s3: Any, bucket: str, key: str) -> BatchObject:
+    return BatchObject.model_validate_json(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+
+
+def _snapshot(s3: Any, bucket: str, keys: Iterator[str]) -> dict[str, BatchObject]:
+    """The input batches that exist and parse (a bad one is the handler's to report, not ours)."""
+    found: dict[str, BatchObject] = {}
+    for key in keys:
+        with contextlib.suppress(ClientError, ValidationError):
+            found[key] = _read(s3, bucket, key)
+    return found

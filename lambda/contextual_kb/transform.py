@@ -1,0 +1,229 @@
+"""The transformation: batch objects in, contextualized batch objects out, one response.
+
+1. Every batch object of every file is read and validated before anything is written: a bad object fails
+   the call with an error naming it, and no output exists for any file of that call.
+2. File by file: the batches are put in document order, the text chunks joined into the whole document,
+   the strategy gives one context per chunk, and each input batch becomes one output batch (same items,
+   same order) under ``OUTPUT_PREFIX`` + the input key, so a retried call overwrites its own output.
+
+Only one file's batches are held at a time, plus validated batches kept from step 1 within
+``PREFETCH_MAX_BYTES`` (the rest are read again, pinned to the validated version by ETag).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from contextual_kb.config import Settings
+from contextual_kb.context.base import ChunkContext, ContextStrategy, SourceDocument
+from contextual_kb.documents import assemble
+from contextual_kb.enrichment import enrich
+from contextual_kb.models import (
+    BatchObject,
+    ContentBatchRef,
+    InputFile,
+    OutputFile,
+    TransformationEvent,
+    TransformationResponse,
+    parse_batch,
+)
+from contextual_kb.observability import logger, tracer
+from contextual_kb.storage import StoredObject
+
+
+class BatchStore(Protocol):
+    def read(self, bucket: str, key: str, *, if_match: str | None = None) -> StoredObject: ...
+
+    def write(self, bucket: str, key: str, body: bytes) -> None: ...
+
+
+@dataclass
+class RunStats:
+    """What one invocation did; emitted as metrics and one summary log line."""
+
+    files: int = 0
+    batches_in: int = 0
+    batches_out: int = 0
+    chunks_in: int = 0
+    chunks_contextualized: int = 0
+    chunks_passed_through: int = 0
+    non_text_items: int = 0
+    empty_documents: int = 0
+    metadata_truncated: int = 0
+    contexts_by_source: Counter[str] = field(default_factory=Counter)
+
+    def as_log(self) -> dict[str, object]:
+        out: dict[str, object] = {k: v for k, v in vars(self).items() if k != "contexts_by_source"}
+        out["contexts_by_source"] = dict(self.contexts_by_source)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class _LoadedFile:
+    file: InputFile
+    batches: dict[str, BatchObject]  # by key
+    document: SourceDocument
+
+
+class Transformation:
+    def __init__(self, settings: Settings, strategy: ContextStrategy, store: BatchStore) -> None:
+        self.settings = settings
+        self.strategy = strategy
+        self.store = store
+
+    @tracer.capture_method(capture_response=False)
+    def run(self, event: TransformationEvent) -> tuple[TransformationResponse, RunStats]:
+        stats = RunStats()
+        bucket = event.bucket_name
+        validated = self._validate_all(event)
+        loaded: deque[_LoadedFile] = deque()
+        outputs: list[OutputFile] = []
+
+        def documents() -> Iterator[SourceDocument]:
+            for file in event.input_files:
+                batches = {ref.key: self._load(bucket, ref, file, validated) for ref in file.content_batches}
+                document = _source_document(file, batches, self.settings.min_overlap_chars)
+                loaded.append(_LoadedFile(file, batches, document))
+                yield document
+
+        for result in self.strategy.contextualize(documents()):
+            current = loaded.popleft()
+            if result.document is not current.document:  # results must come back in order
+                raise RuntimeError("strategy returned documents out of order")
+            outputs.append(self._write_file(bucket, current, result.contexts, stats))
+        if loaded:
+            raise RuntimeError(f"strategy returned no result for {len(loaded)} file(s)")
+        return TransformationResponse(outputFiles=outputs), stats
+
+    def _validate_all(self, event: TransformationEvent) -> dict[str, tuple[str, BatchObject | None]]:
+        """Read and validate every batch; keep parsed ones within the prefetch budget.
+
+        Returns key -> (etag, batch or None when not kept).
+        """
+        kept: dict[str, tuple[str, BatchObject | None]] = {}
+        budget = self.settings.prefetch_max_bytes
+        for file in event.input_files:
+            for ref in file.content_batches:
+                stored = self.store.read(event.bucket_name, ref.key)
+                batch = parse_batch(
+                    stored.body, where=f"s3://{event.bucket_name}/{ref.key}", file=file.source
+                )
+                keep = len(stored.body) <= budget
+                budget -= len(stored.body) if keep else 0
+                kept[ref.key] = (stored.etag, batch if keep else None)
+        return kept
+
+    def _load(
+        self,
+        bucket: str,
+        ref: ContentBatchRef,
+        file: InputFile,
+        validated: dict[str, tuple[str, BatchObject | None]],
+    ) -> BatchObject:
+        etag, batch = validated.pop(ref.key)
+        if batch is not None:
+            return batch
+        stored = self.store.read(bucket, ref.key, if_match=etag or None)
+        return parse_batch(stored.body, where=f"s3://{bucket}/{ref.key}", file=file.source)
+
+    def _write_file(
+        self,
+        bucket: str,
+        loaded: _LoadedFile,
+        contexts: tuple[ChunkContext | None, ...],
+        stats: RunStats,
+    ) -> OutputFile:
+        file = loaded.file
+        order = [ref.key for ref in file.batches_in_document_order()]
+        # Chunk i of the document is the i-th text item over the batches in document order.
+        first_index: dict[str, int] = {}
+        count = 0
+        for key in order:
+            first_index[key] = count
+            count += sum(1 for item in loaded.batches[key].file_contents if item.is_text)
+        if count != len(contexts):
+            raise RuntimeError(f"strategy gave {len(contexts)} contexts for {count} chunks of {file.source}")
+
+        settings = self.settings
+        out_refs: list[ContentBatchRef] = []
+        file_stats = Counter[str]()
+        for ref in file.content_batches:  # the response keeps the event's batch order
+            batch = loaded.batches[ref.key]
+            index = first_index[ref.key]
+            items = []
+            for item in batch.file_contents:
+                if not item.is_text:
+                    items.append(item)
+                    file_stats["non_text_items"] += 1
+                    continue
+                context = contexts[index]
+                index += 1
+                done = enrich(
+                    item,
+                    context,
+                    metadata_key=settings.context_metadata_key,
+                    max_bytes=settings.context_metadata_max_bytes,
+                )
+                items.append(done.item)
+                file_stats["chunks_in"] += 1
+                if done.contextualized and context is not None:
+                    file_stats["chunks_contextualized"] += 1
+                    stats.contexts_by_source[context.source] += 1
+                else:
+                    file_stats["chunks_passed_through"] += 1
+                file_stats["metadata_truncated"] += int(done.metadata_truncated)
+            out_key = settings.output_prefix + ref.key
+            body = BatchObject(fileContents=items).model_dump_json(by_alias=True, exclude_unset=True)
+            self.store.write(bucket, out_key, body.encode("utf-8"))
+            out_refs.append(ContentBatchRef(key=out_key))
+
+        stats.files += 1
+        stats.batches_in += len(file.content_batches)
+        stats.batches_out += len(out_refs)
+        for name, value in file_stats.items():
+            setattr(stats, name, getattr(stats, name) + value)
+        if count == 0:
+            stats.empty_documents += 1
+        logger.info(
+            "file transformed",
+            extra={
+                "file": file.source,
+                "batch_keys": [ref.key for ref in file.content_batches],
+                "batches": len(out_refs),
+                **dict(file_stats),
+            },
+        )
+        return OutputFile.model_validate(
+            {
+                "originalFileLocation": file.original_file_location.dump(),
+                **({"fileMetadata": file.file_metadata} if file.file_metadata is not None else {}),
+                "contentBatches": [r.dump() for r in out_refs],
+            }
+        )
+
+
+def _s3_path(file: InputFile) -> str | None:
+    """The object key of the source file within its bucket (``s3://bucket/a/b.md`` -> ``a/b.md``)."""
+    uri = file.original_file_location.uri
+    if not uri or not uri.startswith("s3://"):
+        return None
+    _, _, path = uri[len("s3://") :].partition("/")
+    return path or None
+
+
+def _source_document(file: InputFile, batches: dict[str, BatchObject], min_overlap: int) -> SourceDocument:
+    chunks = [
+        item.content_body
+        for ref in file.batches_in_document_order()
+        for item in batches[ref.key].file_contents
+        if item.is_text
+    ]
+    return SourceDocument(
+        source=file.source,
+        path=_s3_path(file),
+        metadata=file.file_metadata or {},
+        document=assemble(chunks, min_overlap=min_overlap),
+    )
