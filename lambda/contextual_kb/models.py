@@ -7,16 +7,35 @@ whatever AWS adds later travels through untouched; dumps use ``exclude_unset`` s
 
 from __future__ import annotations
 
+import math
 import re
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
 from contextual_kb.errors import ContractError
 
 TEXT_CONTENT_TYPE = "TEXT"
 
 _BATCH_NUMBER = re.compile(r"_(\d+)\.json$", re.IGNORECASE)
+
+
+def _finite(value: dict[str, JsonValue]) -> dict[str, JsonValue]:
+    """Refuse numbers JSON cannot carry back (NaN, Infinity, 1e400): written out they would become null,
+    silently changing the user's metadata."""
+    stack: list[Any] = [value]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, float) and not math.isfinite(current):
+            raise ValueError("metadata holds a number that is not finite (NaN, Infinity or out of range)")
+        if isinstance(current, dict):
+            stack.extend(current.values())
+        elif isinstance(current, list):
+            stack.extend(current)
+    return value
+
+
+Metadata = Annotated[dict[str, JsonValue], AfterValidator(_finite)]
 
 
 class _Contract(BaseModel):
@@ -52,7 +71,7 @@ class ContentBatchRef(_Contract):
 
 class InputFile(_Contract):
     original_file_location: OriginalFileLocation = Field(alias="originalFileLocation")
-    file_metadata: dict[str, JsonValue] | None = Field(default=None, alias="fileMetadata")
+    file_metadata: Metadata | None = Field(default=None, alias="fileMetadata")
     content_batches: list[ContentBatchRef] = Field(alias="contentBatches")
 
     @property
@@ -91,7 +110,7 @@ class ContentItem(_Contract):
 
     content_body: str = Field(alias="contentBody")
     content_type: str = Field(alias="contentType")
-    content_metadata: dict[str, JsonValue] | None = Field(default=None, alias="contentMetadata")
+    content_metadata: Metadata | None = Field(default=None, alias="contentMetadata")
 
     @property
     def is_text(self) -> bool:

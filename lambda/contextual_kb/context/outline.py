@@ -59,6 +59,9 @@ _C_NOT_A_DEF = re.compile(
     r"assert|printf|elif|yield|await|echo|print|raise|with|del|pass|import|from|except|not|lambda|in|is|"
     r"and|or|async|super|self|this)\b"
 )
+# GNU style: the return type alone on the line above, the name at the start of the line.
+_GNU_NAME = re.compile(r"^(?P<name>[A-Za-z_]\w*)\s*\((?!.*;\s*$)")
+_GNU_TYPE = re.compile(r"^[A-Za-z_][\w\s*]*$")
 _IMPL_TARGET = re.compile(r"\bfor\s+(?P<name>[A-Za-z_]\w*)|^impl(?:<.*?>)?\s+(?P<own>[A-Za-z_]\w*)")
 _LICENSE = re.compile(r"copyright|licen[cs]e|spdx|permission is hereby|all rights reserved", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s")
@@ -272,6 +275,20 @@ def _definition_at(line: _Line, following: list[_Line]) -> _Definition | None:
     return None
 
 
+def _gnu_definition(above: _Line, line: _Line, following: list[_Line]) -> _Definition | None:
+    match = _GNU_NAME.match(line.stripped)
+    kind_line = above.stripped
+    if not match or len(line.stripped) > MAX_DEFINITION_LINE_CHARS or not _GNU_TYPE.match(kind_line):
+        return None
+    if (
+        _C_NOT_A_DEF.match(line.stripped)
+        or _C_NOT_A_DEF.match(kind_line)
+        or not _opens_body(line.stripped, following)
+    ):
+        return None
+    return _Definition(0, 0, "function", match.group("name"), _label(f"{kind_line} {line.stripped}"))
+
+
 def _opens_body(text: str, following: list[_Line]) -> bool:
     """A C-family header is a definition if a ``{`` comes before any ``;`` (same line or the next few)."""
     for candidate in [text, *(line.stripped for line in following[:6])]:
@@ -287,6 +304,8 @@ def _code_sections(lines: list[_Line], text_length: int) -> tuple[list[Section],
     definitions: list[_Definition] = []
     for index, line in enumerate(lines):
         found = _definition_at(line, lines[index + 1 : index + 7])
+        if found is None and index and line.indent == 0:
+            found = _gnu_definition(lines[index - 1], line, lines[index + 1 : index + 7])
         if found:
             found.line = index
             definitions.append(found)

@@ -1,0 +1,64 @@
+"""Test helpers: an in-memory batch store and event builders."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from contextual_kb.storage import StoredObject
+
+
+class MemoryStore:
+    """The BatchStore protocol over a dict, recording every write."""
+
+    def __init__(self, objects: dict[str, bytes] | None = None) -> None:
+        self.objects: dict[str, bytes] = dict(objects or {})
+        self.writes: list[str] = []
+
+    def read(self, bucket: str, key: str, *, if_match: str | None = None) -> StoredObject:
+        body = self.objects[f"{bucket}/{key}"]
+        etag = hashlib.md5(body).hexdigest()  # noqa: S324 - an ETag, not security
+        if if_match is not None and if_match != etag:
+            raise AssertionError("changed")
+        return StoredObject(body, etag)
+
+    def write(self, bucket: str, key: str, body: bytes) -> None:
+        self.objects[f"{bucket}/{key}"] = body
+        self.writes.append(key)
+
+    def put_json(self, bucket: str, key: str, value: Any) -> None:
+        self.objects[f"{bucket}/{key}"] = json.dumps(value).encode("utf-8")
+
+    def get_json(self, bucket: str, key: str) -> Any:
+        return json.loads(self.objects[f"{bucket}/{key}"])
+
+
+def event(bucket: str, files: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    return {
+        "version": "1.0",
+        "knowledgeBaseId": "KB1",
+        "dataSourceId": "DS1",
+        "ingestionJobId": "JOB1",
+        "bucketName": bucket,
+        "priorTask": "CHUNKING",
+        "inputFiles": files,
+        **extra,
+    }
+
+
+def file_entry(uri: str, keys: list[str], metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "originalFileLocation": {"type": "S3", "s3_location": {"uri": uri}},
+        "contentBatches": [{"key": k} for k in keys],
+    }
+    if metadata is not None:
+        entry["fileMetadata"] = metadata
+    return entry
+
+
+def text_item(body: str, metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+    item: dict[str, Any] = {"contentBody": body, "contentType": "TEXT"}
+    if metadata is not None:
+        item["contentMetadata"] = metadata
+    return item

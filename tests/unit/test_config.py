@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+import pytest
+
+from contextual_kb.config import ConfigurationError, Settings
+
+
+def test_defaults() -> None:
+    settings = Settings.from_env({})
+    assert settings.context_strategy == "structural"
+    assert settings.output_prefix == "contextual-kb/output/"
+    assert settings.context_metadata_key == "ckb_context"
+    assert settings.context_metadata_max_bytes == 1024
+
+
+def test_values_are_read_and_blank_means_default() -> None:
+    settings = Settings.from_env(
+        {"CONTEXT_STRATEGY": "none", "STRUCTURAL_MAX_CHARS": "300", "OUTPUT_PREFIX": ""}
+    )
+    assert settings.context_strategy == "none"
+    assert settings.structural_max_chars == 300
+    assert settings.output_prefix == "contextual-kb/output/"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("CONTEXT_STRATEGY", "claude-3"),
+        ("STRUCTURAL_MAX_CHARS", "ten"),
+        ("CONTEXT_METADATA_MAX_BYTES", "9999"),
+    ],
+)
+def test_bad_values_name_the_variable(name: str, value: str) -> None:
+    with pytest.raises(ConfigurationError, match=name):
+        Settings.from_env({name: value})

@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from contextual_kb.context.base import ChunkContext
+from contextual_kb.enrichment import cap_utf8, enrich
+from contextual_kb.models import ContentItem
+
+
+def item(body: str, content_type: str = "TEXT", metadata: dict | None = None) -> ContentItem:
+    fields = {"contentBody": body, "contentType": content_type}
+    if metadata is not None:
+        fields["contentMetadata"] = metadata
+    return ContentItem.model_validate(fields)
+
+
+def test_context_is_prepended_and_original_kept_byte_for_byte() -> None:
+    original = "  exact text\r\n with odd  spacing\t\n"
+    done = enrich(
+        item(original, metadata={"page": 3}),
+        ChunkContext("ctx", "structural"),
+        metadata_key="ckb_context",
+        max_bytes=1024,
+    )
+    assert done.contextualized
+    assert done.item.content_body == "ctx\n\n" + original
+    assert done.item.content_metadata == {"page": 3, "ckb_context": "ctx"}
+
+
+def test_non_text_and_missing_context_pass_through_untouched() -> None:
+    image = item("iVBOR...", content_type="IMAGE")
+    assert enrich(image, ChunkContext("ctx", "structural"), metadata_key="k", max_bytes=10).item is image
+    text = item("body")
+    assert enrich(text, None, metadata_key="k", max_bytes=10).item is text
+
+
+def test_metadata_copy_is_capped_but_body_context_is_whole() -> None:
+    context = "é" * 600  # 1200 bytes
+    done = enrich(item("b"), ChunkContext(context, "structural"), metadata_key="k", max_bytes=100)
+    assert done.metadata_truncated
+    assert done.item.content_body == context + "\n\nb"
+    assert len(done.item.content_metadata["k"].encode()) <= 100
+
+
+def test_zero_bytes_disables_the_metadata_copy() -> None:
+    done = enrich(
+        item("b", metadata={"a": 1}), ChunkContext("c", "structural"), metadata_key="k", max_bytes=0
+    )
+    assert done.item.content_metadata == {"a": 1}
+
+
+@given(st.text(max_size=300), st.integers(min_value=0, max_value=400))
+def test_cap_utf8_never_exceeds_and_keeps_a_prefix(text: str, limit: int) -> None:
+    capped, truncated = cap_utf8(text, limit)
+    assert len(capped.encode("utf-8")) <= max(limit, 0)
+    assert truncated == (len(text.encode("utf-8")) > limit)
+    if not truncated:
+        assert capped == text
+    else:
+        assert text.startswith(capped.removesuffix("…").rstrip()) or capped == ""

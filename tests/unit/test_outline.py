@@ -1,0 +1,170 @@
+from __future__ import annotations
+
+import textwrap
+
+from contextual_kb.context.outline import outline
+
+
+def labels_at(text: str, marker: str, path: str | None = None) -> list[str]:
+    info = outline(text, path=path)
+    return [s.label for s in info.path_at(text.index(marker))]
+
+
+MARKDOWN = textwrap.dedent(
+    """\
+    # Guide
+
+    Intro.
+
+    ## Install
+
+    ```bash
+    # not a heading
+    pip install thing
+    ```
+
+    ### On Linux
+
+    MARKER-LINUX
+
+    Setext Title
+    ------------
+
+    MARKER-SETEXT
+    """
+)
+
+
+def test_markdown_heading_path_ignores_fenced_code() -> None:
+    info = outline(MARKDOWN, path="docs/guide.md")
+    assert info.kind == "markdown"
+    assert info.title == "Guide"
+    assert labels_at(MARKDOWN, "MARKER-LINUX") == ["Guide", "Install", "On Linux"]
+    assert labels_at(MARKDOWN, "MARKER-SETEXT") == ["Guide", "Setext Title"]
+    assert "not a heading" not in [s.label for s in info.sections]
+
+
+PYTHON = textwrap.dedent(
+    '''\
+    # Copyright 2024 Example Corp. Licensed under the Apache License.
+    """Token buckets for outbound calls. More text follows here."""
+
+    import time
+
+
+    class Bucket:
+        """A bucket."""
+
+        def take(
+            self,
+            n: int,
+        ) -> bool:
+            x = 1
+            MARKER-TAKE
+            return True
+
+    def helper():
+        MARKER-HELPER
+    '''
+)
+
+
+def test_python_enclosing_definitions_and_docstring() -> None:
+    info = outline(PYTHON)
+    assert info.kind == "code"
+    assert info.title.startswith("Token buckets for outbound calls.")  # the licence comment is skipped
+    assert labels_at(PYTHON, "MARKER-TAKE") == ["class Bucket", "def take"]
+    assert labels_at(PYTHON, "MARKER-HELPER") == ["def helper()"]
+    assert info.names[:1] == ("Bucket",)
+    assert "take" in info.names and "helper" in info.names
+
+
+RUST = textwrap.dedent(
+    """\
+    //! Executor for differential fuzzing.
+    //! It wraps two executors.
+    use core::ptr;
+
+    pub struct DiffExecutor<A, B> {
+        primary: A,
+    }
+
+    impl<A, B> DiffExecutor<A, B> {
+        pub fn new(primary: A) -> Self
+        where
+            A: Clone,
+        {
+            MARKER-NEW
+        }
+    }
+
+    impl<A, B> Executor for DiffExecutor<A, B> {
+        fn run_target(&mut self) -> Result<ExitKind, Error> {
+            MARKER-RUN
+        }
+    }
+    """
+)
+
+
+def test_rust_impls_where_clauses_and_module_doc() -> None:
+    info = outline(RUST)
+    assert info.title == "Executor for differential fuzzing. It wraps two executors."
+    assert labels_at(RUST, "MARKER-NEW") == [
+        "impl<A, B> DiffExecutor<A, B>",
+        "pub fn new(primary: A) -> Self",
+    ]
+    assert labels_at(RUST, "MARKER-RUN")[-1].startswith("fn run_target(&mut self)")
+    assert info.names[0] == "DiffExecutor"
+
+
+C_AND_JAVA = {
+    "c": (
+        "/* SPDX-License-Identifier: MIT */\n/* Ring buffer helpers. */\n#include <stdio.h>\n\n"
+        "static int\nring_push(struct ring *r, int v)\n{\n    if (r->full) {\n        MARKER\n    }\n"
+        "    return 0;\n}\n\nint ring_pop(struct ring *r);\n"
+    ),
+    "java": (
+        "package x;\n\n/** Parses configuration files. */\npublic class ConfigParser {\n"
+        "    private final Map<String, String> values;\n\n"
+        "    public Optional<String> get(String key) throws IOException {\n        MARKER\n    }\n}\n"
+    ),
+}
+
+
+def test_c_function_with_brace_on_next_line_and_prototypes_ignored() -> None:
+    text = C_AND_JAVA["c"]
+    info = outline(text)
+    assert info.title == "Ring buffer helpers."
+    assert labels_at(text, "MARKER") == ["static int ring_push(struct ring *r, int v)"]
+    assert "ring_pop" not in info.names  # a prototype is not a definition
+
+
+def test_java_class_and_method() -> None:
+    text = C_AND_JAVA["java"]
+    info = outline(text, path="src/ConfigParser.java")
+    assert info.title == "Parses configuration files."
+    assert labels_at(text, "MARKER") == [
+        "public class ConfigParser",
+        "public Optional<String> get(String key) throws IOException",
+    ]
+
+
+def test_numbered_clauses_in_plain_text() -> None:
+    text = "SERVICES AGREEMENT\n\nARTICLE 2 Service Levels\n\n2.1 Availability. Up.\n\n2.2 Credits Due\n\nMARKER\n"
+    info = outline(text, path="x.txt")
+    assert info.kind == "text"
+    assert info.title == "SERVICES AGREEMENT"
+    assert labels_at(text, "MARKER") == ["ARTICLE 2 Service Levels", "2.2 Credits Due"]
+
+
+def test_hash_comments_in_code_are_not_markdown_headings() -> None:
+    text = "# compute totals\nimport os\n\ndef total(xs):\n    # sum them\n    return sum(xs)\n"
+    assert outline(text).kind == "code"
+
+
+def test_pathological_input_stays_fast_and_safe() -> None:
+    # One 5 MB line of minified code and a deep run of unmatched braces: no hang, no error.
+    outline("var a=function(b){return b};" * 180_000)
+    outline("{\n" * 50_000 + "int f(int x) {\n" * 5_000)
+    outline("")

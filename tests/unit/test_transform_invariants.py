@@ -1,0 +1,141 @@
+"""The promise: every chunk the KB hands us comes back exactly once, in order, text intact, metadata kept,
+nothing else added, for any documents, chunkings and batch splits."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from contextual_kb.config import Settings
+from contextual_kb.context.passthrough import PassThroughStrategy
+from contextual_kb.context.structural import StructuralStrategy
+from contextual_kb.enrichment import BODY_SEPARATOR
+from contextual_kb.models import parse_event
+from contextual_kb.transform import Transformation
+from tests.support import MemoryStore, event, file_entry
+
+BUCKET = "intermediate"
+KEY = "ckb_context"
+
+# Finite numbers only: non-finite ones are refused by contract (tests/unit/test_models.py).
+scalar = st.one_of(
+    st.text(max_size=20), st.integers(), st.booleans(), st.floats(allow_nan=False, allow_infinity=False)
+)
+metadata = st.dictionaries(st.text(min_size=1, max_size=12).filter(lambda k: k != KEY), scalar, max_size=4)
+text_chunk = st.builds(
+    lambda body, meta: {"contentBody": body, "contentType": "TEXT", "contentMetadata": meta},
+    st.text(max_size=200),
+    metadata,
+)
+other_item = st.builds(
+    lambda body, kind: {"contentBody": body, "contentType": kind, "contentMetadata": {"n": 1}},
+    st.text(max_size=30),
+    st.sampled_from(["IMAGE", "PDF", "binary"]),
+)
+
+
+@st.composite
+def overlapping_document(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Chunks cut from one text with optional overlaps, the way fixed-size chunking does."""
+    text = draw(st.text(min_size=1, max_size=1500))
+    size = draw(st.integers(min_value=1, max_value=300))
+    overlap = draw(st.integers(min_value=0, max_value=size - 1))
+    starts = range(0, len(text), size - overlap)
+    return [
+        {"contentBody": text[s : s + size], "contentType": "TEXT", "contentMetadata": draw(metadata)}
+        for s in starts
+    ]
+
+
+@st.composite
+def input_file(draw: st.DrawFn, index: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    items = draw(st.one_of(overlapping_document(), st.lists(st.one_of(text_chunk, other_item), max_size=12)))
+    cuts = sorted(draw(st.lists(st.integers(0, len(items)), max_size=4)))
+    bounds = [0, *cuts, len(items)]
+    groups = [items[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    keys = [f"job/file{index}_{n}.JSON" for n in range(1, len(groups) + 1)]
+    shown = list(zip(keys, groups, strict=True))
+    if draw(st.booleans()):
+        shown.reverse()  # the event may list batches out of order
+    objects = {key: {"fileContents": group} for key, group in shown}
+    entry = file_entry(
+        f"s3://src/doc{index}.{draw(st.sampled_from(['md', 'py', 'txt', 'rs']))}",
+        [k for k, _ in shown],
+        draw(st.one_of(st.none(), metadata)),
+    )
+    return entry, objects
+
+
+@st.composite
+def ingestion(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any]]:
+    count = draw(st.integers(min_value=1, max_value=4))
+    files, objects = [], {}
+    for index in range(count):
+        entry, objs = draw(input_file(index))
+        files.append(entry)
+        objects.update(objs)
+    return event(BUCKET, files), objects
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=ingestion(), structural=st.booleans(), prefetch=st.sampled_from([0, 10**9]))
+def test_every_chunk_comes_back_exactly_once_intact(case, structural: bool, prefetch: int) -> None:
+    raw_event, objects = case
+    store = MemoryStore()
+    for key, body in objects.items():
+        store.put_json(BUCKET, key, body)
+    inputs = dict(store.objects)
+    settings = Settings(PREFETCH_MAX_BYTES=prefetch)
+    strategy = StructuralStrategy() if structural else PassThroughStrategy()
+
+    response, stats = Transformation(settings, strategy, store).run(parse_event(raw_event))
+    out = response.dump()
+
+    assert len(out["outputFiles"]) == len(raw_event["inputFiles"])
+    written = set()
+    text_total = 0
+    for given_file, produced in zip(raw_event["inputFiles"], out["outputFiles"], strict=True):
+        assert produced["originalFileLocation"] == given_file["originalFileLocation"]
+        assert produced.get("fileMetadata") == given_file.get("fileMetadata")
+        in_keys = [b["key"] for b in given_file["contentBatches"]]
+        out_keys = [b["key"] for b in produced["contentBatches"]]
+        assert out_keys == [settings.output_prefix + k for k in in_keys]  # same batches, same order
+        for in_key, out_key in zip(in_keys, out_keys, strict=True):
+            written.add(out_key)
+            before = objects[in_key]["fileContents"]
+            after = store.get_json(BUCKET, out_key)["fileContents"]
+            assert len(after) == len(before)  # exactly once, nothing added
+            for old, new in zip(before, after, strict=True):
+                assert new["contentType"] == old["contentType"]
+                if old["contentType"] != "TEXT":
+                    assert new == old
+                    continue
+                text_total += 1
+                if new == old:
+                    continue
+                context = new["contentMetadata"][KEY]
+                assert new["contentBody"] == context + BODY_SEPARATOR + old["contentBody"]
+                assert {k: v for k, v in new["contentMetadata"].items() if k != KEY} == old["contentMetadata"]
+                assert set(new) == set(old)
+    # Nothing but the outputs was written, and the inputs are untouched.
+    assert set(store.writes) == written and len(store.writes) == len(written)
+    assert all(store.objects[k] == v for k, v in inputs.items())
+    assert stats.chunks_in == text_total
+    assert stats.chunks_contextualized + stats.chunks_passed_through == text_total
+    if not structural:
+        assert stats.chunks_contextualized == 0
+
+
+def test_retrying_the_same_event_overwrites_and_never_duplicates() -> None:
+    store = MemoryStore()
+    store.put_json(BUCKET, "job/a_1.JSON", {"fileContents": [{"contentBody": "x", "contentType": "TEXT"}]})
+    raw = event(BUCKET, [file_entry("s3://src/a.md", ["job/a_1.JSON"])])
+    transformation = Transformation(Settings(), StructuralStrategy(), store)
+    first = transformation.run(parse_event(raw))[0].dump()
+    snapshot = dict(store.objects)
+    second = transformation.run(parse_event(json.loads(json.dumps(raw))))[0].dump()
+    assert first == second
+    assert store.objects == snapshot
