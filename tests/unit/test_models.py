@@ -103,10 +103,8 @@ def test_document_text_never_appears_in_contract_errors() -> None:
 
 @pytest.mark.parametrize("number", ["Infinity", "NaN", "1e400", "-1e999"])
 def test_metadata_numbers_that_cannot_round_trip_are_refused(number: str) -> None:
-    body = (
-        '{"fileContents": [{"contentBody": "x", "contentType": "TEXT", "contentMetadata": {"a": [%s]}}]}'
-        % number
-    ).encode()
+    item = f'{{"contentBody": "x", "contentType": "TEXT", "contentMetadata": {{"a": [{number}]}}}}'
+    body = f'{{"fileContents": [{item}]}}'.encode()
     with pytest.raises(ContractError) as caught:
         parse_batch(body, where="s3://b/k", file="s3://src/a")
     assert caught.value.field == "fileContents[0].contentMetadata"

@@ -151,7 +151,8 @@ def test_java_class_and_method() -> None:
 
 
 def test_numbered_clauses_in_plain_text() -> None:
-    text = "SERVICES AGREEMENT\n\nARTICLE 2 Service Levels\n\n2.1 Availability. Up.\n\n2.2 Credits Due\n\nMARKER\n"
+    parts = ["SERVICES AGREEMENT", "ARTICLE 2 Service Levels", "2.1 Availability. Up.", "2.2 Credits Due"]
+    text = "\n\n".join([*parts, "MARKER\n"])
     info = outline(text, path="x.txt")
     assert info.kind == "text"
     assert info.title == "SERVICES AGREEMENT"

@@ -3,6 +3,7 @@ nothing else added, for any documents, chunkings and batch splits."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -55,7 +56,7 @@ def input_file(draw: st.DrawFn, index: int) -> tuple[dict[str, Any], dict[str, A
     items = draw(st.one_of(overlapping_document(), st.lists(st.one_of(text_chunk, other_item), max_size=12)))
     cuts = sorted(draw(st.lists(st.integers(0, len(items)), max_size=4)))
     bounds = [0, *cuts, len(items)]
-    groups = [items[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    groups = [items[a:b] for a, b in itertools.pairwise(bounds)]
     keys = [f"job/file{index}_{n}.JSON" for n in range(1, len(groups) + 1)]
     shown = list(zip(keys, groups, strict=True))
     if draw(st.booleans()):

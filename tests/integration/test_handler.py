@@ -1,0 +1,223 @@
+"""The real handler against moto's S3: sample events, bad input, logs and metrics."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contextual_kb import handler
+from contextual_kb.errors import ContractError, StorageError
+from contextual_kb.local.lambda_context import LocalLambdaContext
+from contextual_kb.local.runner import upload_objects
+from contextual_kb.observability import logger
+from tests.conftest import EVENTS
+from tests.support import event, file_entry, text_item
+
+OUTPUT_PREFIX = "contextual-kb/output/"
+GOOD_SAMPLES = ["markdown", "source-code", "multi-batch", "no-file-metadata"]
+
+
+def load(name: str) -> dict[str, Any]:
+    return json.loads((EVENTS / name / "event.json").read_text())
+
+
+def stage(s3: Any, name: str) -> dict[str, Any]:
+    raw = load(name)
+    upload_objects(s3, raw["bucketName"], EVENTS / name / "objects")
+    return raw
+
+
+def keys(s3: Any, bucket: str, prefix: str = "") -> list[str]:
+    return [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])]
+
+
+def read(s3: Any, bucket: str, key: str) -> dict[str, Any]:
+    return json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+
+
+class _CurrentStdout:
+    """Writes wherever sys.stdout points now (capsys swaps it only while a test runs)."""
+
+    def write(self, text: str) -> int:
+        return sys.stdout.write(text)
+
+    def flush(self) -> None:
+        sys.stdout.flush()
+
+
+@pytest.fixture
+def captured(capsys: pytest.CaptureFixture[str]) -> Iterator[pytest.CaptureFixture[str]]:
+    """capsys that also sees the Powertools logger (its handler keeps the stdout it was created with)."""
+    log_handler = logger.registered_handler
+    assert isinstance(log_handler, logging.StreamHandler)
+    previous = log_handler.setStream(_CurrentStdout())  # type: ignore[arg-type]
+    yield capsys
+    if previous is not None:
+        log_handler.setStream(previous)
+
+
+def output_lines(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+
+
+@pytest.mark.parametrize("name", GOOD_SAMPLES)
+def test_every_sample_event_is_transformed(s3: Any, name: str) -> None:
+    raw = stage(s3, name)
+    response = handler.lambda_handler(raw, LocalLambdaContext())
+    assert len(response["outputFiles"]) == len(raw["inputFiles"])
+    for given, produced in zip(raw["inputFiles"], response["outputFiles"], strict=True):
+        assert produced["originalFileLocation"] == given["originalFileLocation"]
+        assert produced.get("fileMetadata") == given.get("fileMetadata")
+        assert [b["key"] for b in produced["contentBatches"]] == [
+            OUTPUT_PREFIX + b["key"] for b in given["contentBatches"]
+        ]
+        for before_ref, after_ref in zip(given["contentBatches"], produced["contentBatches"], strict=True):
+            before = read(s3, raw["bucketName"], before_ref["key"])["fileContents"]
+            after = read(s3, raw["bucketName"], after_ref["key"])["fileContents"]
+            assert len(before) == len(after)
+            for old, new in zip(before, after, strict=True):
+                if old["contentType"] != "TEXT":
+                    assert new == old  # non-text passes through untouched
+                    continue
+                assert new["contentBody"].endswith("\n\n" + old["contentBody"])
+                assert (
+                    new["contentBody"] == new["contentMetadata"]["ckb_context"] + "\n\n" + old["contentBody"]
+                )
+
+
+def test_chunk_metadata_survives_and_fixed_size_overlap_is_not_in_contexts(s3: Any) -> None:
+    raw = stage(s3, "multi-batch")
+    response = handler.lambda_handler(raw, LocalLambdaContext())
+    first = read(s3, raw["bucketName"], response["outputFiles"][0]["contentBatches"][0]["key"])[
+        "fileContents"
+    ][0]
+    assert first["contentMetadata"]["x-amz-bedrock-kb-document-page-number"] == 1
+    assert first["contentMetadata"]["ckb_context"].startswith(
+        "Document contracts/northwind-msa.txt: MASTER SERV"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        (
+            "malformed-event",
+            r"event: inputFiles\[1\]\.contentBatches: Field required "
+            r"\(file s3://contextual-kb-source-local/src/ratelimit/token_bucket.py\)",
+        ),
+        ("malformed-batch", r"token_bucket.py_3.JSON: fileContents\[0\]\.contentBody: Field required"),
+    ],
+)
+def test_malformed_samples_fail_clearly_and_write_nothing(
+    s3: Any, captured: pytest.CaptureFixture[str], name: str, message: str
+) -> None:
+    raw = stage(s3, name)
+    with pytest.raises(ContractError, match=message):
+        handler.lambda_handler(raw, LocalLambdaContext())
+    assert keys(s3, raw["bucketName"], OUTPUT_PREFIX) == []
+    errors = [line for line in output_lines(captured) if line.get("level") == "ERROR"]
+    assert errors and errors[0]["ingestion_job_id"] == "LOCALJOB001"
+    assert errors[0]["knowledge_base_id"] == "LOCALKB0001"
+
+
+def test_missing_and_non_json_batches_name_the_key_and_nothing_is_written(s3: Any) -> None:
+    s3.create_bucket(Bucket="inter")
+    s3.put_object(Bucket="inter", Key="j/a_1.JSON", Body=json.dumps({"fileContents": [text_item("hello")]}))
+    s3.put_object(Bucket="inter", Key="j/b_1.JSON", Body=b"\x89PNG not json")
+    missing = event(
+        "inter", [file_entry("s3://src/a.md", ["j/a_1.JSON"]), file_entry("s3://src/c.md", ["j/c_1.JSON"])]
+    )
+    with pytest.raises(StorageError, match=r"s3://inter/j/c_1.JSON: cannot read batch object \(NoSuchKey\)"):
+        handler.lambda_handler(missing, LocalLambdaContext())
+    not_json = event(
+        "inter", [file_entry("s3://src/a.md", ["j/a_1.JSON"]), file_entry("s3://src/b.md", ["j/b_1.JSON"])]
+    )
+    with pytest.raises(ContractError, match=r"s3://inter/j/b_1.JSON: .*Invalid JSON.*\(file s3://src/b.md\)"):
+        handler.lambda_handler(not_json, LocalLambdaContext())
+    assert keys(s3, "inter", OUTPUT_PREFIX) == []
+
+
+def test_empty_document_gives_an_empty_output_batch(s3: Any) -> None:
+    s3.create_bucket(Bucket="inter")
+    s3.put_object(Bucket="inter", Key="j/e_1.JSON", Body=json.dumps({"fileContents": []}))
+    response = handler.lambda_handler(
+        event("inter", [file_entry("s3://src/e.md", ["j/e_1.JSON"])]), LocalLambdaContext()
+    )
+    key = response["outputFiles"][0]["contentBatches"][0]["key"]
+    assert read(s3, "inter", key) == {"fileContents": []}
+
+
+def test_none_strategy_passes_everything_through(s3: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CONTEXT_STRATEGY", "none")
+    raw = stage(s3, "markdown")
+    response = handler.lambda_handler(raw, LocalLambdaContext())
+    for given, produced in zip(
+        raw["inputFiles"][0]["contentBatches"], response["outputFiles"][0]["contentBatches"], strict=True
+    ):
+        assert read(s3, raw["bucketName"], produced["key"]) == read(s3, raw["bucketName"], given["key"])
+
+
+def test_batches_not_kept_in_memory_are_re_read_pinned_to_their_version(
+    s3: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PREFETCH_MAX_BYTES", "0")
+    raw = stage(s3, "multi-batch")
+    response = handler.lambda_handler(raw, LocalLambdaContext())
+    assert len(response["outputFiles"][0]["contentBatches"]) == 3
+
+
+def test_logs_carry_the_job_keys_and_no_document_text_at_info(
+    s3: Any, captured: pytest.CaptureFixture[str]
+) -> None:
+    raw = stage(s3, "source-code")
+    captured.readouterr()
+    handler.lambda_handler(raw, LocalLambdaContext())
+    lines = output_lines(captured)
+    logs = [line for line in lines if "level" in line]
+    assert {"file transformed", "transformation complete"} <= {line["message"] for line in logs}
+    for line in logs:
+        assert line["knowledge_base_id"] == "LOCALKB0001"
+        assert line["data_source_id"] == "LOCALDS0001"
+        assert line["ingestion_job_id"] == "LOCALJOB001"
+    text = (EVENTS / "documents" / "token_bucket.py").read_text()
+    fragments = [text[i : i + 40] for i in range(0, len(text) - 40, 200)]
+    dumped = json.dumps(logs)
+    assert not any(fragment in dumped for fragment in fragments)
+    summary = next(line for line in logs if line["message"] == "transformation complete")
+    assert summary["chunks_in"] == summary["chunks_contextualized"] == 5
+
+
+def test_metrics_are_emitted_per_strategy(s3: Any, captured: pytest.CaptureFixture[str]) -> None:
+    raw = stage(s3, "multi-batch")
+    captured.readouterr()
+    handler.lambda_handler(raw, LocalLambdaContext())
+    emf = [line for line in output_lines(captured) if "_aws" in line and "ChunksIn" in line]
+    assert len(emf) == 1
+    blob = emf[0]
+    assert blob["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "ContextualKBTest"
+    assert "Strategy" in blob["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0]
+    assert blob["Strategy"] == "structural"
+    assert blob["Files"] == [1.0]
+    assert blob["ChunksIn"] == [8.0]
+    assert blob["ChunksContextualized"] == [8.0]
+    assert blob["ChunksPassedThrough"] == [0.0]
+
+
+def test_a_bad_setting_fails_the_invocation_naming_the_variable(
+    s3: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CONTEXT_STRATEGY", "gpt")
+    raw = stage(s3, "markdown")
+    with pytest.raises(Exception, match="CONTEXT_STRATEGY"):
+        handler.lambda_handler(raw, LocalLambdaContext())
+
+
+def test_handler_module_is_the_documented_entry_point() -> None:
+    assert Path(handler.__file__).parent.name == "contextual_kb"
+    assert callable(handler.lambda_handler)
