@@ -27,7 +27,10 @@ def test_code_context_names_file_purpose_place_and_declarations() -> None:
     lines = context.text.splitlines()
     assert lines[0].startswith("File src/ratelimit/token_bucket.py: Rate limiting for outbound API calls")
     assert lines[1] == "Within: class TokenBucket › def _refill(self, now: float) -> None"
-    assert lines[2].startswith("Declares: RateLimitExceeded, BucketState, TokenBucket, KeyedLimiter")
+    assert (
+        lines[2]
+        == "Declares: RateLimitExceeded, BucketState, TokenBucket, KeyedLimiter, _refill, try_acquire"
+    )
 
 
 def test_markdown_context_gives_the_heading_path_without_repeating_the_title() -> None:

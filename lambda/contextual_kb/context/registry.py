@@ -13,4 +13,6 @@ def build_strategy(settings: Settings) -> ContextStrategy:
         return PassThroughStrategy()
     from contextual_kb.context.structural import StructuralStrategy
 
-    return StructuralStrategy(max_chars=settings.structural_max_chars)
+    return StructuralStrategy(
+        max_chars=settings.structural_max_chars, max_names=settings.structural_max_names
+    )

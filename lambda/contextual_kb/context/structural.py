@@ -24,8 +24,11 @@ _MAX_PATH_PART = 90
 class StructuralStrategy(ContextStrategy):
     name = NAME
 
-    def __init__(self, *, max_chars: int = 480) -> None:
+    def __init__(self, *, max_chars: int = 480, max_names: int = 6) -> None:
         self.max_chars = max_chars
+        # A few names (types first) say what the file is about; listing all of them makes every chunk of a
+        # large file look alike to lexical search (measured: docs/BENCHMARKS.md).
+        self.max_names = max_names
 
     def contexts_for(self, document: SourceDocument) -> list[ChunkContext | None]:
         text = document.document.text
@@ -39,7 +42,8 @@ class StructuralStrategy(ContextStrategy):
                 continue
             anchor = span.start + _LEADING_CLOSERS.match(chunk).end()  # type: ignore[union-attr]
             enclosing = [s for s in info.path_at(anchor) if s.start < span.start]
-            context = _compose(head, _path_line(info, enclosing), info.names, self.max_chars)
+            names = info.names[: self.max_names]
+            context = _compose(head, _path_line(info, enclosing), names, self.max_chars)
             contexts.append(ChunkContext(context, NAME) if context else None)
         return contexts
 
