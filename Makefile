@@ -1,4 +1,6 @@
 # Two commands matter: `make demo` and `make test`. Both create .venv and install on first use.
+# Direct dependencies are pinned in pyproject.toml; everything else in constraints.txt
+# (refresh: .venv/bin/pip freeze --exclude-editable > constraints.txt).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -6,10 +8,10 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test test-long lint format bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip==25.3"
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
 	touch $(STAMP)
 
 demo: $(STAMP)  ## offline: local S3, KB-style chunking, the real handler, before/after
