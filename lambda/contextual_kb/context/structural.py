@@ -34,6 +34,7 @@ class StructuralStrategy(ContextStrategy):
         text = document.document.text
         info = outline(text, path=document.path)
         head = _document_line(document.path, info)
+        names = info.names[: self.max_names]
         contexts: list[ChunkContext | None] = []
         for span in document.document.spans:
             chunk = text[span.start : span.end]
@@ -42,7 +43,6 @@ class StructuralStrategy(ContextStrategy):
                 continue
             anchor = span.start + _LEADING_CLOSERS.match(chunk).end()  # type: ignore[union-attr]
             enclosing = [s for s in info.path_at(anchor) if s.start < span.start]
-            names = info.names[: self.max_names]
             context = _compose(head, _path_line(info, enclosing), names, self.max_chars)
             contexts.append(ChunkContext(context, NAME) if context else None)
         return contexts
