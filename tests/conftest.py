@@ -16,9 +16,15 @@ os.environ.update(
         "AWS_DEFAULT_REGION": "us-east-1",
         "POWERTOOLS_TRACE_DISABLED": "true",
         "POWERTOOLS_METRICS_NAMESPACE": "ContextualKBTest",
+        # Tests choose the claude strategy explicitly, with the stand-in (fixture ``standin``). Any model
+        # call that escapes goes to a closed local port, never to AWS.
+        "CONTEXT_STRATEGY": "structural",
+        "ANTHROPIC_BEDROCK_BASE_URL": "http://127.0.0.1:9",
     }
 )
-for _name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "CONTEXT_STRATEGY"):
+for _name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_BEARER_TOKEN_BEDROCK"):
+    os.environ.pop(_name, None)
+for _name in [n for n in os.environ if n.startswith("CONTEXT_") and n != "CONTEXT_STRATEGY"]:
     os.environ.pop(_name, None)
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,7 +14,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from contextual_kb.errors import TransformationError
 
-StrategyName = Literal["structural", "none"]
+StrategyName = Literal["claude", "structural", "none"]
+ContextMode = Literal["per_chunk", "grouped", "published"]
+CacheTtl = Literal["5m", "1h"]
+OnModelError = Literal["fallback", "fail"]
+
+# Claude Haiku 4.5 through the global cross-region inference profile: list price, any commercial region.
+DEFAULT_MODEL_ID = "global.anthropic.claude-haiku-4-5-20251001-v1:0"
 
 
 class ConfigurationError(TransformationError):
@@ -24,7 +30,7 @@ class ConfigurationError(TransformationError):
 class Settings(BaseModel):
     model_config = ConfigDict(frozen=True, populate_by_name=True)
 
-    context_strategy: StrategyName = Field(default="structural", alias="CONTEXT_STRATEGY")
+    context_strategy: StrategyName = Field(default="claude", alias="CONTEXT_STRATEGY")
     # Upper bound on a structural context, in characters; it is prepended to every chunk.
     structural_max_chars: int = Field(default=480, ge=80, le=4000, alias="STRUCTURAL_MAX_CHARS")
     # Declared names listed in a structural context (types first); 0 leaves them out.
@@ -39,6 +45,43 @@ class Settings(BaseModel):
     min_overlap_chars: int = Field(default=8, ge=1, le=1000, alias="MIN_OVERLAP_CHARS")
     # Validated batch objects kept in memory between validation and processing, in bytes of JSON.
     prefetch_max_bytes: int = Field(default=256 * 1024 * 1024, ge=0, alias="PREFETCH_MAX_BYTES")
+
+    # --- the claude strategy (README, "Settings") ---
+    model_id: str = Field(default=DEFAULT_MODEL_ID, min_length=1, alias="MODEL_ID")
+    # Region of the Bedrock runtime endpoint; empty means the SDK's environment (AWS_REGION).
+    model_region: str = Field(default="", alias="MODEL_REGION")
+    context_mode: ContextMode = Field(default="per_chunk", alias="CONTEXT_MODE")
+    # Chunks whose contexts one grouped call asks for.
+    group_size: int = Field(default=12, ge=2, le=64, alias="GROUP_SIZE")
+    cache_ttl: CacheTtl = Field(default="5m", alias="CACHE_TTL")
+    # Minimum cacheable prompt prefix in tokens; 0 means the model's documented minimum (facts table).
+    min_cache_tokens: int = Field(default=0, ge=0, alias="MIN_CACHE_TOKENS")
+    # max_tokens of one context; a grouped call gets this times the number of chunks it asks for.
+    context_max_tokens: int = Field(default=160, ge=16, le=2048, alias="CONTEXT_MAX_TOKENS")
+    # Longest context kept, in characters; a longer answer is cut at a word boundary.
+    context_max_chars: int = Field(default=800, ge=80, le=8000, alias="CONTEXT_MAX_CHARS")
+    # The instruction after the chunk; empty means Anthropic's (prompts.DEFAULT_INSTRUCTION).
+    context_instruction: str = Field(default="", alias="CONTEXT_INSTRUCTION")
+    # Domain vocabulary for the model, sent once per document inside the cached prefix.
+    glossary: str = Field(default="", max_length=20000, alias="GLOSSARY")
+    # Documents longer than this (estimated tokens) are sent as their opening plus a window around the chunk.
+    max_document_tokens: int = Field(default=100_000, ge=2000, le=900_000, alias="MAX_DOCUMENT_TOKENS")
+    window_tokens: int = Field(default=16_000, ge=1000, alias="WINDOW_TOKENS")
+    opening_tokens: int = Field(default=2000, ge=0, alias="OPENING_TOKENS")
+    max_concurrency: int = Field(default=32, ge=1, le=256, alias="MAX_CONCURRENCY")
+    # Seconds one HTTP attempt may take, and the SDK's retries (backoff with jitter) for 429, 5xx, timeouts.
+    model_timeout_seconds: float = Field(default=60.0, gt=0, le=900, alias="MODEL_TIMEOUT_SECONDS")
+    model_max_retries: int = Field(default=4, ge=0, le=10, alias="MODEL_MAX_RETRIES")
+    # Consecutive failed calls that open the breaker, and how long it stays open before one probe call.
+    breaker_threshold: int = Field(default=5, ge=1, alias="BREAKER_THRESHOLD")
+    breaker_cooldown_seconds: float = Field(default=20.0, ge=0, alias="BREAKER_COOLDOWN_SECONDS")
+    # Time kept back from the Lambda's remaining time to write every output object and return.
+    deadline_reserve_seconds: float = Field(default=30.0, ge=1, alias="DEADLINE_RESERVE_SECONDS")
+    on_model_error: OnModelError = Field(default="fallback", alias="ON_MODEL_ERROR")
+    # Contexts remembered in the intermediate bucket under this prefix; empty turns remembering off.
+    context_memory_prefix: str = Field(default="contextual-kb/contexts/", alias="CONTEXT_MEMORY_PREFIX")
+    # JSON price overrides in USD per million tokens, e.g. {"input": 1, "output": 5, "cache_read": 0.1}.
+    model_prices: str = Field(default="", alias="MODEL_PRICES")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

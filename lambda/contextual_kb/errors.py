@@ -50,3 +50,8 @@ def format_loc(loc: Iterable[str | int]) -> str:
         else:
             out += f".{part}" if out else str(part)
     return out
+
+
+class ModelError(TransformationError):
+    """The model failed for good and ``ON_MODEL_ERROR=fail``: the file is failed rather than contextualized
+    without it."""

@@ -8,8 +8,10 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from contextual_kb.accounting import ModelAccounting
 from contextual_kb.config import Settings
 from contextual_kb.context import ContextStrategy, build_strategy
+from contextual_kb.deadline import Deadline
 from contextual_kb.errors import TransformationError
 from contextual_kb.models import parse_event
 from contextual_kb.observability import bind_event_keys, logger, metrics, tracer
@@ -31,7 +33,10 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     bind_event_keys(event)
     try:
         settings, strategy, store = runtime()
-        response, stats = Transformation(settings, strategy, store).run(parse_event(event))
+        deadline = Deadline.from_remaining(
+            context.get_remaining_time_in_millis() / 1000, reserve_seconds=settings.deadline_reserve_seconds
+        )
+        response, stats = Transformation(settings, strategy, store).run(parse_event(event), deadline)
     except TransformationError:
         metrics.add_metric(name="TransformationErrors", unit=MetricUnit.Count, value=1)
         logger.exception("transformation failed; the Knowledge Base will mark the file(s) as failed")
@@ -53,4 +58,39 @@ def record(strategy: str, stats: RunStats) -> None:
         ("ContextMetadataTruncated", stats.metadata_truncated),
     ):
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+    if stats.model.calls or stats.model.chunks_remembered or stats.model.fallbacks:
+        record_model(stats.model)
     logger.info("transformation complete", extra={"strategy": strategy, **stats.as_log()})
+
+
+def record_model(model: ModelAccounting) -> None:
+    """The model's accounting as metrics (the summary log line carries the same figures)."""
+    for name, value in (
+        ("ModelCalls", model.calls),
+        ("ModelRetries", model.retries),
+        ("ModelThrottles", model.throttles),
+        ("ModelFailedCalls", sum(model.failed_calls.values())),
+        ("InputTokens", model.input_tokens),
+        ("CacheWriteTokens", model.cache_write_tokens),
+        ("CacheReadTokens", model.cache_read_tokens),
+        ("OutputTokens", model.output_tokens),
+        ("CacheWrites", model.cache_writes),
+        ("ChunksRemembered", model.chunks_remembered),
+        ("AnswersRejected", sum(model.answers_rejected.values())),
+        ("ContextFallbacks", sum(model.fallbacks.values())),
+    ):
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+    for reason, count in model.fallbacks.items():
+        metrics.add_metric(name=f"Fallback_{reason}", unit=MetricUnit.Count, value=count)
+    if model.latencies:
+        metrics.add_metric(name="ModelLatencyP50", unit=MetricUnit.Milliseconds, value=_ms(model, 0.5))
+        metrics.add_metric(name="ModelLatencyP95", unit=MetricUnit.Milliseconds, value=_ms(model, 0.95))
+    cost = model.cost()
+    if cost is not None:
+        metrics.add_metric(name="EstimatedCostMicroUSD", unit=MetricUnit.Count, value=round(cost * 1e6))
+
+
+def _ms(model: ModelAccounting, share: float) -> float:
+    from contextual_kb.accounting import percentile
+
+    return round(1000 * percentile(model.latencies, share))

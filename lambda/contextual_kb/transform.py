@@ -17,8 +17,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from contextual_kb.accounting import ModelAccounting
 from contextual_kb.config import Settings
-from contextual_kb.context.base import ChunkContext, ContextStrategy, SourceDocument
+from contextual_kb.context.base import ChunkContext, ContextStrategy, Invocation, SourceDocument
+from contextual_kb.deadline import Deadline
 from contextual_kb.documents import assemble
 from contextual_kb.enrichment import enrich
 from contextual_kb.models import (
@@ -54,10 +56,15 @@ class RunStats:
     empty_documents: int = 0
     metadata_truncated: int = 0
     contexts_by_source: Counter[str] = field(default_factory=Counter)
+    model: ModelAccounting = field(default_factory=ModelAccounting)
 
     def as_log(self) -> dict[str, object]:
-        out: dict[str, object] = {k: v for k, v in vars(self).items() if k != "contexts_by_source"}
+        out: dict[str, object] = {
+            k: v for k, v in vars(self).items() if k not in {"contexts_by_source", "model"}
+        }
         out["contexts_by_source"] = dict(self.contexts_by_source)
+        if self.model.calls or self.model.chunks_remembered or self.model.fallbacks:
+            out["model"] = self.model.as_log()
         return out
 
 
@@ -75,8 +82,13 @@ class Transformation:
         self.store = store
 
     @tracer.capture_method(capture_response=False)
-    def run(self, event: TransformationEvent) -> tuple[TransformationResponse, RunStats]:
+    def run(
+        self, event: TransformationEvent, deadline: Deadline | None = None
+    ) -> tuple[TransformationResponse, RunStats]:
         stats = RunStats()
+        invocation = Invocation(
+            bucket=event.bucket_name, deadline=deadline or Deadline.unlimited(), accounting=stats.model
+        )
         bucket = event.bucket_name
         validated = self._validate_all(event)
         loaded: deque[_LoadedFile] = deque()
@@ -89,7 +101,7 @@ class Transformation:
                 loaded.append(_LoadedFile(file, batches, document))
                 yield document
 
-        for result in self.strategy.contextualize(documents()):
+        for result in self.strategy.contextualize(documents(), invocation):
             current = loaded.popleft()
             if result.document is not current.document:  # results must come back in order
                 raise RuntimeError("strategy returned documents out of order")
@@ -215,15 +227,15 @@ def _s3_path(file: InputFile) -> str | None:
 
 
 def _source_document(file: InputFile, batches: dict[str, BatchObject], min_overlap: int) -> SourceDocument:
-    chunks = [
-        item.content_body
-        for ref in file.batches_in_document_order()
-        for item in batches[ref.key].file_contents
-        if item.is_text
+    order = file.batches_in_document_order()
+    per_batch = [
+        [item.content_body for item in batches[ref.key].file_contents if item.is_text] for ref in order
     ]
     return SourceDocument(
         source=file.source,
         path=_s3_path(file),
         metadata=file.file_metadata or {},
-        document=assemble(chunks, min_overlap=min_overlap),
+        document=assemble([chunk for texts in per_batch for chunk in texts], min_overlap=min_overlap),
+        keys=tuple(ref.key for ref in order),
+        batch_sizes=tuple(len(texts) for texts in per_batch),
     )

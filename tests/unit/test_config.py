@@ -7,7 +7,12 @@ from contextual_kb.config import ConfigurationError, Settings
 
 def test_defaults() -> None:
     settings = Settings.from_env({})
-    assert settings.context_strategy == "structural"
+    assert settings.context_strategy == "claude"  # the deployed default
+    assert settings.model_id == "global.anthropic.claude-haiku-4-5-20251001-v1:0"
+    assert settings.context_mode == "per_chunk"
+    assert settings.cache_ttl == "5m"
+    assert settings.on_model_error == "fallback"
+    assert settings.context_memory_prefix == "contextual-kb/contexts/"
     assert settings.output_prefix == "contextual-kb/output/"
     assert settings.context_metadata_key == "ckb_context"
     assert settings.context_metadata_max_bytes == 1024
@@ -26,6 +31,11 @@ def test_values_are_read_and_blank_means_default() -> None:
     ("name", "value"),
     [
         ("CONTEXT_STRATEGY", "claude-3"),
+        ("CONTEXT_MODE", "batch"),
+        ("CACHE_TTL", "10m"),
+        ("ON_MODEL_ERROR", "ignore"),
+        ("MAX_CONCURRENCY", "0"),
+        ("GROUP_SIZE", "1"),
         ("STRUCTURAL_MAX_CHARS", "ten"),
         ("CONTEXT_METADATA_MAX_BYTES", "9999"),
     ],

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from contextual_kb.accounting import ModelAccounting
+from contextual_kb.deadline import Deadline
 from contextual_kb.documents import Document
 
 
@@ -18,6 +20,12 @@ class SourceDocument:
     path: str | None  # the object key within the source bucket, when the source is S3
     metadata: Mapping[str, Any]  # file-level metadata
     document: Document  # the reassembled text; document.spans[i] is chunk i
+    keys: tuple[str, ...] = ()  # its batch object keys, for logs
+    batch_sizes: tuple[int, ...] = ()  # text chunks per batch object, in document order
+
+    def chunk(self, index: int) -> str:
+        span = self.document.spans[index]
+        return self.document.text[span.start : span.end]
 
     @property
     def chunk_count(self) -> int:
@@ -38,6 +46,15 @@ class DocumentContexts:
     contexts: tuple[ChunkContext | None, ...]  # one per chunk; None leaves that chunk as it was
 
 
+@dataclass
+class Invocation:
+    """What a strategy is given besides the documents, per Lambda invocation."""
+
+    bucket: str  # the intermediate bucket (remembered contexts live under a prefix of it)
+    deadline: Deadline = field(default_factory=Deadline.unlimited)
+    accounting: ModelAccounting = field(default_factory=ModelAccounting)  # filled by model strategies
+
+
 class ContextStrategy(ABC):
     """Turns documents into per-chunk contexts.
 
@@ -48,7 +65,9 @@ class ContextStrategy(ABC):
 
     name: ClassVar[str]
 
-    def contextualize(self, documents: Iterable[SourceDocument]) -> Iterator[DocumentContexts]:
+    def contextualize(
+        self, documents: Iterable[SourceDocument], invocation: Invocation | None = None
+    ) -> Iterator[DocumentContexts]:
         for document in documents:
             yield DocumentContexts(document, tuple(self.contexts_for(document)))
 

@@ -7,6 +7,10 @@ from contextual_kb.context.base import ContextStrategy
 
 
 def build_strategy(settings: Settings) -> ContextStrategy:
+    if settings.context_strategy == "claude":
+        from contextual_kb.context.claude import ClaudeStrategy
+
+        return ClaudeStrategy(settings)
     if settings.context_strategy == "none":
         from contextual_kb.context.passthrough import PassThroughStrategy
 

@@ -1,0 +1,536 @@
+"""``CONTEXT_STRATEGY=claude``: a context per chunk from Claude on Bedrock, cheap and fast enough for corpora.
+
+The engine, per invocation:
+- documents are taken lazily and results yielded in order; several documents are open at once (bounded by
+  count and characters) so calls on different documents run side by side up to ``MAX_CONCURRENCY``;
+- remembered contexts (S3) are looked up first; a chunk found there needs no call;
+- each document (or window of a long one) is a unit with a cached prefix; its first call runs alone
+  (``scheduling``), the rest after it, so a cacheable document is written to the cache once;
+- 429s shrink the concurrency limit, transient failures are retried by the SDK and then requeued, a breaker
+  stops calling a model that keeps failing (``flow_control``);
+- no call starts unless it can end before the deadline; at the deadline calls still running are abandoned;
+- every chunk left without a model context gets the structural context, counted by reason and logged with
+  its file and batch keys; with ``ON_MODEL_ERROR=fail`` a model failure raises instead.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+from contextual_kb.accounting import ModelAccounting, percentile
+from contextual_kb.bedrock import ClaudeClient, ModelCallError, Reply, resolve_region
+from contextual_kb.config import Settings
+from contextual_kb.context.answers import check_answer, normalize
+from contextual_kb.context.base import (
+    ChunkContext,
+    ContextStrategy,
+    DocumentContexts,
+    Invocation,
+    SourceDocument,
+)
+from contextual_kb.context.flow_control import AdaptiveLimit, Breaker
+from contextual_kb.context.prompts import (
+    MARKER,
+    PromptSettings,
+    chunk_request,
+    grouped_request,
+    parse_grouped,
+)
+from contextual_kb.context.scheduling import Job, Planner
+from contextual_kb.context.structural import StructuralStrategy
+from contextual_kb.context.windows import Unit, estimate_tokens, plan_units
+from contextual_kb.context_memory import ContextMemory, chunk_key, document_key
+from contextual_kb.errors import ModelError, StorageError
+from contextual_kb.observability import logger
+from contextual_kb.pricing import min_cache_tokens, prices_for
+
+NAME = "claude"
+# A job failing transiently this many times (each after the SDK's own retries) gives its chunks the fallback.
+MAX_JOB_ATTEMPTS = 3
+# Open documents are bounded by count and by characters held (the caller also holds their batch objects).
+MAX_OPEN_CHARS = 64 * 1024 * 1024
+MEMORY_THREADS = 4
+_WAIT_SLICE = 0.5  # seconds; the loop looks at the deadline and the breaker at least this often
+_LOGGED_INDICES = 50
+# Fallback reasons that are model failures (``ON_MODEL_ERROR=fail`` raises on them).
+MODEL_FAILURES = frozenset({"model_error", "model_rejected", "model_unavailable"})
+
+
+class ClaudeStrategy(ContextStrategy):
+    name = NAME
+
+    def __init__(
+        self, settings: Settings, *, client: ClaudeClient | None = None, memory: ContextMemory | None = None
+    ) -> None:
+        self.settings = settings
+        self.published = settings.context_mode == "published"
+        self.grouped = settings.context_mode == "grouped"
+        self.prompt = PromptSettings(
+            model_id=settings.model_id,
+            instruction=settings.context_instruction,
+            glossary=settings.glossary,
+            cache_ttl=settings.cache_ttl,
+            context_max_tokens=settings.context_max_tokens,
+        )
+        self.fingerprint = self.prompt.fingerprint(
+            settings.context_mode,
+            settings.group_size if self.grouped else 0,
+            settings.max_document_tokens,
+            settings.window_tokens,
+            settings.opening_tokens,
+            settings.context_max_chars,
+        )
+        self.min_cache_tokens = min_cache_tokens(settings.model_id, settings.min_cache_tokens)
+        self.prices = prices_for(settings.model_id, settings.model_prices)
+        # The published algorithm is sequential; ours runs up to MAX_CONCURRENCY calls.
+        self.concurrency = 1 if self.published else settings.max_concurrency
+        self.limit = AdaptiveLimit(self.concurrency)  # kept across warm invocations: it learns the quota
+        self.fallback = StructuralStrategy(
+            max_chars=settings.structural_max_chars, max_names=settings.structural_max_names
+        )
+        self._client = client
+        self._memory = memory
+        self.remembering = bool(settings.context_memory_prefix) and not self.published
+
+    @property
+    def client(self) -> ClaudeClient:
+        if self._client is None:
+            self._client = ClaudeClient(
+                region=resolve_region(self.settings.model_region),
+                timeout_seconds=self.settings.model_timeout_seconds,
+                max_retries=self.settings.model_max_retries,
+                max_connections=self.concurrency,
+                on_throttle=self.limit.on_throttle,
+            )
+        return self._client
+
+    @property
+    def memory(self) -> ContextMemory:
+        if self._memory is None:
+            self._memory = ContextMemory()
+        return self._memory
+
+    def contextualize(
+        self, documents: Iterable[SourceDocument], invocation: Invocation | None = None
+    ) -> Iterator[DocumentContexts]:
+        return _Run(self, invocation or Invocation(bucket="")).execute(documents)
+
+    def contexts_for(self, document: SourceDocument) -> list[ChunkContext | None]:
+        return list(next(iter(self.contextualize([document]))).contexts)
+
+
+@dataclass(eq=False)
+class _Open:
+    """A document being contextualized."""
+
+    seq: int
+    document: SourceDocument
+    units: list[Unit]
+    contexts: list[ChunkContext | None]
+    memory_key: str = ""
+    remembered: dict[str, str] = field(default_factory=dict)
+    learned: dict[str, str] = field(default_factory=dict)  # new model contexts, by chunk key
+    fallback: dict[int, str] = field(default_factory=dict)  # chunk index -> reason
+    scheduled: bool = False
+    cacheable: list[bool] = field(default_factory=list)
+    _texts: dict[int, str] = field(default_factory=dict)
+    _normal: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        return len(self.document.document.text)
+
+
+class _Run:
+    def __init__(self, strategy: ClaudeStrategy, invocation: Invocation) -> None:
+        self.s = strategy
+        self.settings = strategy.settings
+        self.bucket = invocation.bucket
+        self.deadline = invocation.deadline
+        self.acct: ModelAccounting = invocation.accounting
+        self.acct.prices = strategy.prices
+        self.acct.cache_ttl = self.settings.cache_ttl
+        self.planner = Planner()
+        self.breaker = Breaker(
+            threshold=self.settings.breaker_threshold, cooldown=self.settings.breaker_cooldown_seconds
+        )
+        self.open: dict[int, _Open] = {}
+        self.stopped = False  # the hard stop passed: no more calls this invocation
+        self.memory_on = strategy.remembering and bool(self.bucket)
+        self._memory_warned = False
+
+    # --- the loop ---
+    def execute(self, documents: Iterable[SourceDocument]) -> Iterator[DocumentContexts]:
+        pool = ThreadPoolExecutor(max_workers=self.s.concurrency, thread_name_prefix="ckb-claude")
+        io = ThreadPoolExecutor(max_workers=MEMORY_THREADS, thread_name_prefix="ckb-memory")
+        calls: dict[Future[Reply], Job] = {}
+        lookups: dict[Future[dict[str, str]], _Open] = {}
+        saves: list[Future[None]] = []
+        order: deque[_Open] = deque()
+        source = iter(documents)
+        exhausted, seq = False, 0
+        try:
+            while True:
+                while not exhausted and self._room(order):
+                    document = next(source, None)
+                    if document is None:
+                        exhausted = True
+                        break
+                    opened = self._open(seq, document)
+                    seq += 1
+                    order.append(opened)
+                    if (
+                        self.memory_on
+                        and not self.stopped
+                        and any(_needs_context(opened, i) for i in _all(opened))
+                    ):
+                        lookups[io.submit(self.s.memory.load, self.bucket, opened.memory_key)] = opened
+                    else:
+                        self._schedule(opened, {})
+
+                if not self.stopped and self.deadline.passed():
+                    self._hard_stop(calls, lookups)
+                if not self.stopped:
+                    self._start(pool, calls)
+                    if not calls and not lookups and self.planner.has_pending():
+                        self._stalled()
+
+                while order and self._complete(order[0]):
+                    done = order.popleft()
+                    yield self._finish(done, io, saves)
+                if exhausted and not order:
+                    break
+
+                waiting: list[Future[Any]] = [*calls, *lookups]
+                timeout = max(0.0, min(_WAIT_SLICE, self.deadline.remaining()))
+                if waiting:
+                    finished, _ = wait(waiting, timeout=timeout, return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        if future in calls:
+                            self._on_call(future, calls.pop(future))
+                        else:
+                            self._on_lookup(future, lookups.pop(future))
+                elif not (order and self._complete(order[0])):
+                    time.sleep(timeout or 0.01)  # the breaker is open: wait for its probe
+            if saves:
+                wait(saves, timeout=max(0.0, self.deadline.remaining()))
+                for future in saves:
+                    self._saved(future)
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+            io.shutdown(wait=False, cancel_futures=True)
+
+    def _room(self, order: deque[_Open]) -> bool:
+        if not order:
+            return True
+        limit = 2 if self.s.published else max(4, 2 * self.s.concurrency)
+        return len(order) < limit and sum(o.size for o in order) < MAX_OPEN_CHARS
+
+    # --- documents ---
+    def _open(self, seq: int, document: SourceDocument) -> _Open:
+        settings = self.settings
+        if self.s.published:
+            units, start = [], 0
+            for size in document.batch_sizes or (document.chunk_count,):
+                units.append(Unit((), tuple(range(start, start + size))))
+                start += size
+        else:
+            units = plan_units(
+                document.document,
+                max_tokens=settings.max_document_tokens,
+                window_tokens=settings.window_tokens,
+                opening_tokens=settings.opening_tokens,
+            )
+            if len(units) > 1 or (units and units[0].windowed):
+                self.acct.windowed_documents += 1
+        opened = _Open(seq, document, units, [None] * document.chunk_count)
+        if self.memory_on:
+            opened.memory_key = document_key(
+                self.settings.context_memory_prefix, self.s.fingerprint, document.document.text
+            )
+        self.open[seq] = opened
+        return opened
+
+    def _on_lookup(self, future: Future[dict[str, str]], opened: _Open) -> None:
+        try:
+            remembered = future.result()
+        except StorageError as exc:
+            self.acct.memory_errors += 1
+            if not self._memory_warned:
+                logger.warning(
+                    "remembered contexts unavailable; calling the model", extra={"error": str(exc)}
+                )
+                self._memory_warned = True
+            remembered = {}
+        self._schedule(opened, remembered)
+
+    def _schedule(self, opened: _Open, remembered: dict[str, str]) -> None:
+        opened.remembered = remembered
+        needed: set[int] = set()
+        for index in _all(opened):
+            if not _needs_context(opened, index):
+                continue
+            known = remembered.get(chunk_key(opened.document.chunk(index))) if remembered else None
+            if known:
+                opened.contexts[index] = ChunkContext(known, NAME)
+                self.acct.chunks_remembered += 1
+            else:
+                needed.add(index)
+        units: list[tuple[bool, list[Job]]] = []
+        for number, unit in enumerate(opened.units):
+            chunks = [i for i in unit.chunks if i in needed]
+            if self.s.grouped:
+                size = self.settings.group_size
+                groups = [tuple(chunks[i : i + size]) for i in range(0, len(chunks), size)]
+                jobs = [Job(opened.seq, number, g, grouped=True) for g in groups]
+            else:
+                jobs = [Job(opened.seq, number, (i,)) for i in chunks]
+            # A cache write costs more than plain input: only worth it when the prefix is read again.
+            cacheable = not self.s.published and len(jobs) > 1 and self._long_enough(opened, number)
+            opened.cacheable.append(cacheable)
+            units.append((cacheable, jobs))
+        self.planner.add(opened.seq, units)
+        opened.scheduled = True
+        if self.stopped:
+            self._fallback_jobs(self.planner.take_pending(opened.seq), "deadline")
+
+    def _long_enough(self, opened: _Open, unit: int) -> bool:
+        tokens = estimate_tokens(self.s.prompt.system) + estimate_tokens(self._text(opened, unit))
+        return tokens >= self.s.min_cache_tokens
+
+    def _text(self, opened: _Open, unit: int) -> str:
+        """What the model is shown as the document for this unit (markers at chunk starts when grouped)."""
+        if unit not in opened._texts:
+            spec = opened.units[unit]
+            document = opened.document
+            if self.s.published:  # the published algorithm: the batch's own chunks joined
+                text = "\n".join(document.chunk(i) for i in spec.chunks)
+            elif self.s.grouped:
+                marks = {document.document.spans[i].start: MARKER.format(n=i + 1) for i in spec.chunks}
+                text = spec.render(document.document.text, marks)
+            else:
+                text = spec.render(document.document.text)
+            opened._texts[unit] = text
+        return opened._texts[unit]
+
+    def _complete(self, opened: _Open) -> bool:
+        return opened.scheduled and not self.planner.busy(opened.seq)
+
+    def _finish(self, opened: _Open, io: ThreadPoolExecutor, saves: list[Future[None]]) -> DocumentContexts:
+        for index in _all(opened):  # a guard: every chunk leaves with a decision
+            if (
+                _needs_context(opened, index)
+                and opened.contexts[index] is None
+                and index not in opened.fallback
+            ):
+                opened.fallback[index] = "no_answer"
+        if opened.fallback:
+            structural = self.s.fallback.contexts_for(opened.document)
+            reasons = Counter(opened.fallback.values())
+            for index in opened.fallback:
+                opened.contexts[index] = structural[index]
+            self.acct.fallbacks.update(reasons)
+            logger.warning(
+                "chunks given the structural context instead of a model context",
+                extra={
+                    "file": opened.document.source,
+                    "batch_keys": list(opened.document.keys),
+                    "chunks": len(opened.fallback),
+                    "reasons": dict(reasons),
+                    "chunk_indices": sorted(opened.fallback)[:_LOGGED_INDICES],
+                },
+            )
+        if opened.learned and opened.memory_key:
+            merged = {**opened.remembered, **opened.learned}
+            saves.append(io.submit(self.s.memory.save, self.bucket, opened.memory_key, merged))
+            self.acct.contexts_remembered_written += len(opened.learned)
+        self.planner.remove(opened.seq)
+        del self.open[opened.seq]
+        return DocumentContexts(opened.document, tuple(opened.contexts))
+
+    def _saved(self, future: Future[None]) -> None:
+        if not future.done():
+            self.acct.memory_errors += 1
+            return
+        try:
+            future.result()
+        except StorageError as exc:
+            self.acct.memory_errors += 1
+            logger.warning("could not remember contexts", extra={"error": str(exc)})
+
+    # --- calls ---
+    def _start(self, pool: ThreadPoolExecutor, calls: dict[Future[Reply], Job]) -> None:
+        while len(calls) < self.s.limit.allowed:
+            if not self.deadline.can_start(self._expected_seconds()):
+                return
+            if not self.breaker.allows():
+                return
+            job = self.planner.next_job()
+            if job is None:
+                self.breaker.on_abandoned()
+                return
+            calls[pool.submit(self.s.client.invoke, self._request(job))] = job
+
+    def _expected_seconds(self) -> float:
+        """How long a call is expected to take: the p95 so far (0 before any, so the first may start)."""
+        return percentile(self.acct.latencies, 0.95)
+
+    def _request(self, job: Job) -> dict[str, Any]:
+        opened = self.open[job.doc]
+        text = self._text(opened, job.unit)
+        cache = opened.cacheable[job.unit]
+        if job.grouped:
+            return grouped_request(
+                self.s.prompt, marked_document=text, numbers=[i + 1 for i in job.chunks], cache=cache
+            )
+        chunk = _clip(opened.document.chunk(job.chunks[0]), self.settings.window_tokens * 3)
+        return chunk_request(self.s.prompt, document=text, chunk=chunk, cache=cache)
+
+    def _on_call(self, future: Future[Reply], job: Job) -> None:
+        acct = self.acct
+        try:
+            reply = future.result()
+        except ModelCallError as exc:
+            acct.calls += 1
+            acct.attempts += exc.attempts
+            acct.throttles += exc.throttles
+            acct.failed_calls[exc.kind] += 1
+            self._failed(job, exc.kind, str(exc))
+            return
+        except Exception as exc:
+            acct.calls += 1
+            acct.failed_calls["unexpected"] += 1
+            logger.exception("unexpected error from the model client")
+            self._failed(job, "transient", f"{type(exc).__name__}")
+            return
+        acct.calls += 1
+        acct.attempts += reply.attempts
+        acct.throttles += reply.throttles
+        acct.add_usage(reply.usage)
+        acct.latencies.append(reply.seconds)
+        self.s.limit.on_success()
+        self.breaker.on_success()
+        opened = self.open[job.doc]
+        if job.grouped:
+            answers = parse_grouped(reply.text, [i + 1 for i in job.chunks])
+            missing: list[Job] = []
+            for index in job.chunks:
+                answer = answers.get(index + 1)
+                if answer is not None and self._accept(opened, job.unit, index, answer):
+                    continue
+                if answer is None:
+                    acct.answers_rejected["missing"] += 1
+                if len(job.chunks) > 1:  # ask again on its own, against the same cached prefix
+                    missing.append(Job(job.doc, job.unit, (index,), grouped=True))
+                    acct.grouped_retries += 1
+                else:
+                    opened.fallback[index] = "answer_rejected"
+            self.planner.finished(job, extra=missing)
+        else:
+            index = job.chunks[0]
+            if not self._accept(opened, job.unit, index, reply.text):
+                opened.fallback[index] = "answer_rejected"
+            self.planner.finished(job)
+
+    def _accept(self, opened: _Open, unit: int, index: int, answer: str) -> bool:
+        if unit not in opened._normal:
+            opened._normal[unit] = normalize(self._text(opened, unit))
+        verdict = check_answer(
+            answer,
+            chunk=opened.document.chunk(index),
+            normalized_document=opened._normal[unit],
+            max_chars=self.settings.context_max_chars,
+        )
+        if verdict.reason:
+            self.acct.answers_rejected[verdict.reason] += 1
+        if verdict.text is None:
+            return False
+        opened.contexts[index] = ChunkContext(verdict.text, NAME)
+        opened.learned[chunk_key(opened.document.chunk(index))] = verdict.text
+        self.acct.chunks_from_model += 1
+        return True
+
+    def _failed(self, job: Job, kind: str, message: str) -> None:
+        opened = self.open[job.doc]
+        log = {"file": opened.document.source, "chunk_indices": list(job.chunks)[:_LOGGED_INDICES]}
+        if kind == "throttled":  # the quota, not the model: wait our turn (the deadline bounds it)
+            self.s.limit.on_throttle()
+            self.acct.requeued_calls += 1
+            self.planner.again(job)
+            return
+        if kind == "transient":
+            self.breaker.on_failure(message)
+            if job.attempt + 1 < MAX_JOB_ATTEMPTS:
+                self.acct.requeued_calls += 1
+                self.planner.again(job)
+                logger.info("model call failed; will try again", extra={**log, "error": message})
+                return
+            reason = "model_error"
+        elif kind == "fatal":
+            self.breaker.on_failure(message, fatal=True)
+            reason = "model_unavailable"
+        else:
+            reason = "model_rejected"
+        logger.warning("model call failed for good", extra={**log, "error": message, "reason": reason})
+        self.planner.dropped(job)
+        self._fallback_jobs([job], reason, message)
+
+    def _fallback_jobs(self, jobs: list[Job], reason: str, message: str = "") -> None:
+        for job in jobs:
+            opened = self.open[job.doc]
+            for index in job.chunks:
+                opened.fallback[index] = reason
+        if jobs and reason in MODEL_FAILURES and self.settings.on_model_error == "fail":
+            files = sorted({self.open[j.doc].document.source for j in jobs})
+            raise ModelError(
+                f"model {self.settings.model_id} failed ({message or reason}) for {', '.join(files[:5])}; "
+                "ON_MODEL_ERROR=fail, so the file(s) fail instead of getting the structural context"
+            )
+
+    def _stalled(self) -> None:
+        """Nothing is running and nothing can start: the deadline is near, or the breaker is open."""
+        if self.breaker.gave_up:
+            reason = "model_unavailable"
+            self._fallback_jobs(self.planner.take_pending(), reason, self.breaker.reason)
+        elif not self.deadline.can_start(self._expected_seconds()):
+            self._fallback_jobs(self.planner.take_pending(), "deadline")
+        # otherwise the breaker is open and will let a probe through: wait
+
+    def _hard_stop(
+        self, calls: dict[Future[Reply], Job], lookups: dict[Future[dict[str, str]], _Open]
+    ) -> None:
+        """The deadline: abandon calls still running and give every chunk still waiting the fallback."""
+        self.stopped = True
+        for future, job in calls.items():
+            future.cancel()
+            self.planner.dropped(job)
+            self.acct.failed_calls["abandoned_at_deadline"] += 1
+            self._fallback_jobs([job], "deadline")
+        calls.clear()
+        self.breaker.on_abandoned()
+        for future, opened in lookups.items():
+            future.cancel()
+            self._schedule(opened, {})
+        lookups.clear()
+        self._fallback_jobs(self.planner.take_pending(), "deadline")
+
+
+def _all(opened: _Open) -> range:
+    return range(opened.document.chunk_count)
+
+
+def _needs_context(opened: _Open, index: int) -> bool:
+    return bool(opened.document.chunk(index).strip())
+
+
+def _clip(text: str, limit: int) -> str:
+    """A chunk too long to send whole: its head and tail (the context situates it; it need not be whole)."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[… {len(text) - 2 * half:,} characters omitted …]\n{text[-half:]}"

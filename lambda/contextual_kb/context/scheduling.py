@@ -1,0 +1,107 @@
+"""Which model call to start next. Pure: no threads, no clock, no I/O.
+
+A *unit* is what one cached prompt prefix covers: a whole document, or one window of a long one. Its first
+call runs alone, because a cache entry becomes readable only once the response that writes it has started:
+calls sent alongside it would each pay the write. When the first call returns, the unit's other calls are
+free to run side by side. Units that cannot be cached (too short, or not cached on purpose) have no first
+call. Earlier documents go first, so results stream out in order and few documents are held at once.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+
+@dataclass(eq=False)
+class Job:
+    """One model call: the contexts of ``chunks`` (document chunk indices) of one unit."""
+
+    doc: int
+    unit: int
+    chunks: tuple[int, ...]
+    grouped: bool = False
+    attempt: int = 0  # calls of this job that ended in a throttle or a transient failure
+    first: bool = False  # the call that writes the unit's cache
+
+
+@dataclass
+class _Unit:
+    cacheable: bool
+    pending: deque[Job] = field(default_factory=deque)
+    warm: bool = False  # the first call returned (or the unit is not cached)
+    in_flight: int = 0
+
+
+@dataclass
+class _Doc:
+    units: list[_Unit]
+
+
+class Planner:
+    def __init__(self) -> None:
+        self._docs: dict[int, _Doc] = {}
+
+    def add(self, doc: int, units: list[tuple[bool, list[Job]]]) -> None:
+        """``units``: per unit, whether it is cached and its jobs in order."""
+        self._docs[doc] = _Doc(
+            [_Unit(cacheable, deque(jobs), warm=not cacheable) for cacheable, jobs in units]
+        )
+
+    def next_job(self) -> Job | None:
+        for doc in sorted(self._docs):
+            for unit in self._docs[doc].units:
+                if not unit.pending:
+                    continue
+                if unit.warm:
+                    job = unit.pending.popleft()
+                    job.first = False
+                elif unit.in_flight == 0:
+                    job = unit.pending.popleft()
+                    job.first = True
+                else:
+                    continue
+                unit.in_flight += 1
+                return job
+        return None
+
+    def _unit(self, job: Job) -> _Unit:
+        return self._docs[job.doc].units[job.unit]
+
+    def finished(self, job: Job, *, extra: list[Job] | None = None) -> None:
+        """The call returned an answer: the unit is warm; ``extra`` jobs (chunks to ask again) are queued."""
+        unit = self._unit(job)
+        unit.in_flight -= 1
+        unit.warm = True
+        if extra:
+            unit.pending.extend(extra)
+
+    def again(self, job: Job) -> None:
+        """The call failed in a way worth another try: back to the front of its unit's queue."""
+        unit = self._unit(job)
+        unit.in_flight -= 1
+        job.attempt += 1
+        unit.pending.appendleft(job)
+
+    def dropped(self, job: Job) -> None:
+        """The call failed for good; its chunks get the fallback (the caller's business)."""
+        self._unit(job).in_flight -= 1
+
+    def take_pending(self, doc: int | None = None) -> list[Job]:
+        """Remove and return the jobs not started (of one document, or of all)."""
+        out: list[Job] = []
+        for number in [doc] if doc is not None else sorted(self._docs):
+            for unit in self._docs[number].units:
+                out.extend(unit.pending)
+                unit.pending.clear()
+        return out
+
+    def has_pending(self) -> bool:
+        return any(u.pending for d in self._docs.values() for u in d.units)
+
+    def busy(self, doc: int) -> bool:
+        """The document has calls queued or running."""
+        return any(u.pending or u.in_flight for u in self._docs[doc].units)
+
+    def remove(self, doc: int) -> None:
+        self._docs.pop(doc, None)

@@ -1,0 +1,457 @@
+"""A local stand-in for Bedrock's InvokeModel with Anthropic bodies, for tests, the demo and benchmarks.
+
+Reached through ``ANTHROPIC_BEDROCK_BASE_URL`` (the real ``anthropic[bedrock]`` SDK signs and sends as it
+would to AWS). It follows the rules that shape our engine, as the facts file states them:
+
+- latency: a fixed part (time to the first token) plus a part per output token;
+- prompt caching: a prefix up to the last ``cache_control`` block is cached if it reaches the model's
+  minimum; an entry is readable only once the response that wrote it has started (after the fixed part),
+  so parallel first calls on one document all pay the write; entries live ``ttl`` after their last use;
+- quotas: requests and tokens per minute as token buckets, answered ``429 ThrottlingException``;
+- faults: a share of calls answered 500/503, calls that hang, scripted answers, all counted.
+
+Tokens are estimated as UTF-8 bytes / 3.5. Contexts it writes are made from the document's first line and
+the chunk's first words: plausible text of a realistic length, not a model's judgement.
+
+    python -m contextual_kb.local.bedrock_standin --port 8765 --latency-ms 300 --per-token-ms 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import math
+import random
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import unquote
+
+from contextual_kb.pricing import min_cache_tokens
+
+BYTES_PER_TOKEN = 3.5
+TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
+_PATH = re.compile(r"^/model/(?P<model>[^/]+)/invoke$")
+_CHUNK = re.compile(r"<chunk>\n?(.*?)\n?</chunk>", re.DOTALL)
+_NUMBERS = re.compile(r"^Chunks: ([\d, ]+)\.$", re.MULTILINE)
+_MARKER = re.compile(r"⟪chunk (\d+)⟫")
+_WORD = re.compile(r"\S+")
+
+
+def count_tokens(text: str) -> int:
+    return math.ceil(len(text.encode("utf-8")) / BYTES_PER_TOKEN) if text else 0
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """What a scripted responder is shown of a request."""
+
+    model: str
+    document: str  # the first content block of the user message
+    question: str  # the rest of the user message
+    max_tokens: int
+
+
+@dataclass
+class StandInConfig:
+    latency_ms: float = 300.0
+    per_token_ms: float = 2.0
+    rpm: int = 0  # requests per minute; 0 is unlimited
+    tpm: int = 0  # input + max output tokens per minute; 0 is unlimited
+    burst_seconds: float = 1.0  # bucket capacity, in seconds of quota
+    fault_rate: float = 0.0  # share of calls answered 500/503
+    throttle_rate: float = 0.0  # share of calls answered 429 regardless of quota
+    hang_rate: float = 0.0  # share of calls that wait ``hang_seconds`` before answering
+    hang_seconds: float = 120.0
+    min_cache_tokens: int = 0  # 0: the model's documented minimum
+    seed: int = 7
+    # Returns the answer text for a request (None: the stand-in's own); for tests of untrusted output.
+    responder: Callable[[Seen], str | None] | None = None
+
+
+@dataclass
+class _Entry:
+    readable_at: float
+    expires_at: float
+
+
+@dataclass
+class StandInStats:
+    requests: int = 0
+    answered: int = 0
+    throttled: int = 0
+    faults: int = 0
+    hangs: int = 0
+    invalid: int = 0
+    cache_writes: int = 0
+    cache_reads: int = 0
+    input_tokens: int = 0
+    cache_write_tokens: int = 0
+    cache_read_tokens: int = 0
+    output_tokens: int = 0
+    writes_by_prefix: Counter[str] = field(default_factory=Counter)
+    answer_times: list[float] = field(default_factory=list)  # monotonic time of each 200 answer
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in vars(self).items() if k not in {"writes_by_prefix", "answer_times"}}
+        out["documents_written"] = len(self.writes_by_prefix)
+        out["max_writes_per_prefix"] = max(self.writes_by_prefix.values(), default=0)
+        return out
+
+
+class _Bucket:
+    def __init__(self, per_minute: int, burst_seconds: float) -> None:
+        self.rate = per_minute / 60.0
+        self.capacity = max(1.0, self.rate * burst_seconds)
+        self.level = self.capacity
+        self.at = time.monotonic()
+
+    def take(self, amount: float, now: float) -> bool:
+        self.level = min(self.capacity, self.level + (now - self.at) * self.rate)
+        self.at = now
+        if self.level >= min(amount, self.capacity):
+            self.level -= amount
+            return True
+        return False
+
+
+class BedrockStandIn:
+    def __init__(self, config: StandInConfig | None = None) -> None:
+        self.config = config or StandInConfig()
+        self.stats = StandInStats()
+        self._lock = threading.Lock()
+        self._cache: dict[str, _Entry] = {}
+        self._random = random.Random(self.config.seed)
+        self._rpm = _Bucket(self.config.rpm, self.config.burst_seconds) if self.config.rpm else None
+        self._tpm = _Bucket(self.config.tpm, self.config.burst_seconds) if self.config.tpm else None
+        self._scripted: list[int] = []  # statuses to answer next, in order
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # --- control (tests) ---
+    def fail_next(self, count: int, status: int = 500) -> None:
+        with self._lock:
+            self._scripted.extend([status] * count)
+
+    def expire_cache(self) -> None:
+        with self._lock:
+            self._cache.clear()
+
+    @property
+    def url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("stand-in not started")
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self, port: int = 0) -> BedrockStandIn:
+        standin = self
+
+        class Handler(_Handler):
+            owner = standin
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="bedrock-standin", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    # --- the model ---
+    def answer(self, model: str, body: dict[str, Any], arrived: float) -> tuple[int, dict[str, Any], float]:
+        """(status, JSON body, seconds to wait before answering)."""
+        config = self.config
+        try:
+            blocks, system_text, max_tokens = _read_body(body)
+        except ValueError as exc:
+            with self._lock:
+                self.stats.requests += 1
+                self.stats.invalid += 1
+            return 400, _error("ValidationException", str(exc)), 0.0
+        texts = [system_text, *(b.get("text", "") for b in blocks)]
+        total_tokens = sum(count_tokens(t) for t in texts)
+        with self._lock:
+            self.stats.requests += 1
+            refused = self._refusal(total_tokens + max_tokens, arrived)
+            if refused is not None:
+                return refused
+            hang = self._random.random() < config.hang_rate
+            if hang:
+                self.stats.hangs += 1
+            cache_write, cache_read, prefix_key = self._cache_use(model, system_text, blocks, arrived)
+        document = blocks[0].get("text", "") if blocks else ""
+        question = "\n".join(b.get("text", "") for b in blocks[1:])
+        text = None
+        if config.responder is not None:
+            text = config.responder(Seen(model, document, question, max_tokens))
+        if text is None:
+            text = _contexts(document, question)
+        output_tokens = count_tokens(text)
+        stop_reason = "end_turn"
+        if output_tokens > max_tokens:
+            text = text.encode("utf-8")[: int(max_tokens * BYTES_PER_TOKEN)].decode("utf-8", errors="ignore")
+            output_tokens, stop_reason = max_tokens, "max_tokens"
+        uncached = total_tokens - cache_write - cache_read
+        with self._lock:
+            self.stats.answered += 1
+            self.stats.input_tokens += uncached
+            self.stats.cache_write_tokens += cache_write
+            self.stats.cache_read_tokens += cache_read
+            self.stats.output_tokens += output_tokens
+            if cache_write:
+                self.stats.cache_writes += 1
+                self.stats.writes_by_prefix[prefix_key] += 1
+            if cache_read:
+                self.stats.cache_reads += 1
+        delay = (config.latency_ms + config.per_token_ms * output_tokens) / 1000
+        if hang:
+            delay = config.hang_seconds
+        reply = {
+            "id": "msg_standin_" + hashlib.sha256(f"{arrived}{prefix_key}".encode()).hexdigest()[:20],
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": stop_reason,
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": uncached,
+                "cache_creation_input_tokens": cache_write,
+                "cache_read_input_tokens": cache_read,
+                "output_tokens": output_tokens,
+            },
+        }
+        return 200, reply, delay
+
+    def _refusal(self, tokens: int, now: float) -> tuple[int, dict[str, Any], float] | None:
+        """A scripted or injected fault, or a throttle; None to answer. Called under the lock."""
+        config = self.config
+        if self._scripted:
+            status = self._scripted.pop(0)
+            self.stats.faults += 1
+            return status, _error(_ERROR_TYPES.get(status, "InternalServerException"), "scripted"), 0.0
+        if self._random.random() < config.fault_rate:
+            self.stats.faults += 1
+            status = 500 if self._random.random() < 0.5 else 503
+            return status, _error(_ERROR_TYPES[status], "injected fault"), 0.0
+        throttled = self._random.random() < config.throttle_rate
+        if not throttled and self._rpm is not None and not self._rpm.take(1, now):
+            throttled = True
+        if not throttled and self._tpm is not None and not self._tpm.take(tokens, now):
+            throttled = True
+        if throttled:
+            self.stats.throttled += 1
+            message = "Too many requests, please wait before trying again."
+            return 429, _error("ThrottlingException", message), 0.0
+        return None
+
+    def _cache_use(
+        self, model: str, system_text: str, blocks: list[dict[str, Any]], now: float
+    ) -> tuple[int, int, str]:
+        """(tokens written, tokens read, prefix key); called under the lock."""
+        marked = [i for i, b in enumerate(blocks) if isinstance(b.get("cache_control"), dict)]
+        if not marked:
+            return 0, 0, ""
+        last = marked[-1]
+        prefix = [system_text, *(b.get("text", "") for b in blocks[: last + 1])]
+        tokens = sum(count_tokens(t) for t in prefix)
+        if tokens < min_cache_tokens(model, self.config.min_cache_tokens):
+            return 0, 0, ""
+        key = hashlib.sha256("\x00".join([model, *prefix]).encode("utf-8")).hexdigest()
+        ttl = TTL_SECONDS.get(str(blocks[last]["cache_control"].get("ttl", "5m")), 300.0)
+        entry = self._cache.get(key)
+        if entry is not None and entry.readable_at <= now < entry.expires_at:
+            entry.expires_at = now + ttl  # a hit refreshes the entry
+            return 0, tokens, key
+        readable_at = now + self.config.latency_ms / 1000  # once this response starts
+        self._cache[key] = _Entry(readable_at, readable_at + ttl)
+        return tokens, 0, key
+
+
+_ERROR_TYPES = {
+    400: "ValidationException",
+    403: "AccessDeniedException",
+    404: "ResourceNotFoundException",
+    408: "ModelTimeoutException",
+    429: "ThrottlingException",
+    500: "InternalServerException",
+    503: "ServiceUnavailableException",
+}
+
+
+def _error(kind: str, message: str) -> dict[str, Any]:
+    return {"__type": kind, "message": message}
+
+
+def _read_body(body: Any) -> tuple[list[dict[str, Any]], str, int]:
+    if not isinstance(body, dict):
+        raise ValueError("body must be a JSON object")
+    if body.get("anthropic_version") != "bedrock-2023-05-31":
+        raise ValueError("anthropic_version must be bedrock-2023-05-31")
+    max_tokens = body.get("max_tokens")
+    if not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ValueError("max_tokens: a positive integer is required")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("messages: a non-empty list is required")
+    blocks: list[dict[str, Any]] = []
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str):
+            blocks.append({"type": "text", "text": content})
+        elif isinstance(content, list):
+            blocks.extend(b for b in content if isinstance(b, dict))
+        else:
+            raise ValueError("messages[].content: a string or a list of blocks is required")
+    system = body.get("system", "")
+    if isinstance(system, list):
+        system = "\n".join(b.get("text", "") for b in system if isinstance(b, dict))
+    return blocks, str(system), max_tokens
+
+
+def _title(document: str) -> str:
+    body = document.removeprefix("<document>").strip()
+    body = _MARKER.sub("", body)
+    for raw in body.splitlines():
+        line = raw.strip(" #/*-=\"'`\t")
+        if len(line) > 3:
+            return line[:100]
+    return "an untitled document"
+
+
+def _summary(chunk: str) -> str:
+    words = _WORD.findall(_MARKER.sub("", chunk))[:24]
+    return " ".join(words)[:200] or "nothing readable"
+
+
+def _contexts(document: str, question: str) -> str:
+    title = _title(document)
+    numbers = _NUMBERS.search(question)
+    if numbers and '<context chunk="N">' in question:
+        wanted = [int(n) for n in re.findall(r"\d+", numbers.group(1))]
+        starts = {int(m.group(1)): m.end() for m in _MARKER.finditer(document)}
+        lines = []
+        for n in wanted:
+            if n not in starts:
+                continue
+            following = _MARKER.search(document, starts[n])
+            chunk = document[starts[n] : following.start() if following else len(document)]
+            lines.append(
+                f'<context chunk="{n}">This chunk is from {title}. It covers: {_summary(chunk)}.</context>'
+            )
+        return "\n".join(lines)
+    match = _CHUNK.search(question)
+    chunk = match.group(1) if match else question
+    return f"This chunk is from {title}. It covers: {_summary(chunk)}."
+
+
+class _Handler(BaseHTTPRequestHandler):
+    owner: BedrockStandIn
+    protocol_version = "HTTP/1.1"
+    # Headers and body in one segment, sent at once: otherwise Nagle's algorithm and delayed ACKs add
+    # ~40 ms to every keep-alive answer.
+    wbufsize = 1 << 16
+    disable_nagle_algorithm = True
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        if self.path == "/_standin/stats":
+            self._send(200, self.owner.stats.as_dict())
+        else:
+            self._send(404, _error("UnknownOperationException", self.path))
+
+    def do_POST(self) -> None:
+        arrived = time.monotonic()
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        match = _PATH.match(self.path.split("?")[0])
+        if not match:
+            self._send(404, _error("UnknownOperationException", f"no operation at {self.path}"))
+            return
+        auth = self.headers.get("Authorization", "")
+        if not auth.startswith(("AWS4-HMAC-SHA256 ", "Bearer ")):
+            self._send(403, _error("AccessDeniedException", "missing authentication"))
+            return
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            self._send(400, _error("ValidationException", "body is not JSON"))
+            return
+        status, reply, delay = self.owner.answer(unquote(match.group("model")), body, arrived)
+        wait = arrived + delay - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        if status == 200:
+            with self.owner._lock:
+                self.owner.stats.answer_times.append(time.monotonic())
+        self._send(status, reply)
+
+    def _send(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        if status != 200:
+            self.send_header(
+                "x-amzn-ErrorType", f"{body.get('__type', 'Unknown')}:http://internal.amazon.com/"
+            )
+        self.end_headers()
+        # The client may have given up (its timeout): nothing to do then.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self.wfile.write(data)
+            self.wfile.flush()
+
+
+@contextmanager
+def running_standin(config: StandInConfig | None = None) -> Iterator[BedrockStandIn]:
+    standin = BedrockStandIn(config).start()
+    try:
+        yield standin
+    finally:
+        standin.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="A local Bedrock InvokeModel stand-in for Anthropic bodies.")
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--latency-ms", type=float, default=300.0)
+    parser.add_argument("--per-token-ms", type=float, default=2.0)
+    parser.add_argument("--rpm", type=int, default=0)
+    parser.add_argument("--tpm", type=int, default=0)
+    parser.add_argument("--fault-rate", type=float, default=0.0)
+    args = parser.parse_args()
+    config = StandInConfig(
+        latency_ms=args.latency_ms,
+        per_token_ms=args.per_token_ms,
+        rpm=args.rpm,
+        tpm=args.tpm,
+        fault_rate=args.fault_rate,
+    )
+    standin = BedrockStandIn(config).start(args.port)
+    print(f"Bedrock stand-in at {standin.url}; export ANTHROPIC_BEDROCK_BASE_URL={standin.url}", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        standin.stop()
+
+
+if __name__ == "__main__":
+    main()
