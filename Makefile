@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-long lint format bench clean
+.PHONY: demo test test-long lint format bench bench-contextualize clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,9 @@ format: $(STAMP)
 
 bench: $(STAMP)  ## retrieval benchmark on ../shared/datasets/codebase (dev split)
 	$(BIN)/python bench/bm25_contexts.py
+
+bench-contextualize: $(STAMP)  ## claude strategy speed and cost vs the published algorithm (~8 min)
+	$(BIN)/python bench/contextualize.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

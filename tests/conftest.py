@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,3 +47,50 @@ def s3() -> Iterator[object]:
     with mock_aws():
         yield boto3.client("s3", region_name="us-east-1")
     handler.runtime.cache_clear()
+
+
+class _CurrentStdout:
+    """Writes wherever sys.stdout points now (capsys swaps it only while a test runs)."""
+
+    def write(self, text: str) -> int:
+        return sys.stdout.write(text)
+
+    def flush(self) -> None:
+        sys.stdout.flush()
+
+
+@pytest.fixture
+def captured(capsys: pytest.CaptureFixture[str]) -> Iterator[pytest.CaptureFixture[str]]:
+    """capsys that also sees the Powertools logger (its handler keeps the stdout it was created with)."""
+    from contextual_kb.observability import logger
+
+    log_handler = logger.registered_handler
+    assert isinstance(log_handler, logging.StreamHandler)
+    previous = log_handler.setStream(_CurrentStdout())  # type: ignore[arg-type]
+    yield capsys
+    if previous is not None:
+        log_handler.setStream(previous)
+
+
+def output_lines(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+
+
+@pytest.fixture
+def standin(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """The Bedrock stand-in on 127.0.0.1 (fast: 2 ms + 0 per token), the claude strategy pointed at it.
+
+    Tests adjust ``standin.config`` (latency, faults, quotas, responder) before invoking the handler.
+    """
+    from contextual_kb import handler
+    from contextual_kb.local.bedrock_standin import BedrockStandIn, StandInConfig
+
+    server = BedrockStandIn(StandInConfig(latency_ms=2.0, per_token_ms=0.0, record=True)).start()
+    monkeypatch.setenv("ANTHROPIC_BEDROCK_BASE_URL", server.url)
+    monkeypatch.setenv("CONTEXT_STRATEGY", "claude")
+    handler.runtime.cache_clear()
+    try:
+        yield server
+    finally:
+        server.stop()
+        handler.runtime.cache_clear()

@@ -20,7 +20,10 @@ app = typer.Typer(
 console = Console()
 errors = Console(stderr=True)
 
-STRATEGY_HELP = "Context strategy (CONTEXT_STRATEGY): structural or none."
+STRATEGY_HELP = (
+    "Context strategy (CONTEXT_STRATEGY): claude, structural or none. With claude and no AWS credentials, "
+    "model calls go to the local Bedrock stand-in."
+)
 
 
 @app.command()
@@ -53,6 +56,7 @@ def transform(
     import boto3
 
     from contextual_kb.local import runner, s3server
+    from contextual_kb.local.model_endpoint import model_endpoint
     from contextual_kb.local.render import print_chunks, print_summary
 
     if strategy:
@@ -61,7 +65,11 @@ def transform(
     objects_dir = objects or (event_file.parent / "objects")
     if endpoint:
         os.environ["AWS_ENDPOINT_URL_S3"] = endpoint
-    with nullcontext(endpoint) if endpoint else s3server.local_s3():
+    uses_model = os.environ.get("CONTEXT_STRATEGY", "claude") == "claude"
+    with (
+        model_endpoint() if uses_model else nullcontext(),
+        nullcontext(endpoint) if endpoint else s3server.local_s3(),
+    ):
         if objects_dir.is_dir():
             runner.upload_objects(boto3.client("s3"), str(event.get("bucketName")), objects_dir)
         try:
@@ -91,24 +99,29 @@ def demo(
     max_tokens: Annotated[int, typer.Option(help="Fixed-size chunking: tokens per chunk.")] = 120,
     overlap: Annotated[int, typer.Option(help="Fixed-size chunking: overlap percentage.")] = 20,
     chunks_per_batch: Annotated[int, typer.Option(help="Chunks per batch object.")] = 4,
-    strategy: Annotated[str, typer.Option(help=STRATEGY_HELP)] = "structural",
+    strategy: Annotated[str, typer.Option(help=STRATEGY_HELP)] = "claude",
     show: Annotated[int, typer.Option(help="Chunks to print before and after.")] = 3,
     documents: Annotated[
         Path, typer.Option(help="Folder of documents to ingest.", exists=True, file_okay=False)
     ] = Path("events/documents"),
 ) -> None:
     """Offline demo: local S3, KB-style chunking, the real handler, chunks before and after."""
+    from contextlib import nullcontext
+
     from contextual_kb.local.demo import run_demo
+    from contextual_kb.local.model_endpoint import model_endpoint
 
     os.environ["CONTEXT_STRATEGY"] = strategy
-    run_demo(
-        console,
-        documents,
-        max_tokens=max_tokens,
-        overlap=overlap,
-        chunks_per_batch=chunks_per_batch,
-        show=show,
-    )
+    with model_endpoint() if strategy == "claude" else nullcontext() as endpoint:
+        run_demo(
+            console,
+            documents,
+            max_tokens=max_tokens,
+            overlap=overlap,
+            chunks_per_batch=chunks_per_batch,
+            show=show,
+            endpoint=endpoint,
+        )
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ Prices are USD per million tokens, Anthropic's list prices (../shared/notes/aws-
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, fields, replace
 
 from contextual_kb.errors import TransformationError
@@ -79,9 +80,11 @@ def prices_for(model_id: str, overrides: str = "") -> Prices | None:
         unknown = set(given) - known
         if unknown:
             raise TypeError(f"unknown field(s) {sorted(unknown)}; expected {sorted(known)}")
+        if any(isinstance(v, bool) or not isinstance(v, int | float) for v in given.values()):
+            raise TypeError("prices must be numbers")
         values = {k: float(v) for k, v in given.items()}
-        if any(v < 0 for v in values.values()):
-            raise TypeError("negative price")
+        if any(not math.isfinite(v) or v < 0 for v in values.values()):
+            raise TypeError("prices must be finite and not negative")
     except (TypeError, ValueError) as exc:
         raise TransformationError(f"environment variable MODEL_PRICES: {exc}") from None
     if base is None:

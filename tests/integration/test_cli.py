@@ -16,6 +16,8 @@ runner = CliRunner()
 @pytest.fixture(autouse=True)
 def _quiet(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
+    # The commands set CONTEXT_STRATEGY in the process environment: restore it after each test.
+    monkeypatch.setenv("CONTEXT_STRATEGY", "structural")
     monkeypatch.chdir(ROOT)
 
 
@@ -37,10 +39,37 @@ def test_transform_reports_a_malformed_event_and_exits_non_zero() -> None:
 
 
 def test_demo_runs_offline_and_checks_every_chunk() -> None:
-    result = runner.invoke(app, ["demo", "--show", "1", "--max-tokens", "90", "--overlap", "25"])
+    result = runner.invoke(
+        app, ["demo", "--show", "1", "--max-tokens", "90", "--overlap", "25", "--strategy", "structural"]
+    )
     assert result.exit_code == 0, result.output
     assert "every chunk back exactly once, in order, original text intact: yes" in result.output
     assert "Within: class TokenBucket" in result.output or "Declares: RateLimitExceeded" in result.output
+
+
+def test_demo_without_aws_credentials_uses_the_bedrock_standin(monkeypatch: pytest.MonkeyPatch) -> None:
+    from contextual_kb.local import model_endpoint
+
+    monkeypatch.delenv("ANTHROPIC_BEDROCK_BASE_URL")
+    monkeypatch.setattr(model_endpoint, "_has_aws_credentials", lambda: False)
+    result = runner.invoke(app, ["demo", "--show", "1"])
+    assert result.exit_code == 0, result.output
+    assert "no AWS credentials: the local Bedrock stand-in at http://127.0.0.1:" in " ".join(
+        result.output.split()
+    )
+    assert "strategy claude" in result.output
+    assert "every chunk back exactly once, in order, original text intact: yes" in result.output
+    assert "This chunk is from" in result.output  # the stand-in's contexts, in front of the chunks
+    assert "cache writes" in result.output
+
+
+def test_transform_with_claude_against_a_given_endpoint(standin: object) -> None:
+    result = runner.invoke(
+        app, ["transform", str(EVENTS / "markdown" / "event.json"), "--strategy", "claude"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "Transformation summary" in result.output
+    assert standin.stats.answered > 0  # type: ignore[attr-defined]
 
 
 def test_help_lists_the_commands() -> None:

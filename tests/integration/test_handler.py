@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +12,7 @@ from contextual_kb import handler
 from contextual_kb.errors import ContractError, StorageError
 from contextual_kb.local.lambda_context import LocalLambdaContext
 from contextual_kb.local.runner import upload_objects
-from contextual_kb.observability import logger
-from tests.conftest import EVENTS
+from tests.conftest import EVENTS, output_lines
 from tests.support import event, file_entry, text_item
 
 OUTPUT_PREFIX = "contextual-kb/output/"
@@ -39,31 +35,6 @@ def keys(s3: Any, bucket: str, prefix: str = "") -> list[str]:
 
 def read(s3: Any, bucket: str, key: str) -> dict[str, Any]:
     return json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
-
-
-class _CurrentStdout:
-    """Writes wherever sys.stdout points now (capsys swaps it only while a test runs)."""
-
-    def write(self, text: str) -> int:
-        return sys.stdout.write(text)
-
-    def flush(self) -> None:
-        sys.stdout.flush()
-
-
-@pytest.fixture
-def captured(capsys: pytest.CaptureFixture[str]) -> Iterator[pytest.CaptureFixture[str]]:
-    """capsys that also sees the Powertools logger (its handler keeps the stdout it was created with)."""
-    log_handler = logger.registered_handler
-    assert isinstance(log_handler, logging.StreamHandler)
-    previous = log_handler.setStream(_CurrentStdout())  # type: ignore[arg-type]
-    yield capsys
-    if previous is not None:
-        log_handler.setStream(previous)
-
-
-def output_lines(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
 
 
 @pytest.mark.parametrize("name", GOOD_SAMPLES)

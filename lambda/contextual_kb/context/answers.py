@@ -13,8 +13,12 @@ from dataclasses import dataclass
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _WRAPPER = re.compile(r"^\s*<(context|answer)[^>]*>(.*)</\1>\s*$", re.DOTALL | re.IGNORECASE)
 _SPACE = re.compile(r"\s+")
-# An answer that repeats this much of the source verbatim is an echo, not a context.
+# An answer at least ECHO_MIN_CHARS long that contains the whole chunk, or whose runs of PROBE_CHARS at its
+# start, a third and two thirds in are all verbatim from the source, is an echo, not a context. A context
+# may quote a name or a title; it is not mostly copied text.
 ECHO_MIN_CHARS = 200
+PROBE_CHARS = 80
+_PROMPT_TAGS = re.compile(r"</?(?:document|chunk)>")
 ELLIPSIS = "…"
 
 
@@ -44,14 +48,14 @@ def normalize(text: str) -> str:
 
 
 def _is_echo(text: str, chunk: str, normalized_document: str) -> bool:
-    answer = normalize(text)
+    answer = normalize(_PROMPT_TAGS.sub(" ", text))
     if len(answer) < ECHO_MIN_CHARS:
         return False
-    probe = answer[:ECHO_MIN_CHARS]  # a long verbatim run of the source at the start of the answer
     source_chunk = normalize(chunk)
-    if probe in source_chunk or (len(source_chunk) >= ECHO_MIN_CHARS and source_chunk in answer):
+    if len(source_chunk) >= ECHO_MIN_CHARS and source_chunk in answer:
         return True
-    return probe in normalized_document
+    probes = [answer[o : o + PROBE_CHARS] for o in (0, len(answer) // 3, 2 * len(answer) // 3)]
+    return all(p in source_chunk or p in normalized_document for p in probes)
 
 
 def _cut(text: str, limit: int) -> str:

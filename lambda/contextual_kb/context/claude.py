@@ -374,6 +374,7 @@ class _Run:
             if job is None:
                 self.breaker.on_abandoned()
                 return
+            job.probe = self.breaker.probing
             calls[pool.submit(self.s.client.invoke, self._request(job))] = job
 
     def _expected_seconds(self) -> float:
@@ -464,7 +465,7 @@ class _Run:
             self.planner.again(job)
             return
         if kind == "transient":
-            self.breaker.on_failure(message)
+            self.breaker.on_failure(message, probe=job.probe)
             if job.attempt + 1 < MAX_JOB_ATTEMPTS:
                 self.acct.requeued_calls += 1
                 self.planner.again(job)
@@ -472,7 +473,7 @@ class _Run:
                 return
             reason = "model_error"
         elif kind == "fatal":
-            self.breaker.on_failure(message, fatal=True)
+            self.breaker.on_failure(message, fatal=True, probe=job.probe)
             reason = "model_unavailable"
         else:
             reason = "model_rejected"

@@ -87,19 +87,22 @@ class Breaker:
         self.open_until = None
         self.probing = False
 
-    def on_failure(self, reason: str, *, fatal: bool = False) -> None:
+    def on_failure(self, reason: str, *, fatal: bool = False, probe: bool = False) -> None:
+        """A call failed after its retries; ``probe``: it was the half-open state's probe call (a call that
+        was already running when the breaker opened is not the probe)."""
         self.reason = reason
         if fatal:
             self.gave_up = True
             return
         self.failures += 1
-        if self.probing:
+        if probe and self.probing:
             self.probing = False
             self.failed_probes += 1
             if self.failed_probes >= self.max_probes:
                 self.gave_up = True
                 return
             self.open_until = self.clock() + self.cooldown
+            self.opened += 1
             return
         if self.failures >= self.threshold and self.open_until is None:
             self.open_until = self.clock() + self.cooldown

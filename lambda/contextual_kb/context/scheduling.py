@@ -23,6 +23,7 @@ class Job:
     grouped: bool = False
     attempt: int = 0  # calls of this job that ended in a throttle or a transient failure
     first: bool = False  # the call that writes the unit's cache
+    probe: bool = False  # the call the breaker let through to test the model (set by the caller)
 
 
 @dataclass

@@ -74,9 +74,28 @@ def plan_units(document: Document, *, max_tokens: int, window_tokens: int, openi
     units = []
     for k, chunks in sorted(by_window.items()):
         start, end = max(0, k * stride - margin), min(len(text), (k + 1) * stride + margin)
-        pieces = ((0, end),) if start <= opening else (((0, opening),) if opening else ()) + ((start, end),)
-        units.append(Unit(pieces, tuple(chunks), windowed=True))
+        units.append(_fit(text, opening, start, end, tuple(chunks), max_tokens))
     return units
+
+
+def _fit(text: str, opening: int, start: int, end: int, chunks: tuple[int, ...], max_tokens: int) -> Unit:
+    """The unit for a window, narrowed when the text there is denser than average (CJK, emoji), so what is
+    sent stays within ``max_tokens`` (bounded loop: each pass keeps 80% of the window, then of the opening).
+    """
+    for _ in range(60):
+        if start <= opening:
+            pieces: tuple[tuple[int, int], ...] = ((0, max(end, opening)),)
+        else:
+            pieces = (((0, opening),) if opening else ()) + ((start, end),)
+        unit = Unit(pieces, chunks, windowed=True)
+        if estimate_tokens(unit.render(text)) <= max_tokens or (end - start < 64 and opening < 64):
+            return unit
+        if end - start >= 64:
+            trim = (end - start) // 10
+            start, end = start + trim, end - trim
+        else:
+            opening = opening * 4 // 5
+    return unit
 
 
 def _line_end(text: str, position: int) -> int:

@@ -73,6 +73,7 @@ class StandInConfig:
     hang_seconds: float = 120.0
     min_cache_tokens: int = 0  # 0: the model's documented minimum
     seed: int = 7
+    record: bool = False  # keep every request body (``BedrockStandIn.seen``), for tests
     # Returns the answer text for a request (None: the stand-in's own); for tests of untrusted output.
     responder: Callable[[Seen], str | None] | None = None
 
@@ -100,10 +101,17 @@ class StandInStats:
     writes_by_prefix: Counter[str] = field(default_factory=Counter)
     answer_times: list[float] = field(default_factory=list)  # monotonic time of each 200 answer
 
+    first_request_at: float | None = None  # monotonic, this process
+
     def as_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in vars(self).items() if k not in {"writes_by_prefix", "answer_times"}}
         out["documents_written"] = len(self.writes_by_prefix)
         out["max_writes_per_prefix"] = max(self.writes_by_prefix.values(), default=0)
+        out["busy_seconds"] = (
+            max(self.answer_times) - self.first_request_at
+            if self.answer_times and self.first_request_at is not None
+            else 0.0
+        )
         return out
 
 
@@ -133,10 +141,22 @@ class BedrockStandIn:
         self._rpm = _Bucket(self.config.rpm, self.config.burst_seconds) if self.config.rpm else None
         self._tpm = _Bucket(self.config.tpm, self.config.burst_seconds) if self.config.tpm else None
         self._scripted: list[int] = []  # statuses to answer next, in order
+        self.seen: list[dict[str, Any]] = []  # request bodies, when ``config.record``
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
     # --- control (tests) ---
+    def configure(self, **changes: Any) -> None:
+        """Change the configuration while running (quotas start full again)."""
+        with self._lock:
+            for name, value in changes.items():
+                if not hasattr(self.config, name):
+                    raise AttributeError(f"StandInConfig has no {name}")
+                setattr(self.config, name, value)
+            config = self.config
+            self._rpm = _Bucket(config.rpm, config.burst_seconds) if config.rpm else None
+            self._tpm = _Bucket(config.tpm, config.burst_seconds) if config.tpm else None
+
     def fail_next(self, count: int, status: int = 500) -> None:
         with self._lock:
             self._scripted.extend([status] * count)
@@ -183,10 +203,15 @@ class BedrockStandIn:
                 self.stats.requests += 1
                 self.stats.invalid += 1
             return 400, _error("ValidationException", str(exc)), 0.0
+        if config.record:
+            with self._lock:
+                self.seen.append(body)
         texts = [system_text, *(b.get("text", "") for b in blocks)]
         total_tokens = sum(count_tokens(t) for t in texts)
         with self._lock:
             self.stats.requests += 1
+            if self.stats.first_request_at is None:
+                self.stats.first_request_at = arrived
             refused = self._refusal(total_tokens + max_tokens, arrived)
             if refused is not None:
                 return refused
@@ -207,17 +232,7 @@ class BedrockStandIn:
             text = text.encode("utf-8")[: int(max_tokens * BYTES_PER_TOKEN)].decode("utf-8", errors="ignore")
             output_tokens, stop_reason = max_tokens, "max_tokens"
         uncached = total_tokens - cache_write - cache_read
-        with self._lock:
-            self.stats.answered += 1
-            self.stats.input_tokens += uncached
-            self.stats.cache_write_tokens += cache_write
-            self.stats.cache_read_tokens += cache_read
-            self.stats.output_tokens += output_tokens
-            if cache_write:
-                self.stats.cache_writes += 1
-                self.stats.writes_by_prefix[prefix_key] += 1
-            if cache_read:
-                self.stats.cache_reads += 1
+        self._count(uncached, cache_write, cache_read, output_tokens, prefix_key)
         delay = (config.latency_ms + config.per_token_ms * output_tokens) / 1000
         if hang:
             delay = config.hang_seconds
@@ -237,6 +252,19 @@ class BedrockStandIn:
             },
         }
         return 200, reply, delay
+
+    def _count(self, uncached: int, cache_write: int, cache_read: int, output: int, prefix_key: str) -> None:
+        with self._lock:
+            self.stats.answered += 1
+            self.stats.input_tokens += uncached
+            self.stats.cache_write_tokens += cache_write
+            self.stats.cache_read_tokens += cache_read
+            self.stats.output_tokens += output
+            if cache_write:
+                self.stats.cache_writes += 1
+                self.stats.writes_by_prefix[prefix_key] += 1
+            if cache_read:
+                self.stats.cache_reads += 1
 
     def _refusal(self, tokens: int, now: float) -> tuple[int, dict[str, Any], float] | None:
         """A scripted or injected fault, or a throttle; None to answer. Called under the lock."""
@@ -430,11 +458,12 @@ def running_standin(config: StandInConfig | None = None) -> Iterator[BedrockStan
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="A local Bedrock InvokeModel stand-in for Anthropic bodies.")
-    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--port", type=int, default=8765, help="0 picks a free port")
     parser.add_argument("--latency-ms", type=float, default=300.0)
     parser.add_argument("--per-token-ms", type=float, default=2.0)
     parser.add_argument("--rpm", type=int, default=0)
     parser.add_argument("--tpm", type=int, default=0)
+    parser.add_argument("--burst-seconds", type=float, default=1.0)
     parser.add_argument("--fault-rate", type=float, default=0.0)
     args = parser.parse_args()
     config = StandInConfig(
@@ -442,6 +471,7 @@ def main() -> None:
         per_token_ms=args.per_token_ms,
         rpm=args.rpm,
         tpm=args.tpm,
+        burst_seconds=args.burst_seconds,
         fault_rate=args.fault_rate,
     )
     standin = BedrockStandIn(config).start(args.port)

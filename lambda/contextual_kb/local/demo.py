@@ -18,6 +18,7 @@ from contextual_kb.enrichment import BODY_SEPARATOR
 from contextual_kb.local import runner, s3server
 from contextual_kb.local.kb_chunking import fixed_size_chunks
 from contextual_kb.local.kb_staging import build_event, stage_file
+from contextual_kb.local.model_endpoint import ModelEndpoint
 from contextual_kb.local.render import print_chunks, print_summary
 
 SOURCE_BUCKET = "contextual-kb-source-demo"
@@ -25,18 +26,27 @@ INTERMEDIATE_BUCKET = "contextual-kb-intermediate-demo"
 
 
 def run_demo(
-    console: Console, documents: Path, *, max_tokens: int, overlap: int, chunks_per_batch: int, show: int
+    console: Console,
+    documents: Path,
+    *,
+    max_tokens: int,
+    overlap: int,
+    chunks_per_batch: int,
+    show: int,
+    endpoint: ModelEndpoint | None = None,
 ) -> bool:
     paths = sorted(p for p in documents.iterdir() if p.is_file())
     if not paths:
         raise SystemExit(f"no documents in {documents}")
     console.rule("[bold]contextual-kb demo (offline)")
     console.print(
-        f"strategy [bold]{os.environ.get('CONTEXT_STRATEGY', 'structural')}[/] · fixed-size chunking "
+        f"strategy [bold]{os.environ.get('CONTEXT_STRATEGY', 'claude')}[/] · fixed-size chunking "
         f"{max_tokens} tokens, {overlap}% overlap · {chunks_per_batch} chunks per batch object"
     )
-    with s3server.local_s3() as endpoint:
-        console.print(f"local S3 (moto) at {endpoint}")
+    if endpoint is not None:
+        console.print(f"model calls: {endpoint.description}")
+    with s3server.local_s3() as s3_endpoint:
+        console.print(f"local S3 (moto) at {s3_endpoint}")
         s3 = boto3.client("s3")
         for bucket in (SOURCE_BUCKET, INTERMEDIATE_BUCKET):
             s3.create_bucket(Bucket=bucket)
@@ -63,6 +73,13 @@ def run_demo(
         result = runner.invoke(event)
 
     print_summary(console, result)
+    if endpoint is not None and endpoint.standin is not None:
+        stats = endpoint.standin.stats
+        console.print(
+            f"  model calls {stats.answered} (stand-in) · cache writes {stats.cache_writes}, reads "
+            f"{stats.cache_reads} · tokens: {stats.input_tokens:,} input, {stats.cache_write_tokens:,} "
+            f"cache-write, {stats.cache_read_tokens:,} cache-read, {stats.output_tokens:,} output"
+        )
     for f in staged:
         rebuilt = assemble(f.chunks).text
         console.print(

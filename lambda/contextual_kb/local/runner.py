@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,7 @@ class RunResult:
     after: dict[str, BatchObject]  # output key -> batch
     event: dict[str, Any]
     log: str  # what the handler printed: JSON log lines and EMF metrics, as CloudWatch would get them
+    seconds: float = 0.0  # the handler's own wall time
 
     def response_inputs(self) -> list[list[str]]:
         """The input batch keys of each file, in the event's order (the response's order)."""
@@ -66,7 +68,7 @@ class HandlerError(Exception):
         self.log = log
 
 
-def invoke(event: dict[str, Any]) -> RunResult:
+def invoke(event: dict[str, Any], context: LocalLambdaContext | None = None) -> RunResult:
     """Invoke the real handler (fresh settings from the environment), then read inputs and outputs back."""
     handler.runtime.cache_clear()
     s3 = boto3.client("s3")
@@ -78,7 +80,9 @@ def invoke(event: dict[str, Any]) -> RunResult:
     previous = log_handler.setStream(printed) if isinstance(log_handler, logging.StreamHandler) else None
     try:
         with contextlib.redirect_stdout(printed):
-            response = handler.lambda_handler(event, LocalLambdaContext())
+            started = time.perf_counter()
+            response = handler.lambda_handler(event, context or LocalLambdaContext())
+            seconds = time.perf_counter() - started
     except Exception as exc:
         raise HandlerError(exc, printed.getvalue()) from exc
     finally:
@@ -107,7 +111,7 @@ def invoke(event: dict[str, Any]) -> RunResult:
                 output_keys=out_keys,
             )
         )
-    return RunResult(response, files, before, after, event, printed.getvalue())
+    return RunResult(response, files, before, after, event, printed.getvalue(), seconds)
 
 
 def load_event(path: Path) -> dict[str, Any]:
