@@ -19,11 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_DATASET = ROOT.parent / "shared" / "datasets" / "codebase"
+from corpus import DEFAULT_DATASET, load_documents, offline_environment, stage_corpus  # bench/corpus.py
+
 BUCKET = "bench-intermediate"
 KS = (5, 10, 20)
-CHUNKS_PER_BATCH = 8
 
 
 def contextualized_corpus(documents: list[dict[str, Any]], strategy: str) -> dict[tuple[str, int], str]:
@@ -32,7 +31,7 @@ def contextualized_corpus(documents: list[dict[str, Any]], strategy: str) -> dic
     from moto import mock_aws
 
     from contextual_kb import handler
-    from contextual_kb.local.kb_staging import build_event, stage_file
+    from contextual_kb.local.kb_staging import build_event
     from contextual_kb.local.lambda_context import LocalLambdaContext
 
     os.environ["CONTEXT_STRATEGY"] = strategy
@@ -41,16 +40,7 @@ def contextualized_corpus(documents: list[dict[str, Any]], strategy: str) -> dic
     with mock_aws():
         s3 = boto3.client("s3")
         s3.create_bucket(Bucket=BUCKET)
-        staged = [
-            stage_file(
-                s3,
-                BUCKET,
-                f"s3://bench-source/{doc['doc_id']}",
-                [c["content"] for c in doc["chunks"]],
-                chunks_per_batch=CHUNKS_PER_BATCH,
-            )
-            for doc in documents
-        ]
+        staged = stage_corpus(s3, BUCKET, documents)
         response = handler.lambda_handler(build_event(BUCKET, staged), LocalLambdaContext())
         for doc, produced in zip(documents, response["outputFiles"], strict=True):
             items = [
@@ -101,18 +91,8 @@ def main() -> int:
     parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASET)
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     args = parser.parse_args()
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "bench",
-        "AWS_SECRET_ACCESS_KEY": "bench",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "POWERTOOLS_METRICS_DISABLED": "true",
-        "POWERTOOLS_TRACE_DISABLED": "true",
-        "POWERTOOLS_LOG_LEVEL": "WARNING",
-    }.items():
-        os.environ.setdefault(name, value)
-    os.environ.pop("AWS_ENDPOINT_URL_S3", None)
-
-    documents = json.loads((args.dataset / "codebase_chunks.json").read_text())
+    offline_environment()
+    documents = load_documents(args.dataset)
     queries = [
         json.loads(line) for line in (args.dataset / "evaluation_dev.jsonl").read_text().splitlines() if line
     ]

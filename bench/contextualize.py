@@ -30,10 +30,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_DATASET = ROOT.parent / "shared" / "datasets" / "codebase"
+from corpus import DEFAULT_DATASET, load_documents, offline_environment, stage_corpus  # bench/corpus.py
+
 BUCKET = "bench-intermediate"
-CHUNKS_PER_BATCH = 8
 MODEL_ID = "global.anthropic.claude-haiku-4-5-20251001-v1:0"
 
 
@@ -69,7 +68,7 @@ def run_mode(
     from moto import mock_aws
 
     from contextual_kb import handler
-    from contextual_kb.local.kb_staging import build_event, stage_file
+    from contextual_kb.local.kb_staging import build_event
     from contextual_kb.local.lambda_context import LocalLambdaContext
     from contextual_kb.local.runner import invoke
 
@@ -81,16 +80,7 @@ def run_mode(
     with mock_aws():
         s3 = boto3.client("s3")
         s3.create_bucket(Bucket=BUCKET)
-        staged = [
-            stage_file(
-                s3,
-                BUCKET,
-                f"s3://bench-source/{doc['doc_id']}",
-                [c["content"] for c in doc["chunks"]],
-                chunks_per_batch=CHUNKS_PER_BATCH,
-            )
-            for doc in documents
-        ]
+        staged = stage_corpus(s3, BUCKET, documents)
         event = build_event(BUCKET, staged)
         result = invoke(event, LocalLambdaContext())
         elapsed = result.seconds
@@ -159,7 +149,7 @@ def row(
         "throttled": stats["throttled"],
         "cache_writes": stats["cache_writes"],
         "cache_writes_per_cacheable_document": round(
-            stats["cache_writes"] / corpus["cacheable_documents"], 2
+            stats["cache_writes"] / max(1, corpus["cacheable_documents"]), 2
         ),
         "max_writes_per_prefix": stats["max_writes_per_prefix"],
         "cache_read_share": round(stats["cache_read_tokens"] / total_input, 3) if total_input else 0.0,
@@ -194,18 +184,8 @@ def main() -> int:
     parser.add_argument("--documents", type=int, default=0, help="only the first N documents (0: all)")
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     args = parser.parse_args()
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "bench",
-        "AWS_SECRET_ACCESS_KEY": "bench",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "POWERTOOLS_METRICS_DISABLED": "true",
-        "POWERTOOLS_TRACE_DISABLED": "true",
-        "POWERTOOLS_LOG_LEVEL": "INFO",
-    }.items():
-        os.environ.setdefault(name, value)
-    os.environ.pop("AWS_ENDPOINT_URL_S3", None)
-
-    documents = json.loads((args.dataset / "codebase_chunks.json").read_text())
+    offline_environment(log_level="INFO")  # the handler's summary log line carries the accounting
+    documents = load_documents(args.dataset)
     if args.documents:
         documents = documents[: args.documents]
     corpus = corpus_figures(documents)

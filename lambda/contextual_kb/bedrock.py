@@ -112,37 +112,15 @@ class ClaudeClient:
         try:
             message = self._client.messages.create(**request)
         except anthropic.APIStatusError as exc:
-            attempts, throttles = self._counter.counts()
-            raise ModelCallError(
-                _kind(exc.status_code),
-                f"{exc.status_code} {_error_type(exc)}",
-                status=exc.status_code,
-                attempts=attempts,
-                throttles=throttles,
+            raise self._error(
+                _kind(exc.status_code), f"{exc.status_code} {_error_type(exc)}", exc.status_code
             ) from None
         except anthropic.APITimeoutError:
-            attempts, throttles = self._counter.counts()
-            raise ModelCallError(
-                "transient", "timed out", status=None, attempts=attempts, throttles=throttles
-            ) from None
+            raise self._error("transient", "timed out") from None
         except anthropic.APIConnectionError as exc:
-            attempts, throttles = self._counter.counts()
-            raise ModelCallError(
-                "transient",
-                f"connection error ({type(exc.__cause__).__name__})",
-                status=None,
-                attempts=attempts,
-                throttles=throttles,
-            ) from None
+            raise self._error("transient", f"connection error ({type(exc.__cause__).__name__})") from None
         except anthropic.APIResponseValidationError as exc:
-            attempts, throttles = self._counter.counts()
-            raise ModelCallError(
-                "transient",
-                f"unreadable response ({exc.message})",
-                status=None,
-                attempts=attempts,
-                throttles=throttles,
-            ) from None
+            raise self._error("transient", f"unreadable response ({exc.message})") from None
         attempts, throttles = self._counter.counts()
         text = "".join(block.text for block in message.content if getattr(block, "type", "") == "text")
         usage = message.usage
@@ -159,6 +137,10 @@ class ClaudeClient:
             attempts=max(1, attempts),
             throttles=throttles,
         )
+
+    def _error(self, kind: FailureKind, message: str, status: int | None = None) -> ModelCallError:
+        attempts, throttles = self._counter.counts()
+        return ModelCallError(kind, message, status=status, attempts=attempts, throttles=throttles)
 
     def close(self) -> None:
         self._client.close()

@@ -120,9 +120,11 @@ class _Bucket:
         self.rate = per_minute / 60.0
         self.capacity = max(1.0, self.rate * burst_seconds)
         self.level = self.capacity
-        self.at = time.monotonic()
+        self.at: float | None = None  # the first request's time: the bucket starts full then
 
     def take(self, amount: float, now: float) -> bool:
+        if self.at is None:
+            self.at = now
         self.level = min(self.capacity, self.level + (now - self.at) * self.rate)
         self.at = now
         if self.level >= min(amount, self.capacity):
@@ -358,7 +360,7 @@ def _title(document: str) -> str:
     for raw in body.splitlines():
         line = raw.strip(" #/*-=\"'`\t")
         if len(line) > 3:
-            return line[:100]
+            return line[:100].rstrip(".:;,")
     return "an untitled document"
 
 

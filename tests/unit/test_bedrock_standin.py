@@ -1,0 +1,105 @@
+"""The stand-in's rules, driven directly with chosen arrival times (no HTTP, no sleeping)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from contextual_kb.local.bedrock_standin import BedrockStandIn, StandInConfig, count_tokens
+
+MODEL = "global.anthropic.claude-haiku-4-5-20251001-v1:0"
+LONG = "<document>\n" + "ledger entry " * 2000 + "\n</document>"  # ~7,400 tokens: cacheable by Haiku 4.5
+SHORT = "<document>\nA short note.\n</document>"
+
+
+def body(document: str, *, cache: bool = True, ttl: str = "5m", max_tokens: int = 160) -> dict[str, Any]:
+    block: dict[str, Any] = {"type": "text", "text": document}
+    if cache:
+        block["cache_control"] = {"type": "ephemeral", "ttl": ttl}
+    return {
+        "anthropic_version": "bedrock-2023-05-31",
+        "max_tokens": max_tokens,
+        "system": [{"type": "text", "text": "system"}],
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    block,
+                    {"type": "text", "text": "Here is the chunk\n<chunk>\nledger entry\n</chunk>"},
+                ],
+            }
+        ],
+    }
+
+
+def usage(standin: BedrockStandIn, request: dict[str, Any], at: float) -> dict[str, int]:
+    status, reply, _ = standin.answer(MODEL, request, at)
+    assert status == 200, reply
+    return reply["usage"]
+
+
+def test_a_cacheable_prefix_is_written_then_read() -> None:
+    standin = BedrockStandIn(StandInConfig(latency_ms=300))
+    first = usage(standin, body(LONG), at=100.0)
+    second = usage(standin, body(LONG), at=101.0)
+    prefix = count_tokens("system") + count_tokens(LONG)
+    assert first["cache_creation_input_tokens"] == prefix and first["cache_read_input_tokens"] == 0
+    assert second["cache_read_input_tokens"] == prefix and second["cache_creation_input_tokens"] == 0
+    assert first["input_tokens"] == second["input_tokens"] > 0  # only the uncached rest
+
+
+def test_the_entry_is_readable_only_once_the_writing_response_has_started() -> None:
+    standin = BedrockStandIn(StandInConfig(latency_ms=300))
+    usage(standin, body(LONG), at=100.0)
+    parallel = usage(standin, body(LONG), at=100.1)  # before the first response started (100.3)
+    later = usage(standin, body(LONG), at=100.5)
+    assert parallel["cache_creation_input_tokens"] > 0  # pays the write again
+    assert later["cache_read_input_tokens"] > 0
+    assert standin.stats.cache_writes == 2
+    assert standin.stats.as_dict()["max_writes_per_prefix"] == 2
+
+
+def test_below_the_minimum_nothing_is_cached() -> None:
+    standin = BedrockStandIn()
+    for at in (1.0, 5.0):
+        assert usage(standin, body(SHORT), at=at)["cache_creation_input_tokens"] == 0
+    assert standin.stats.cache_writes == 0 and standin.stats.cache_reads == 0
+
+
+def test_entries_expire_after_their_ttl_and_a_hit_refreshes_them() -> None:
+    standin = BedrockStandIn(StandInConfig(latency_ms=0))
+    usage(standin, body(LONG), at=0.0)
+    assert usage(standin, body(LONG), at=299.0)["cache_read_input_tokens"] > 0  # refreshed to 599
+    assert usage(standin, body(LONG), at=598.0)["cache_read_input_tokens"] > 0
+    assert usage(standin, body(LONG), at=898.5)["cache_creation_input_tokens"] > 0  # expired: written again
+    hour = BedrockStandIn(StandInConfig(latency_ms=0))
+    usage(hour, body(LONG, ttl="1h"), at=0.0)
+    assert usage(hour, body(LONG, ttl="1h"), at=3000.0)["cache_read_input_tokens"] > 0
+
+
+def test_requests_per_minute_are_throttled_as_a_token_bucket() -> None:
+    standin = BedrockStandIn(StandInConfig(rpm=60, burst_seconds=2.0))  # 1 a second, 2 at once
+    times = (0.0, 0.0, 0.0, 0.5, 1.0, 3.0, 3.0)  # full at 0; refills 1 a second, up to 2
+    statuses = [standin.answer(MODEL, body(SHORT), at)[0] for at in times]
+    assert statuses == [200, 200, 429, 429, 200, 200, 200]
+    status, reply, _ = standin.answer(MODEL, body(SHORT), 3.0)
+    assert (status, reply["__type"]) == (429, "ThrottlingException")
+    assert standin.stats.throttled == 3
+
+
+def test_answers_respect_max_tokens_and_latency_grows_with_output() -> None:
+    standin = BedrockStandIn(StandInConfig(latency_ms=300, per_token_ms=2))
+    _, full, delay = standin.answer(MODEL, body(SHORT), 0.0)
+    assert full["stop_reason"] == "end_turn"
+    assert delay == (300 + 2 * full["usage"]["output_tokens"]) / 1000
+    _, cut, _ = standin.answer(MODEL, body(SHORT, max_tokens=3), 1.0)
+    assert (cut["stop_reason"], cut["usage"]["output_tokens"]) == ("max_tokens", 3)
+
+
+def test_invalid_bodies_and_scripted_faults() -> None:
+    standin = BedrockStandIn()
+    assert standin.answer(MODEL, {"messages": []}, 0.0)[0] == 400
+    wrong_version = {**body(SHORT), "anthropic_version": "2026-10-21"}
+    assert standin.answer(MODEL, wrong_version, 0.0)[0] == 400
+    standin.fail_next(2, status=503)
+    assert [standin.answer(MODEL, body(SHORT), 0.0)[0] for _ in range(3)] == [503, 503, 200]
+    assert standin.stats.faults == 2 and standin.stats.invalid == 2
