@@ -43,7 +43,8 @@ class ModelAccounting:
     chunks_remembered: int = 0  # served from the remembered contexts, no call
     contexts_remembered_written: int = 0
     memory_errors: int = 0
-    answers_rejected: Counter[str] = field(default_factory=Counter)  # by reason
+    answers_rejected: Counter[str] = field(default_factory=Counter)  # by reason (then the fallback)
+    answers_capped: int = 0  # kept, cut to CONTEXT_MAX_CHARS
     grouped_retries: int = 0  # chunks missing from a grouped answer, asked again alone
     fallbacks: Counter[str] = field(default_factory=Counter)  # chunks given the fallback, by reason
     windowed_documents: int = 0
@@ -95,6 +96,7 @@ class ModelAccounting:
             "contexts_remembered_written": self.contexts_remembered_written,
             "memory_errors": self.memory_errors,
             "answers_rejected": dict(self.answers_rejected),
+            "answers_capped": self.answers_capped,
             "grouped_retries": self.grouped_retries,
             "fallbacks": dict(self.fallbacks),
             "windowed_documents": self.windowed_documents,

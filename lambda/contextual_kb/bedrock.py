@@ -96,7 +96,10 @@ class ClaudeClient:
         on_throttle: Callable[[], None] | None = None,
     ) -> None:
         self._counter = _AttemptCounter(on_throttle)
-        limits = httpx2.Limits(max_connections=max_connections + 4, max_keepalive_connections=max_connections)
+        # Room for calls abandoned at a deadline that still hold a connection into the next invocation.
+        limits = httpx2.Limits(
+            max_connections=2 * max_connections + 4, max_keepalive_connections=max_connections
+        )
         self._client = AnthropicBedrock(
             aws_region=region,
             max_retries=max_retries,
@@ -149,7 +152,7 @@ class ClaudeClient:
 def _kind(status: int) -> FailureKind:
     if status == 429:
         return "throttled"
-    if status in (408, 409) or status >= 500:
+    if status in (408, 409, 424) or status >= 500:  # 424: Bedrock's ModelErrorException, worth a retry
         return "transient"
     if status in (401, 403, 404):
         return "fatal"

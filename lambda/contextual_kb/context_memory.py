@@ -46,8 +46,10 @@ class ContextMemory:
             raise StorageError(f"s3://{bucket}/{key}: cannot read remembered contexts ({code})") from exc
         except (BotoCoreError, ValueError) as exc:
             raise StorageError(f"s3://{bucket}/{key}: cannot read remembered contexts ({exc})") from exc
-        contexts = data.get("contexts") if isinstance(data, dict) else None
-        if data.get("version") != FORMAT_VERSION or not isinstance(contexts, dict):
+        if not isinstance(data, dict) or data.get("version") != FORMAT_VERSION:
+            return {}  # not ours, or an older format: as if nothing were remembered
+        contexts = data.get("contexts")
+        if not isinstance(contexts, dict):
             return {}
         return {k: v for k, v in contexts.items() if isinstance(k, str) and isinstance(v, str) and v}
 

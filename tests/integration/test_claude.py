@@ -287,9 +287,8 @@ def test_untrusted_answers_are_bounded_or_rejected(
     assert all(context_of(i) and "silent" not in context_of(i)[:6] for i in silent)
     assert all(context_of(i).startswith("This chunk is from") for i in good)  # other documents unaffected
     log = summary(captured)
-    assert log["model"]["answers_rejected"]["capped"] == 3
-    assert log["model"]["answers_rejected"]["echo"] == 3
-    assert log["model"]["answers_rejected"]["empty"] == 2
+    assert log["model"]["answers_capped"] == 3  # kept, cut to the cap
+    assert log["model"]["answers_rejected"] == {"echo": 3, "empty": 2}
     assert log["model"]["fallbacks"] == {"answer_rejected": 5}
 
 

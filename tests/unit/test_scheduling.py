@@ -74,17 +74,17 @@ def test_a_later_document_runs_while_an_earlier_one_waits_on_its_first_call() ->
     assert drain(planner) == earlier[1:]
 
 
-def test_again_puts_the_job_back_in_front_with_one_more_attempt() -> None:
+def test_again_puts_the_job_back_in_front_with_one_more_failure() -> None:
     planner = Planner()
     unit_jobs = jobs(0, 0, 3)
     planner.add(0, [(False, unit_jobs)])
     a, b, c = drain(planner)
     planner.again(b)
-    assert b.attempt == 1
+    assert b.failures == 1
     assert planner.next_job() is b
     planner.again(b)
-    assert b.attempt == 2
-    assert a.attempt == 0 and c.attempt == 0
+    assert b.failures == 2
+    assert a.failures == 0 and c.failures == 0
 
 
 def test_again_goes_in_front_of_jobs_not_yet_started() -> None:
@@ -107,7 +107,7 @@ def test_a_failed_first_call_is_retried_as_the_first() -> None:
     first = planner.next_job()
     assert first is unit_jobs[0]
     planner.again(first)
-    assert first.attempt == 1
+    assert first.failures == 1
     retried = planner.next_job()
     assert retried is first and retried.first is True
     assert planner.next_job() is None  # still cold: still alone
@@ -282,7 +282,7 @@ def test_simulation_with_failures_keeps_cold_units_serial(seed: int) -> None:
             break
         done = running.pop(rng.randrange(len(running)))
         roll = rng.random()
-        if roll < 0.25 and done.attempt < 3:
+        if roll < 0.25 and done.failures < 3:
             planner.again(done)
         elif roll < 0.35:
             planner.dropped(done)
@@ -294,3 +294,41 @@ def test_simulation_with_failures_keeps_cold_units_serial(seed: int) -> None:
 
     assert set(outcome) == {id(job) for job in all_jobs}
     assert not planner.has_pending()
+
+
+def test_a_throttled_job_waits_at_the_back_without_blocking_the_others() -> None:
+    planner = Planner()
+    a, b, c = (Job(0, 0, (i,)) for i in range(3))
+    planner.add(0, [(False, [a, b, c])])
+    assert planner.next_job(now=0.0) is a
+    planner.later(a, not_before=5.0)
+    assert a.throttles == 1 and a.failures == 0
+    assert planner.next_job(now=1.0) is b  # a waits; the others go on
+    assert planner.next_job(now=1.0) is c
+    assert planner.next_job(now=1.0) is None
+    assert planner.next_ready_in(1.0) == 4.0
+    assert planner.next_job(now=5.0) is a
+
+
+def test_a_throttled_first_call_lets_another_job_write_the_cache() -> None:
+    planner = Planner()
+    a, b = Job(0, 0, (0,)), Job(0, 0, (1,))
+    planner.add(0, [(True, [a, b])])
+    assert planner.next_job(now=0.0) is a and a.first
+    planner.later(a, not_before=3.0)
+    nxt = planner.next_job(now=0.0)
+    assert nxt is b and b.first  # still one call at a time until the cache is written
+    assert planner.next_job(now=10.0) is None
+    planner.finished(b)
+    assert planner.next_job(now=10.0) is a and not a.first
+
+
+def test_unit_idle() -> None:
+    planner = Planner()
+    a = Job(0, 0, (0,))
+    planner.add(0, [(False, [a])])
+    assert not planner.unit_idle(0, 0)
+    planner.next_job()
+    assert not planner.unit_idle(0, 0)
+    planner.finished(a)
+    assert planner.unit_idle(0, 0)

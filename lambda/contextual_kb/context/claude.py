@@ -15,6 +15,7 @@ The engine, per invocation:
 
 from __future__ import annotations
 
+import random
 import time
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator
@@ -45,7 +46,7 @@ from contextual_kb.context.scheduling import Job, Planner
 from contextual_kb.context.structural import StructuralStrategy
 from contextual_kb.context.windows import Unit, estimate_tokens, plan_units
 from contextual_kb.context_memory import ContextMemory, chunk_key, document_key
-from contextual_kb.errors import ModelError, StorageError
+from contextual_kb.errors import ModelError, TransformationError
 from contextual_kb.observability import logger
 from contextual_kb.pricing import min_cache_tokens, prices_for
 
@@ -57,8 +58,14 @@ MAX_OPEN_CHARS = 64 * 1024 * 1024
 MEMORY_THREADS = 4
 _WAIT_SLICE = 0.5  # seconds; the loop looks at the deadline and the breaker at least this often
 _LOGGED_INDICES = 50
+# A job still throttled after the SDK's retries waits before it is tried again (doubling, with jitter), at
+# most this many times; the deadline bounds it in Lambda, this bounds it everywhere.
+MAX_THROTTLED_CALLS = 12
+_THROTTLE_PAUSE = 1.0
+_MAX_THROTTLE_PAUSE = 30.0
+_RECENT_CALLS = 200  # the expected duration of a call is the p95 of this many recent ones
 # Fallback reasons that are model failures (``ON_MODEL_ERROR=fail`` raises on them).
-MODEL_FAILURES = frozenset({"model_error", "model_rejected", "model_unavailable"})
+MODEL_FAILURES = frozenset({"model_error", "model_rejected", "model_unavailable", "model_throttled"})
 
 
 class ClaudeStrategy(ContextStrategy):
@@ -121,7 +128,8 @@ class ClaudeStrategy(ContextStrategy):
         return _Run(self, invocation or Invocation(bucket="")).execute(documents)
 
     def contexts_for(self, document: SourceDocument) -> list[ChunkContext | None]:
-        return list(next(iter(self.contextualize([document]))).contexts)
+        (result,) = list(self.contextualize([document]))  # drained, so its remembered contexts are saved
+        return list(result.contexts)
 
 
 @dataclass(eq=False)
@@ -163,67 +171,83 @@ class _Run:
         self.stopped = False  # the hard stop passed: no more calls this invocation
         self.memory_on = strategy.remembering and bool(self.bucket)
         self._memory_warned = False
+        self.clock = self.deadline.clock
+        self.recent: list[float] = []  # durations of recent calls, successful or not
+        self._seq = 0
 
     # --- the loop ---
     def execute(self, documents: Iterable[SourceDocument]) -> Iterator[DocumentContexts]:
         pool = ThreadPoolExecutor(max_workers=self.s.concurrency, thread_name_prefix="ckb-claude")
         io = ThreadPoolExecutor(max_workers=MEMORY_THREADS, thread_name_prefix="ckb-memory")
-        calls: dict[Future[Reply], Job] = {}
+        calls: dict[Future[Reply], tuple[Job, float]] = {}
         lookups: dict[Future[dict[str, str]], _Open] = {}
-        saves: list[Future[None]] = []
+        saves: list[tuple[Future[None], int]] = []
         order: deque[_Open] = deque()
         source = iter(documents)
-        exhausted, seq = False, 0
+        exhausted = False
         try:
             while True:
-                while not exhausted and self._room(order):
-                    document = next(source, None)
-                    if document is None:
-                        exhausted = True
-                        break
-                    opened = self._open(seq, document)
-                    seq += 1
-                    order.append(opened)
-                    if (
-                        self.memory_on
-                        and not self.stopped
-                        and any(_needs_context(opened, i) for i in _all(opened))
-                    ):
-                        lookups[io.submit(self.s.memory.load, self.bucket, opened.memory_key)] = opened
-                    else:
-                        self._schedule(opened, {})
-
+                exhausted = exhausted or self._read(source, order, lookups, io)
                 if not self.stopped and self.deadline.passed():
                     self._hard_stop(calls, lookups)
                 if not self.stopped:
                     self._start(pool, calls)
                     if not calls and not lookups and self.planner.has_pending():
                         self._stalled()
-
                 while order and self._complete(order[0]):
-                    done = order.popleft()
-                    yield self._finish(done, io, saves)
+                    yield self._finish(order.popleft(), io, saves)
                 if exhausted and not order:
                     break
-
-                waiting: list[Future[Any]] = [*calls, *lookups]
-                timeout = max(0.0, min(_WAIT_SLICE, self.deadline.remaining()))
-                if waiting:
-                    finished, _ = wait(waiting, timeout=timeout, return_when=FIRST_COMPLETED)
-                    for future in finished:
-                        if future in calls:
-                            self._on_call(future, calls.pop(future))
-                        else:
-                            self._on_lookup(future, lookups.pop(future))
-                elif not (order and self._complete(order[0])):
-                    time.sleep(timeout or 0.01)  # the breaker is open: wait for its probe
-            if saves:
-                wait(saves, timeout=max(0.0, self.deadline.remaining()))
-                for future in saves:
-                    self._saved(future)
+                if not exhausted and self._room(order):
+                    continue  # read more documents before waiting on anything
+                self._wait(calls, lookups, order)
+            self._await_saves(saves)
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
             io.shutdown(wait=False, cancel_futures=True)
+
+    def _read(
+        self,
+        source: Iterator[SourceDocument],
+        order: deque[_Open],
+        lookups: dict[Future[dict[str, str]], _Open],
+        io: ThreadPoolExecutor,
+    ) -> bool:
+        """Open documents while there is room; True once the source is exhausted."""
+        while self._room(order):
+            document = next(source, None)
+            if document is None:
+                return True
+            opened = self._open(self._seq, document)
+            self._seq += 1
+            order.append(opened)
+            if self.memory_on and not self.stopped and not self.deadline.passed() and _any_text(opened):
+                lookups[io.submit(self.s.memory.load, self.bucket, opened.memory_key)] = opened
+            else:
+                self._schedule(opened, {})
+        return False
+
+    def _wait(
+        self,
+        calls: dict[Future[Reply], tuple[Job, float]],
+        lookups: dict[Future[dict[str, str]], _Open],
+        order: deque[_Open],
+    ) -> None:
+        """Until a call or a lookup ends (at most a slice of time), and handle what ended."""
+        timeout = max(0.0, min(_WAIT_SLICE, self.deadline.remaining()))
+        waiting: list[Future[Any]] = [*calls, *lookups]
+        if waiting:
+            finished, _ = wait(waiting, timeout=timeout, return_when=FIRST_COMPLETED)
+            for future in finished:
+                if future in calls:
+                    job, started = calls.pop(future)
+                    self._on_call(future, job, started)
+                else:
+                    self._on_lookup(future, lookups.pop(future))
+        elif not (order and self._complete(order[0])):
+            # Waiting for the breaker's probe or a throttled call's turn.
+            ready = self.planner.next_ready_in(self.clock())
+            time.sleep(min(timeout, ready) if ready is not None else timeout or 0.01)
 
     def _room(self, order: deque[_Open]) -> bool:
         if not order:
@@ -259,7 +283,7 @@ class _Run:
     def _on_lookup(self, future: Future[dict[str, str]], opened: _Open) -> None:
         try:
             remembered = future.result()
-        except StorageError as exc:
+        except Exception as exc:
             self.acct.memory_errors += 1
             if not self._memory_warned:
                 logger.warning(
@@ -311,7 +335,10 @@ class _Run:
             if self.s.published:  # the published algorithm: the batch's own chunks joined
                 text = "\n".join(document.chunk(i) for i in spec.chunks)
             elif self.s.grouped:
-                marks = {document.document.spans[i].start: MARKER.format(n=i + 1) for i in spec.chunks}
+                marks: dict[int, str] = {}
+                for i in spec.chunks:  # two chunks may start at one place: both markers go there
+                    start = document.document.spans[i].start
+                    marks[start] = marks.get(start, "") + MARKER.format(n=i + 1)
                 text = spec.render(document.document.text, marks)
             else:
                 text = spec.render(document.document.text)
@@ -321,7 +348,9 @@ class _Run:
     def _complete(self, opened: _Open) -> bool:
         return opened.scheduled and not self.planner.busy(opened.seq)
 
-    def _finish(self, opened: _Open, io: ThreadPoolExecutor, saves: list[Future[None]]) -> DocumentContexts:
+    def _finish(
+        self, opened: _Open, io: ThreadPoolExecutor, saves: list[tuple[Future[None], int]]
+    ) -> DocumentContexts:
         for index in _all(opened):  # a guard: every chunk leaves with a decision
             if (
                 _needs_context(opened, index)
@@ -347,39 +376,56 @@ class _Run:
             )
         if opened.learned and opened.memory_key:
             merged = {**opened.remembered, **opened.learned}
-            saves.append(io.submit(self.s.memory.save, self.bucket, opened.memory_key, merged))
-            self.acct.contexts_remembered_written += len(opened.learned)
+            saves.append(
+                (io.submit(self.s.memory.save, self.bucket, opened.memory_key, merged), len(opened.learned))
+            )
         self.planner.remove(opened.seq)
         del self.open[opened.seq]
         return DocumentContexts(opened.document, tuple(opened.contexts))
 
-    def _saved(self, future: Future[None]) -> None:
-        if not future.done():
-            self.acct.memory_errors += 1
+    def _await_saves(self, saves: list[tuple[Future[None], int]]) -> None:
+        """Wait for the remembered contexts to be written, while the deadline allows."""
+        if not saves:
             return
-        try:
-            future.result()
-        except StorageError as exc:
-            self.acct.memory_errors += 1
-            logger.warning("could not remember contexts", extra={"error": str(exc)})
+        remaining = self.deadline.remaining()
+        wait([f for f, _ in saves], timeout=None if remaining == float("inf") else max(0.0, remaining))
+        for future, count in saves:
+            if not future.done():
+                self.acct.memory_errors += 1
+                continue
+            try:
+                future.result()
+                self.acct.contexts_remembered_written += count
+            except Exception as exc:
+                self.acct.memory_errors += 1
+                logger.warning("could not remember contexts", extra={"error": str(exc)})
 
     # --- calls ---
-    def _start(self, pool: ThreadPoolExecutor, calls: dict[Future[Reply], Job]) -> None:
+    def _start(self, pool: ThreadPoolExecutor, calls: dict[Future[Reply], tuple[Job, float]]) -> None:
         while len(calls) < self.s.limit.allowed:
             if not self.deadline.can_start(self._expected_seconds()):
                 return
             if not self.breaker.allows():
                 return
-            job = self.planner.next_job()
+            now = self.clock()
+            job = self.planner.next_job(now)
             if job is None:
                 self.breaker.on_abandoned()
                 return
             job.probe = self.breaker.probing
-            calls[pool.submit(self.s.client.invoke, self._request(job))] = job
+            try:
+                client = self.s.client
+            except TransformationError as exc:  # no region: the model cannot be called at all
+                self.planner.dropped(job)
+                self.breaker.on_failure(str(exc), fatal=True)
+                self._fallback_jobs([job], "model_unavailable", str(exc))
+                return
+            calls[pool.submit(client.invoke, self._request(job))] = (job, now)
 
     def _expected_seconds(self) -> float:
-        """How long a call is expected to take: the p95 so far (0 before any, so the first may start)."""
-        return percentile(self.acct.latencies, 0.95)
+        """How long a call is expected to take: the p95 of the recent ones, failed ones included (0 before
+        any, so the first may start)."""
+        return percentile(self.recent[-_RECENT_CALLS:], 0.95)
 
     def _request(self, job: Job) -> dict[str, Any]:
         opened = self.open[job.doc]
@@ -392,24 +438,25 @@ class _Run:
         chunk = _clip(opened.document.chunk(job.chunks[0]), self.settings.window_tokens * 3)
         return chunk_request(self.s.prompt, document=text, chunk=chunk, cache=cache)
 
-    def _on_call(self, future: Future[Reply], job: Job) -> None:
+    def _on_call(self, future: Future[Reply], job: Job, started: float) -> None:
         acct = self.acct
+        acct.calls += 1
+        self.recent.append(self.clock() - started)
+        del self.recent[: -_RECENT_CALLS * 2 or None]  # keep the list short; only the recent ones count
         try:
             reply = future.result()
         except ModelCallError as exc:
-            acct.calls += 1
             acct.attempts += exc.attempts
             acct.throttles += exc.throttles
             acct.failed_calls[exc.kind] += 1
             self._failed(job, exc.kind, str(exc))
             return
         except Exception as exc:
-            acct.calls += 1
+            acct.attempts += 1
             acct.failed_calls["unexpected"] += 1
             logger.exception("unexpected error from the model client")
             self._failed(job, "transient", f"{type(exc).__name__}")
             return
-        acct.calls += 1
         acct.attempts += reply.attempts
         acct.throttles += reply.throttles
         acct.add_usage(reply.usage)
@@ -437,6 +484,13 @@ class _Run:
             if not self._accept(opened, job.unit, index, reply.text):
                 opened.fallback[index] = "answer_rejected"
             self.planner.finished(job)
+        self._release(opened, job.unit)
+
+    def _release(self, opened: _Open, unit: int) -> None:
+        """A unit with nothing left to ask no longer needs its prompt text (a long document has many)."""
+        if self.planner.unit_idle(opened.seq, unit):
+            opened._texts.pop(unit, None)
+            opened._normal.pop(unit, None)
 
     def _accept(self, opened: _Open, unit: int, index: int, answer: str) -> bool:
         if unit not in opened._normal:
@@ -447,10 +501,11 @@ class _Run:
             normalized_document=opened._normal[unit],
             max_chars=self.settings.context_max_chars,
         )
-        if verdict.reason:
-            self.acct.answers_rejected[verdict.reason] += 1
         if verdict.text is None:
+            self.acct.answers_rejected[verdict.reason] += 1
             return False
+        if verdict.reason == "capped":
+            self.acct.answers_capped += 1
         opened.contexts[index] = ChunkContext(verdict.text, NAME)
         opened.learned[chunk_key(opened.document.chunk(index))] = verdict.text
         self.acct.chunks_from_model += 1
@@ -459,17 +514,23 @@ class _Run:
     def _failed(self, job: Job, kind: str, message: str) -> None:
         opened = self.open[job.doc]
         log = {"file": opened.document.source, "chunk_indices": list(job.chunks)[:_LOGGED_INDICES]}
-        if kind == "throttled":  # the quota, not the model: wait our turn (the deadline bounds it)
+        if kind in ("throttled", "rejected") and job.probe:
+            self.breaker.on_abandoned()  # the model answered: the probe slot is free again
+        if kind == "throttled":  # the quota, not the model: wait our turn, a while
             self.s.limit.on_throttle()
-            self.acct.requeued_calls += 1
-            self.planner.again(job)
-            return
-        if kind == "transient":
+            if job.throttles + 1 < MAX_THROTTLED_CALLS:
+                self.acct.requeued_calls += 1
+                pause = min(_MAX_THROTTLE_PAUSE, _THROTTLE_PAUSE * 2**job.throttles)
+                self.planner.later(job, self.clock() + pause * (0.5 + random.random() / 2))
+                return
+            reason = "model_throttled"
+        elif kind == "transient":
             self.breaker.on_failure(message, probe=job.probe)
-            if job.attempt + 1 < MAX_JOB_ATTEMPTS:
+            if job.failures + 1 < MAX_JOB_ATTEMPTS:
                 self.acct.requeued_calls += 1
                 self.planner.again(job)
                 logger.info("model call failed; will try again", extra={**log, "error": message})
+                self._release(opened, job.unit)
                 return
             reason = "model_error"
         elif kind == "fatal":
@@ -479,6 +540,7 @@ class _Run:
             reason = "model_rejected"
         logger.warning("model call failed for good", extra={**log, "error": message, "reason": reason})
         self.planner.dropped(job)
+        self._release(opened, job.unit)
         self._fallback_jobs([job], reason, message)
 
     def _fallback_jobs(self, jobs: list[Job], reason: str, message: str = "") -> None:
@@ -494,22 +556,36 @@ class _Run:
             )
 
     def _stalled(self) -> None:
-        """Nothing is running and nothing can start: the deadline is near, or the breaker is open."""
-        if self.breaker.gave_up:
-            reason = "model_unavailable"
-            self._fallback_jobs(self.planner.take_pending(), reason, self.breaker.reason)
-        elif not self.deadline.can_start(self._expected_seconds()):
+        """Nothing is running and nothing can start: the model is given up on, the deadline is near, the
+        breaker is open, or every queued call waits after a throttle."""
+        expected = self._expected_seconds()
+        probe_in = self.breaker.next_probe_in()
+        if self.breaker.gave_up or (
+            probe_in is not None and not self.deadline.can_start(probe_in + expected)
+        ):
+            self._fallback_jobs(self.planner.take_pending(), "model_unavailable", self.breaker.reason)
+        elif not self.deadline.can_start(expected):
             self._fallback_jobs(self.planner.take_pending(), "deadline")
-        # otherwise the breaker is open and will let a probe through: wait
+        # otherwise wait: for the breaker's probe, or for a throttled call's turn
 
     def _hard_stop(
-        self, calls: dict[Future[Reply], Job], lookups: dict[Future[dict[str, str]], _Open]
+        self,
+        calls: dict[Future[Reply], tuple[Job, float]],
+        lookups: dict[Future[dict[str, str]], _Open],
     ) -> None:
-        """The deadline: abandon calls still running and give every chunk still waiting the fallback."""
+        """The deadline: use what has already come back, abandon what is still running, and give every chunk
+        still waiting the fallback."""
         self.stopped = True
-        for future, job in calls.items():
+        for future in [f for f in calls if f.done()]:
+            job, started = calls.pop(future)
+            self._on_call(future, job, started)
+        for future in [f for f in lookups if f.done()]:
+            self._on_lookup(future, lookups.pop(future))
+        for future, (job, _) in calls.items():
             future.cancel()
             self.planner.dropped(job)
+            self.acct.calls += 1
+            self.acct.attempts += 1
             self.acct.failed_calls["abandoned_at_deadline"] += 1
             self._fallback_jobs([job], "deadline")
         calls.clear()
@@ -519,6 +595,10 @@ class _Run:
             self._schedule(opened, {})
         lookups.clear()
         self._fallback_jobs(self.planner.take_pending(), "deadline")
+
+
+def _any_text(opened: _Open) -> bool:
+    return any(_needs_context(opened, i) for i in _all(opened))
 
 
 def _all(opened: _Open) -> range:

@@ -21,7 +21,9 @@ class Job:
     unit: int
     chunks: tuple[int, ...]
     grouped: bool = False
-    attempt: int = 0  # calls of this job that ended in a throttle or a transient failure
+    failures: int = 0  # calls of this job that failed transiently (after the SDK's retries)
+    throttles: int = 0  # calls of this job still throttled after the SDK's retries
+    not_before: float = 0.0  # a throttled job waits until then (the caller's clock)
     first: bool = False  # the call that writes the unit's cache
     probe: bool = False  # the call the breaker let through to test the model (set by the caller)
 
@@ -49,22 +51,27 @@ class Planner:
             [_Unit(cacheable, deque(jobs), warm=not cacheable) for cacheable, jobs in units]
         )
 
-    def next_job(self) -> Job | None:
+    def next_job(self, now: float = 0.0) -> Job | None:
+        """The next call to start: earliest document first, skipping jobs waiting until later than ``now``."""
         for doc in sorted(self._docs):
             for unit in self._docs[doc].units:
-                if not unit.pending:
+                if not unit.pending or (not unit.warm and unit.in_flight):
                     continue
-                if unit.warm:
-                    job = unit.pending.popleft()
-                    job.first = False
-                elif unit.in_flight == 0:
-                    job = unit.pending.popleft()
-                    job.first = True
-                else:
+                job = next((j for j in unit.pending if j.not_before <= now), None)
+                if job is None:
                     continue
+                unit.pending.remove(job)
+                job.first = not unit.warm
                 unit.in_flight += 1
                 return job
         return None
+
+    def next_ready_in(self, now: float) -> float | None:
+        """Seconds until a waiting (throttled) job may start, when every pending job is waiting."""
+        waits = [j.not_before - now for d in self._docs.values() for u in d.units for j in u.pending]
+        if not waits or min(waits) <= 0:
+            return None
+        return min(waits)
 
     def _unit(self, job: Job) -> _Unit:
         return self._docs[job.doc].units[job.unit]
@@ -78,11 +85,19 @@ class Planner:
             unit.pending.extend(extra)
 
     def again(self, job: Job) -> None:
-        """The call failed in a way worth another try: back to the front of its unit's queue."""
+        """The call failed transiently: back to the front of its unit's queue."""
         unit = self._unit(job)
         unit.in_flight -= 1
-        job.attempt += 1
+        job.failures += 1
         unit.pending.appendleft(job)
+
+    def later(self, job: Job, not_before: float) -> None:
+        """The call was throttled: to the back of its unit's queue, not to start before ``not_before``."""
+        unit = self._unit(job)
+        unit.in_flight -= 1
+        job.throttles += 1
+        job.not_before = not_before
+        unit.pending.append(job)
 
     def dropped(self, job: Job) -> None:
         """The call failed for good; its chunks get the fallback (the caller's business)."""
@@ -96,6 +111,11 @@ class Planner:
                 out.extend(unit.pending)
                 unit.pending.clear()
         return out
+
+    def unit_idle(self, doc: int, unit: int) -> bool:
+        """The unit has nothing queued or running (its prompt text may be let go)."""
+        state = self._docs[doc].units[unit]
+        return not state.pending and not state.in_flight
 
     def has_pending(self) -> bool:
         return any(u.pending for d in self._docs.values() for u in d.units)

@@ -1,0 +1,168 @@
+"""The claude engine's loop with a scripted model client (no HTTP): failure paths found in review."""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from contextual_kb.accounting import Usage
+from contextual_kb.bedrock import ModelCallError, Reply
+from contextual_kb.config import Settings
+from contextual_kb.context.base import Invocation, SourceDocument
+from contextual_kb.context.claude import ClaudeStrategy
+from contextual_kb.deadline import Deadline
+from contextual_kb.documents import assemble
+
+Script = Callable[[dict[str, Any], int], Reply]  # (request, call number) -> reply, or raise
+
+
+class FakeClient:
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self.calls = 0
+        self.requests: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+
+    def invoke(self, request: dict[str, Any]) -> Reply:
+        with self._lock:
+            self.calls += 1
+            number = self.calls
+            self.requests.append(request)
+        return self.script(request, number)
+
+
+def reply(text: str = "A context.") -> Reply:
+    return Reply(text, Usage(10, 0, 0, 5), "end_turn", 0.001, attempts=1, throttles=0)
+
+
+def error(kind: str, status: int) -> ModelCallError:
+    return ModelCallError(kind, f"{status}", status=status, attempts=1, throttles=int(status == 429))  # type: ignore[arg-type]
+
+
+def chunk_of(request: dict[str, Any]) -> str:
+    match = re.search(r"<chunk>\n(.*?)\n</chunk>", request["messages"][0]["content"][1]["text"], re.DOTALL)
+    return match.group(1) if match else ""
+
+
+def document(name: str, chunks: list[str]) -> SourceDocument:
+    return SourceDocument(f"s3://src/{name}", name, {}, assemble(chunks), keys=(f"{name}_1.JSON",))
+
+
+def strategy(client: FakeClient, **env: str) -> ClaudeStrategy:
+    settings = Settings.from_env({"CONTEXT_MEMORY_PREFIX": "", "MODEL_REGION": "us-east-1", **env})
+    return ClaudeStrategy(settings, client=client)  # type: ignore[arg-type]
+
+
+def run(
+    engine: ClaudeStrategy, documents: list[SourceDocument], seconds: float | None = 20.0
+) -> tuple[list[list[str | None]], Invocation]:
+    deadline = (
+        Deadline.unlimited() if seconds is None else Deadline.from_remaining(seconds, reserve_seconds=0)
+    )
+    invocation = Invocation(bucket="", deadline=deadline)
+    results = [
+        [c.text if c else None for c in result.contexts]
+        for result in engine.contextualize(documents, invocation)
+    ]
+    return results, invocation
+
+
+def test_a_throttled_probe_frees_the_breaker_and_the_run_completes() -> None:
+    def script(request: dict[str, Any], number: int) -> Reply:
+        if number <= 2:
+            raise error("transient", 503)
+        if number == 3:
+            raise error("throttled", 429)  # the probe
+        return reply()
+
+    engine = strategy(
+        FakeClient(script), BREAKER_THRESHOLD="2", BREAKER_COOLDOWN_SECONDS="0", MAX_CONCURRENCY="1"
+    )
+    results, invocation = run(engine, [document("a.md", ["one chunk", "two chunk", "three chunk"])])
+    assert results == [["A context."] * 3]
+    assert dict(invocation.accounting.fallbacks) == {}
+
+
+def test_throttles_do_not_use_up_the_transient_retries() -> None:
+    outcomes = iter([error("throttled", 429), error("throttled", 429), error("transient", 503)])
+
+    def script(request: dict[str, Any], number: int) -> Reply:
+        failure = next(outcomes, None)
+        if failure is not None:
+            raise failure
+        return reply()
+
+    results, invocation = run(strategy(FakeClient(script), ON_MODEL_ERROR="fail"), [document("a.md", ["x"])])
+    assert results == [["A context."]]
+    assert invocation.accounting.requeued_calls == 3
+
+
+def test_a_request_always_throttled_does_not_starve_the_others() -> None:
+    def script(request: dict[str, Any], number: int) -> Reply:
+        if chunk_of(request) == "the greedy chunk":
+            raise error("throttled", 429)
+        return reply()
+
+    engine = strategy(FakeClient(script), MAX_CONCURRENCY="1")
+    chunks = ["the greedy chunk", *(f"chunk number {i}" for i in range(8))]
+    results, invocation = run(engine, [document("a.md", chunks)], seconds=3.0)
+    assert results[0][1:] == ["A context."] * 8
+    assert results[0][0] is not None and results[0][0] != "A context."  # the structural fallback
+    assert dict(invocation.accounting.fallbacks) == {"deadline": 1}
+
+
+def test_no_region_is_a_model_failure_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    engine = ClaudeStrategy(Settings.from_env({"CONTEXT_MEMORY_PREFIX": ""}))  # a real client, built lazily
+    results, invocation = run(engine, [document("a.md", ["x", "y"])])
+    assert all(text for text in results[0])
+    assert dict(invocation.accounting.fallbacks) == {"model_unavailable": 2}
+
+
+def test_grouped_chunks_starting_at_the_same_place_both_get_a_marker() -> None:
+    def script(request: dict[str, Any], number: int) -> Reply:
+        wanted = re.search(r"Chunks: ([\d, ]+)\.", request["messages"][0]["content"][1]["text"])
+        assert wanted is not None
+        numbers = [int(n) for n in wanted.group(1).split(", ")]
+        document_text = request["messages"][0]["content"][0]["text"]
+        return reply(
+            "\n".join(
+                f'<context chunk="{n}">Context {n}.</context>'
+                for n in numbers
+                if f"⟪chunk {n}⟫" in document_text
+            )
+        )
+
+    engine = strategy(FakeClient(script), CONTEXT_MODE="grouped")
+    results, invocation = run(engine, [document("a.md", ["same text here", "same text here", "other"])])
+    assert results == [["Context 1.", "Context 2.", "Context 3."]]
+    assert dict(invocation.accounting.fallbacks) == {}
+
+
+def test_an_unlimited_deadline_with_remembered_contexts(s3: Any) -> None:
+    s3.create_bucket(Bucket="memory-bucket")
+    settings = Settings.from_env({"MODEL_REGION": "us-east-1"})
+    engine = ClaudeStrategy(settings, client=FakeClient(lambda request, number: reply()))  # type: ignore[arg-type]
+    invocation = Invocation(bucket="memory-bucket", deadline=Deadline.unlimited())
+    results = list(engine.contextualize([document("a.md", ["x", "y"])], invocation))
+    assert [c.text for c in results[0].contexts if c] == ["A context."] * 2
+    assert invocation.accounting.contexts_remembered_written == 2
+
+
+def test_a_remembered_object_that_is_not_ours_is_ignored(s3: Any) -> None:
+    from contextual_kb.context_memory import ContextMemory
+
+    s3.create_bucket(Bucket="memory-bucket")
+    memory = ContextMemory(s3)
+    for body in (b"null", b"[]", b'"x"', b'{"version": 1, "contexts": []}', b"not json at all"):
+        s3.put_object(Bucket="memory-bucket", Key="k.json", Body=body)
+        if body == b"not json at all":
+            with pytest.raises(Exception, match="cannot read remembered contexts"):
+                memory.load("memory-bucket", "k.json")
+        else:
+            assert memory.load("memory-bucket", "k.json") == {}
