@@ -52,7 +52,7 @@ class Settings(BaseModel):
     model_region: str = Field(default="", alias="MODEL_REGION")
     context_mode: ContextMode = Field(default="per_chunk", alias="CONTEXT_MODE")
     # Chunks whose contexts one grouped call asks for.
-    group_size: int = Field(default=12, ge=2, le=64, alias="GROUP_SIZE")
+    group_size: int = Field(default=20, ge=2, le=64, alias="GROUP_SIZE")
     cache_ttl: CacheTtl = Field(default="5m", alias="CACHE_TTL")
     # Minimum cacheable prompt prefix in tokens; 0 means the model's documented minimum (facts table).
     min_cache_tokens: int = Field(default=0, ge=0, alias="MIN_CACHE_TOKENS")

@@ -77,6 +77,7 @@ def record_model(model: ModelAccounting) -> None:
         ("CacheWrites", model.cache_writes),
         ("ChunksRemembered", model.chunks_remembered),
         ("AnswersRejected", sum(model.answers_rejected.values())),
+        ("AnswersCapped", model.answers_capped),
         ("ContextFallbacks", sum(model.fallbacks.values())),
     ):
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)

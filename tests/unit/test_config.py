@@ -43,3 +43,11 @@ def test_values_are_read_and_blank_means_default() -> None:
 def test_bad_values_name_the_variable(name: str, value: str) -> None:
     with pytest.raises(ConfigurationError, match=name):
         Settings.from_env({name: value})
+
+
+def test_the_readme_documents_every_setting() -> None:
+    from tests.conftest import ROOT
+
+    readme = (ROOT / "README.md").read_text()
+    missing = [f.alias for f in Settings.model_fields.values() if f.alias and f"`{f.alias}`" not in readme]
+    assert missing == []
