@@ -8,7 +8,7 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from contextual_kb.accounting import ModelAccounting
+from contextual_kb.accounting import ModelAccounting, percentile
 from contextual_kb.config import Settings
 from contextual_kb.context import ContextStrategy, build_strategy
 from contextual_kb.deadline import Deadline
@@ -47,7 +47,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
 
 def record(strategy: str, stats: RunStats) -> None:
     metrics.add_dimension(name="Strategy", value=strategy)
-    for name, value in (
+    _counts(
         ("Files", stats.files),
         ("BatchesIn", stats.batches_in),
         ("ChunksIn", stats.chunks_in),
@@ -56,8 +56,7 @@ def record(strategy: str, stats: RunStats) -> None:
         ("NonTextItems", stats.non_text_items),
         ("EmptyDocuments", stats.empty_documents),
         ("ContextMetadataTruncated", stats.metadata_truncated),
-    ):
-        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+    )
     if stats.model.calls or stats.model.chunks_remembered or stats.model.fallbacks:
         record_model(stats.model)
     logger.info("transformation complete", extra={"strategy": strategy, **stats.as_log()})
@@ -65,7 +64,7 @@ def record(strategy: str, stats: RunStats) -> None:
 
 def record_model(model: ModelAccounting) -> None:
     """The model's accounting as metrics (the summary log line carries the same figures)."""
-    for name, value in (
+    _counts(
         ("ModelCalls", model.calls),
         ("ModelRetries", model.retries),
         ("ModelThrottles", model.throttles),
@@ -79,10 +78,8 @@ def record_model(model: ModelAccounting) -> None:
         ("AnswersRejected", sum(model.answers_rejected.values())),
         ("AnswersCapped", model.answers_capped),
         ("ContextFallbacks", sum(model.fallbacks.values())),
-    ):
-        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
-    for reason, count in model.fallbacks.items():
-        metrics.add_metric(name=f"Fallback_{reason}", unit=MetricUnit.Count, value=count)
+        *((f"Fallback_{reason}", count) for reason, count in model.fallbacks.items()),
+    )
     if model.latencies:
         metrics.add_metric(name="ModelLatencyP50", unit=MetricUnit.Milliseconds, value=_ms(model, 0.5))
         metrics.add_metric(name="ModelLatencyP95", unit=MetricUnit.Milliseconds, value=_ms(model, 0.95))
@@ -91,7 +88,10 @@ def record_model(model: ModelAccounting) -> None:
         metrics.add_metric(name="EstimatedCostMicroUSD", unit=MetricUnit.Count, value=round(cost * 1e6))
 
 
-def _ms(model: ModelAccounting, share: float) -> float:
-    from contextual_kb.accounting import percentile
+def _counts(*pairs: tuple[str, int]) -> None:
+    for name, value in pairs:
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
 
+
+def _ms(model: ModelAccounting, share: float) -> float:
     return round(1000 * percentile(model.latencies, share))
