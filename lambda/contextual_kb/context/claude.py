@@ -6,8 +6,9 @@ The engine, per invocation:
 - remembered contexts (S3) are looked up first; a chunk found there needs no call;
 - each document (or window of a long one) is a unit with a cached prefix; its first call runs alone
   (``scheduling``), the rest after it, so a cacheable document is written to the cache once;
-- 429s shrink the concurrency limit, transient failures are retried by the SDK and then requeued, a breaker
-  stops calling a model that keeps failing (``flow_control``);
+- the SDK retries 429s, 5xx and timeouts; each 429 also shrinks the concurrency limit; a call still
+  throttled waits (with backoff) at the back of its queue, one still failing is tried again; a breaker stops
+  calling a model that keeps failing (``flow_control``);
 - no call starts unless it can end before the deadline; at the deadline calls still running are abandoned;
 - every chunk left without a model context gets the structural context, counted by reason and logged with
   its file and batch keys; with ``ON_MODEL_ERROR=fail`` a model failure raises instead.
