@@ -104,7 +104,7 @@ def main() -> int:
         started = time.perf_counter()
         bodies = contextualized_corpus(documents, strategy)
         elapsed = time.perf_counter() - started
-        for analyzer in ("plain", "code-aware"):
+        for analyzer in ("plain", "code-aware", "opensearch-builtin"):
             figures = score(documents, queries, bodies, analyzer)
             rows.append(
                 {
