@@ -1,0 +1,100 @@
+"""Settings of the stack, from CDK context (``cdk.json`` or ``-c name=value``), with documented defaults.
+
+A combination that cannot work fails ``cdk synth`` with a message naming the context key, before anything
+is deployed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+VectorStore = Literal["opensearch", "s3vectors"]
+Chunking = Literal["fixed_size", "hierarchical", "semantic", "default"]
+
+# Titan Text Embeddings V2 output sizes.
+TITAN_V2 = "amazon.titan-embed-text-v2:0"
+TITAN_V2_DIMENSIONS = (256, 512, 1024)
+
+
+class ConfigError(ValueError):
+    """A context value the stack cannot use."""
+
+
+class StackConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="forbid")
+
+    stack_name: str = Field(
+        default="ContextualKb", alias="stackName", pattern=r"^[A-Za-z][A-Za-z0-9-]{0,127}$"
+    )
+    vector_store: VectorStore = Field(default="opensearch", alias="vectorStore")
+    embedding_model_id: str = Field(default=TITAN_V2, alias="embeddingModelId")
+    embedding_dimension: int = Field(default=1024, alias="embeddingDimension", ge=256, le=4096)
+    chunking: Chunking = Field(default="fixed_size", alias="chunking")
+    chunk_max_tokens: int = Field(default=300, alias="chunkMaxTokens", ge=20, le=8192)
+    chunk_overlap_percentage: int = Field(default=20, alias="chunkOverlapPercentage", ge=1, le=99)
+    parent_max_tokens: int = Field(default=1500, alias="parentMaxTokens", ge=20, le=8192)
+    child_max_tokens: int = Field(default=300, alias="childMaxTokens", ge=20, le=8192)
+    overlap_tokens: int = Field(default=60, alias="overlapTokens", ge=1, le=8192)
+    semantic_max_tokens: int = Field(default=300, alias="semanticMaxTokens", ge=20, le=8192)
+    semantic_buffer_size: int = Field(default=0, alias="semanticBufferSize", ge=0, le=1)
+    semantic_breakpoint_percentile: int = Field(
+        default=95, alias="semanticBreakpointPercentile", ge=50, le=99
+    )
+    # Days before the KB's intermediate files and our outputs expire; remembered contexts never do.
+    intermediate_expiration_days: int = Field(default=30, alias="intermediateExpirationDays", ge=1)
+    # A customer-managed KMS key for the buckets and the intermediate files (SSE-S3 otherwise).
+    kms_key: bool = Field(default=False, alias="kmsKey")
+    function_memory_mb: int = Field(default=1024, alias="functionMemoryMb", ge=256, le=10240)
+    function_timeout_seconds: int = Field(default=900, alias="functionTimeoutSeconds", ge=60, le=900)
+    # Environment of the transformation function (README, "Settings"): every variable can be set here.
+    function_environment: dict[str, str] = Field(default_factory=dict, alias="functionEnvironment")
+    alarm_email: str = Field(default="", alias="alarmEmail")
+
+    @model_validator(mode="after")
+    def _combinations(self) -> StackConfig:
+        if self.embedding_model_id == TITAN_V2 and self.embedding_dimension not in TITAN_V2_DIMENSIONS:
+            raise ValueError(
+                f"embeddingDimension={self.embedding_dimension}: Titan Text Embeddings V2 gives "
+                f"{', '.join(map(str, TITAN_V2_DIMENSIONS))}"
+            )
+        if self.chunking == "hierarchical" and self.child_max_tokens >= self.parent_max_tokens:
+            raise ValueError(
+                f"childMaxTokens={self.child_max_tokens} must be smaller than "
+                f"parentMaxTokens={self.parent_max_tokens}"
+            )
+        if (
+            self.function_environment.get("CONTEXT_STRATEGY", "claude") == "claude"
+            and self.function_timeout_seconds < 300
+        ):
+            raise ValueError(
+                "functionTimeoutSeconds below 300 leaves the claude strategy too little time per call of the "
+                "Knowledge Base; use 900 (the default)"
+            )
+        return self
+
+    @property
+    def model_id(self) -> str:
+        from contextual_kb.config import DEFAULT_MODEL_ID
+
+        return self.function_environment.get("MODEL_ID", DEFAULT_MODEL_ID)
+
+
+def load(context: dict[str, Any]) -> StackConfig:
+    """The config from context values; JSON strings are accepted for structured values (``-c``)."""
+    values: dict[str, Any] = {}
+    names = {f.alias for f in StackConfig.model_fields.values() if f.alias}
+    for name in names:
+        if name in context and context[name] is not None:
+            value = context[name]
+            if isinstance(value, str) and name in {"functionEnvironment"}:
+                value = json.loads(value)
+            values[name] = value
+    try:
+        return StackConfig.model_validate(values)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "context"
+        raise ConfigError(f"CDK context {where}: {first['msg']}") from None

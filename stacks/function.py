@@ -1,0 +1,98 @@
+"""The transformation function: Python 3.13 on arm64, our handler, every setting as environment.
+
+It may invoke only the configured model (through its inference profile, and the foundation-model ARNs the
+profile routes to) and read and write only the intermediate bucket.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Aws, Duration, Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from stacks.bundling import function_code
+from stacks.config import StackConfig
+
+HANDLER = "contextual_kb.handler.lambda_handler"
+ARCHITECTURE = "arm64"
+_PROFILE_PREFIXES = ("global.", "us.", "eu.", "apac.", "jp.", "au.", "ca.", "us-gov.")
+
+
+def model_statements(model_id: str) -> list[iam.PolicyStatement]:
+    """InvokeModel on the model: the profile ARN, and the foundation model only through that profile
+    (facts file: a ``global.`` profile also needs the region-less foundation-model ARN)."""
+    prefix = next((p for p in _PROFILE_PREFIXES if model_id.startswith(p)), "")
+    if not prefix:  # a foundation model called directly, in this region
+        return [
+            iam.PolicyStatement(
+                actions=["bedrock:InvokeModel"],
+                resources=[f"arn:{Aws.PARTITION}:bedrock:{Aws.REGION}::foundation-model/{model_id}"],
+            )
+        ]
+    foundation = model_id[len(prefix) :]
+    profile_arn = f"arn:{Aws.PARTITION}:bedrock:{Aws.REGION}:{Aws.ACCOUNT_ID}:inference-profile/{model_id}"
+    statements = [
+        iam.PolicyStatement(actions=["bedrock:InvokeModel"], resources=[profile_arn]),
+        iam.PolicyStatement(
+            actions=["bedrock:InvokeModel"],
+            # The destination regions of a cross-region profile are AWS's to choose: any region, but only
+            # when the call comes through this profile.
+            resources=[f"arn:{Aws.PARTITION}:bedrock:*::foundation-model/{foundation}"],
+            conditions={"StringEquals": {"bedrock:InferenceProfileArn": profile_arn}},
+        ),
+    ]
+    if prefix == "global.":
+        statements.append(
+            iam.PolicyStatement(
+                actions=["bedrock:InvokeModel"],
+                resources=[f"arn:{Aws.PARTITION}:bedrock:::foundation-model/{foundation}"],
+                conditions={
+                    "StringEquals": {
+                        "aws:RequestedRegion": "unspecified",
+                        "bedrock:InferenceProfileArn": profile_arn,
+                    }
+                },
+            )
+        )
+    return statements
+
+
+class TransformFunction(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: StackConfig,
+        intermediate: s3.IBucket,
+        code: lambda_.Code | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        log_group = logs.LogGroup(self, "Logs", retention=logs.RetentionDays.ONE_MONTH)
+        environment = {
+            "POWERTOOLS_SERVICE_NAME": "contextual-kb",
+            "POWERTOOLS_METRICS_NAMESPACE": "ContextualKB",
+            "CONTEXT_STRATEGY": "claude",
+            **config.function_environment,
+        }
+        self.function = lambda_.Function(
+            self,
+            "Function",
+            description=f"{stack.stack_name}: Knowledge Base POST_CHUNKING contextual transformation",
+            runtime=lambda_.Runtime.PYTHON_3_13,
+            architecture=lambda_.Architecture.ARM_64,
+            handler=HANDLER,
+            code=code or function_code(ARCHITECTURE),
+            memory_size=config.function_memory_mb,
+            timeout=Duration.seconds(config.function_timeout_seconds),
+            environment=environment,
+            log_group=log_group,
+            tracing=lambda_.Tracing.ACTIVE,
+        )
+        intermediate.grant_read_write(self.function)
+        for statement in model_statements(config.model_id):
+            self.function.add_to_role_policy(statement)

@@ -1,0 +1,72 @@
+"""Buckets: source documents (versioned), the KB's intermediate files, and access logs.
+
+All block public access, refuse plain HTTP and are encrypted (SSE-S3, or one customer-managed KMS key).
+Intermediate objects expire after ``intermediateExpirationDays``, except the remembered contexts.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+# Prefixes the KB and the Lambda write under in the intermediate bucket (the contexts prefix is kept).
+KB_INTERMEDIATE_PREFIX = "aws/bedrock/knowledge_bases/"
+OUTPUT_PREFIX = "contextual-kb/output/"
+CONTEXTS_PREFIX = "contextual-kb/contexts/"
+
+
+class Storage(Construct):
+    def __init__(self, scope: Construct, construct_id: str, *, kms_key: bool, expiration_days: int) -> None:
+        super().__init__(scope, construct_id)
+        self.key: kms.Key | None = (
+            kms.Key(
+                self,
+                "Key",
+                enable_key_rotation=True,
+                description="contextual-kb buckets and intermediate files",
+            )
+            if kms_key
+            else None
+        )
+        encryption = s3.BucketEncryption.KMS if self.key else s3.BucketEncryption.S3_MANAGED
+        common = {
+            "block_public_access": s3.BlockPublicAccess.BLOCK_ALL,
+            "enforce_ssl": True,
+            "removal_policy": RemovalPolicy.RETAIN,
+        }
+        # Server access logs cannot go to a KMS-encrypted bucket: SSE-S3 here, always.
+        self.access_logs = s3.Bucket(
+            self,
+            "AccessLogs",
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_PREFERRED,
+            lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(365))],
+            **common,
+        )
+        self.source = s3.Bucket(
+            self,
+            "Source",
+            versioned=True,
+            encryption=encryption,
+            encryption_key=self.key,
+            bucket_key_enabled=bool(self.key),
+            server_access_logs_bucket=self.access_logs,
+            server_access_logs_prefix="source/",
+            **common,
+        )
+        self.intermediate = s3.Bucket(
+            self,
+            "Intermediate",
+            encryption=encryption,
+            encryption_key=self.key,
+            bucket_key_enabled=bool(self.key),
+            server_access_logs_bucket=self.access_logs,
+            server_access_logs_prefix="intermediate/",
+            lifecycle_rules=[
+                s3.LifecycleRule(prefix=prefix, expiration=Duration.days(expiration_days))
+                for prefix in (KB_INTERMEDIATE_PREFIX, OUTPUT_PREFIX)
+            ],
+            **common,
+        )
