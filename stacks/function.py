@@ -72,7 +72,15 @@ class TransformFunction(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
-        log_group = logs.LogGroup(self, "Logs", retention=logs.RetentionDays.ONE_MONTH)
+        self.log_group = log_group = logs.LogGroup(self, "Logs", retention=logs.RetentionDays.ONE_MONTH)
+        # Our own role, not AWSLambdaBasicExecutionRole: logs to this log group only.
+        self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+        self.role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+                resources=[log_group.log_group_arn, f"{log_group.log_group_arn}:log-stream:*"],
+            )
+        )
         environment = {
             "POWERTOOLS_SERVICE_NAME": "contextual-kb",
             "POWERTOOLS_METRICS_NAMESPACE": "ContextualKB",
@@ -91,8 +99,16 @@ class TransformFunction(Construct):
             timeout=Duration.seconds(config.function_timeout_seconds),
             environment=environment,
             log_group=log_group,
+            role=self.role,
             tracing=lambda_.Tracing.ACTIVE,
         )
-        intermediate.grant_read_write(self.function)
+        # Batch objects in, outputs and remembered contexts out: objects only, no listing or deleting.
+        self.role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["s3:GetObject", "s3:PutObject"], resources=[intermediate.arn_for_objects("*")]
+            )
+        )
+        if intermediate.encryption_key is not None:
+            intermediate.encryption_key.grant(self.role, "kms:Decrypt", "kms:GenerateDataKey")
         for statement in model_statements(config.model_id):
             self.function.add_to_role_policy(statement)

@@ -1,0 +1,164 @@
+"""The Knowledge Base, its service role, and the S3 data source whose ingestion runs our function as the
+POST_CHUNKING transformation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import Aws, Stack
+from aws_cdk import aws_bedrock as bedrock
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from stacks.config import StackConfig
+from stacks.vector_store import StorageConfiguration
+
+
+def chunking_configuration(config: StackConfig) -> dict[str, Any] | None:
+    """The data source's chunking; None for the KB's default chunking."""
+    if config.chunking == "fixed_size":
+        return {
+            "chunkingStrategy": "FIXED_SIZE",
+            "fixedSizeChunkingConfiguration": {
+                "maxTokens": config.chunk_max_tokens,
+                "overlapPercentage": config.chunk_overlap_percentage,
+            },
+        }
+    if config.chunking == "hierarchical":
+        return {
+            "chunkingStrategy": "HIERARCHICAL",
+            "hierarchicalChunkingConfiguration": {
+                "levelConfigurations": [
+                    {"maxTokens": config.parent_max_tokens},
+                    {"maxTokens": config.child_max_tokens},
+                ],
+                "overlapTokens": config.overlap_tokens,
+            },
+        }
+    if config.chunking == "semantic":
+        return {
+            "chunkingStrategy": "SEMANTIC",
+            "semanticChunkingConfiguration": {
+                "maxTokens": config.semantic_max_tokens,
+                "bufferSize": config.semantic_buffer_size,
+                "breakpointPercentileThreshold": config.semantic_breakpoint_percentile,
+            },
+        }
+    return None
+
+
+class KnowledgeBase(Construct):
+    def __init__(self, scope: Construct, construct_id: str, *, config: StackConfig, role: iam.Role) -> None:
+        super().__init__(scope, construct_id)
+        self.role = role
+        self.config = config
+        self.embedding_model_arn = (
+            f"arn:{Aws.PARTITION}:bedrock:{Aws.REGION}::foundation-model/{config.embedding_model_id}"
+        )
+
+    def build(
+        self,
+        *,
+        storage: StorageConfiguration,
+        source: s3.IBucket,
+        intermediate: s3.IBucket,
+        function: lambda_.IFunction,
+        key: kms.IKey | None,
+    ) -> None:
+        """The KB and its data source, once the vector store exists (it needs the role first)."""
+        config, role = self.config, self.role
+        stack = Stack.of(self)
+        role.add_to_policy(
+            iam.PolicyStatement(actions=["bedrock:InvokeModel"], resources=[self.embedding_model_arn])
+        )
+        role.add_to_policy(iam.PolicyStatement(actions=["s3:ListBucket"], resources=[source.bucket_arn]))
+        role.add_to_policy(
+            iam.PolicyStatement(actions=["s3:GetObject"], resources=[source.arn_for_objects("*")])
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(actions=["s3:ListBucket"], resources=[intermediate.bucket_arn])
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
+                resources=[intermediate.arn_for_objects("*")],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["lambda:InvokeFunction"],
+                resources=[function.function_arn, f"{function.function_arn}:*"],
+            )
+        )
+        if key is not None:
+            role.add_to_policy(
+                iam.PolicyStatement(actions=["kms:Decrypt", "kms:GenerateDataKey"], resources=[key.key_arn])
+            )
+        for statement in storage.statements:
+            role.add_to_policy(statement)
+        self.knowledge_base = bedrock.CfnKnowledgeBase(
+            self,
+            "KnowledgeBase",
+            name=f"{stack.stack_name}-kb",
+            description="Contextual retrieval: chunks contextualized before embedding and indexing",
+            role_arn=role.role_arn,
+            knowledge_base_configuration={
+                "type": "VECTOR",
+                "vectorKnowledgeBaseConfiguration": {
+                    "embeddingModelArn": self.embedding_model_arn,
+                    "embeddingModelConfiguration": {
+                        "bedrockEmbeddingModelConfiguration": {
+                            "dimensions": config.embedding_dimension,
+                            "embeddingDataType": "FLOAT32",
+                        }
+                    },
+                },
+            },
+            storage_configuration=storage.configuration,
+        )
+        self.knowledge_base.node.add_dependency(role)
+        ingestion: dict[str, Any] = {
+            "customTransformationConfiguration": {
+                "intermediateStorage": {"s3Location": {"uri": f"s3://{intermediate.bucket_name}/"}},
+                "transformations": [
+                    {
+                        "stepToApply": "POST_CHUNKING",
+                        "transformationFunction": {
+                            "transformationLambdaConfiguration": {"lambdaArn": function.function_arn}
+                        },
+                    }
+                ],
+            }
+        }
+        chunking = chunking_configuration(config)
+        if chunking is not None:
+            ingestion["chunkingConfiguration"] = chunking
+        self.data_source = bedrock.CfnDataSource(
+            self,
+            "DataSource",
+            knowledge_base_id=self.knowledge_base.attr_knowledge_base_id,
+            name=f"{stack.stack_name}-source",
+            data_source_configuration={"type": "S3", "s3Configuration": {"bucketArn": source.bucket_arn}},
+            vector_ingestion_configuration=ingestion,
+            server_side_encryption_configuration={"kmsKeyArn": key.key_arn} if key else None,
+        )
+
+
+def knowledge_base_role(scope: Construct) -> iam.Role:
+    """Assumable by Bedrock only, for knowledge bases of this account and region."""
+    return iam.Role(
+        scope,
+        "KnowledgeBaseRole",
+        assumed_by=iam.ServicePrincipal(
+            "bedrock.amazonaws.com",
+            conditions={
+                "StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID},
+                "ArnLike": {
+                    "aws:SourceArn": f"arn:{Aws.PARTITION}:bedrock:{Aws.REGION}:{Aws.ACCOUNT_ID}:knowledge-base/*"
+                },
+            },
+        ),
+    )

@@ -1,0 +1,68 @@
+"""The stack: storage, the transformation function, a vector store, the Knowledge Base, monitoring."""
+
+from __future__ import annotations
+
+from aws_cdk import CfnOutput, Stack
+from aws_cdk import aws_lambda as lambda_
+from constructs import Construct
+
+from stacks.config import StackConfig
+from stacks.function import TransformFunction
+from stacks.knowledge_base import KnowledgeBase, knowledge_base_role
+from stacks.monitoring import Monitoring
+from stacks.storage import Storage
+from stacks.vector_store import OpenSearchVectorStore, S3VectorStore
+
+
+class ContextualKbStack(Stack):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: StackConfig,
+        code: lambda_.Code | None = None,
+        **kwargs: object,
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)  # type: ignore[arg-type]
+        self.config = config
+        self.storage = Storage(
+            self, "Storage", kms_key=config.kms_key, expiration_days=config.intermediate_expiration_days
+        )
+        key = self.storage.key  # the buckets' grants cover the key too
+        self.transform = TransformFunction(
+            self, "Transform", config=config, intermediate=self.storage.intermediate, code=code
+        )
+        role = knowledge_base_role(self)
+        if config.vector_store == "opensearch":
+            store = OpenSearchVectorStore(
+                self, "VectorStore", dimension=config.embedding_dimension, kb_role=role, key=key
+            )
+        else:
+            store = S3VectorStore(self, "VectorStore", dimension=config.embedding_dimension, key=key)
+        self.knowledge_base = KnowledgeBase(self, "KnowledgeBase", config=config, role=role)
+        self.knowledge_base.build(
+            storage=store.storage,
+            source=self.storage.source,
+            intermediate=self.storage.intermediate,
+            function=self.transform.function,
+            key=key,
+        )
+        if config.vector_store == "opensearch":
+            self.knowledge_base.knowledge_base.add_dependency(store.index)  # type: ignore[union-attr]
+        self.monitoring = Monitoring(
+            self,
+            "Monitoring",
+            function=self.transform.function,
+            timeout_seconds=config.function_timeout_seconds,
+        )
+        kb = self.knowledge_base
+        for name, value in (
+            ("KnowledgeBaseId", kb.knowledge_base.attr_knowledge_base_id),
+            ("DataSourceId", kb.data_source.attr_data_source_id),
+            ("SourceBucketName", self.storage.source.bucket_name),
+            ("IntermediateBucketName", self.storage.intermediate.bucket_name),
+            ("TransformFunctionName", self.transform.function.function_name),
+            ("VectorStoreType", config.vector_store),
+        ):
+            CfnOutput(self, name, value=value)
