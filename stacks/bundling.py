@@ -56,7 +56,7 @@ class LocalPipBundling:
     def __init__(self, architecture: str) -> None:
         self.architecture = architecture
 
-    def try_bundle(self, output_dir: str, *, image: DockerImage, **_: object) -> bool:  # noqa: ARG002
+    def try_bundle(self, output_dir: str, *, image: DockerImage, **_: object) -> bool:
         try:
             build(Path(output_dir), self.architecture)
         except (OSError, subprocess.CalledProcessError) as exc:
@@ -78,6 +78,6 @@ def function_code(architecture: str) -> lambda_.Code:
                 "pip install --no-cache-dir -t /asset-output "
                 + " ".join(f"'{r}'" for r in runtime_requirements())
                 + " && cp -r /asset-input/contextual_kb /asset-output/",
-            ],  # fmt: skip
+            ],
         ),
     )

@@ -157,7 +157,9 @@ def knowledge_base_role(scope: Construct) -> iam.Role:
             conditions={
                 "StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID},
                 "ArnLike": {
-                    "aws:SourceArn": f"arn:{Aws.PARTITION}:bedrock:{Aws.REGION}:{Aws.ACCOUNT_ID}:knowledge-base/*"
+                    "aws:SourceArn": (
+                        f"arn:{Aws.PARTITION}:bedrock:{Aws.REGION}:{Aws.ACCOUNT_ID}:knowledge-base/*"
+                    )
                 },
             },
         ),

@@ -43,7 +43,7 @@ class Monitoring(Construct):
                      alarm_description="Lambda throttled the function."),
             cw.Alarm(self, "Fallbacks", metric=fallbacks, threshold=1, evaluation_periods=1,
                      treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
-                     alarm_description="Chunks got the structural context instead of Claude's (see Fallback_*)."),
+                     alarm_description="Chunks got the structural context, not Claude's (Fallback_*)."),
             cw.Alarm(self, "ModelThrottles", metric=model_throttles, threshold=100, evaluation_periods=1,
                      treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
                      alarm_description="Bedrock throttled many model calls: consider a quota increase."),

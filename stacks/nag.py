@@ -34,7 +34,8 @@ def acknowledge(stack: ContextualKbStack) -> None:
     _ack(
         function_role,
         "IAM5[Resource::*]",
-        "X-Ray's PutTraceSegments and PutTelemetryRecords support no resource-level permissions (AWS requires *).",
+        "X-Ray's PutTraceSegments and PutTelemetryRecords support no resource-level permissions: AWS "
+        "requires *.",
     )
     _ack(
         function_role,

@@ -49,7 +49,7 @@ class ContextualKbStack(Stack):
             key=key,
         )
         if config.vector_store == "opensearch":
-            self.knowledge_base.knowledge_base.add_dependency(store.index)  # type: ignore[union-attr]
+            self.knowledge_base.knowledge_base.node.add_dependency(store.index)  # type: ignore[union-attr]
         self.monitoring = Monitoring(
             self,
             "Monitoring",

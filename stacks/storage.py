@@ -41,7 +41,7 @@ class Storage(Construct):
             self,
             "AccessLogs",
             encryption=s3.BucketEncryption.S3_MANAGED,
-            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_PREFERRED,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,  # log delivery by policy, no ACL
             lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(365))],
             **common,
         )

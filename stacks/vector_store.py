@@ -92,8 +92,8 @@ class OpenSearchVectorStore(Construct):
             ),
         )
         self.collection = aoss.CfnCollection(self, "Collection", name=name, type="VECTORSEARCH")
-        self.collection.add_dependency(encryption_policy)
-        self.collection.add_dependency(network_policy)
+        self.collection.node.add_dependency(encryption_policy)
+        self.collection.node.add_dependency(network_policy)
         synthesizer = stack.synthesizer
         deployer = (
             Fn.sub(synthesizer.cloud_formation_execution_role_arn)  # it holds ${AWS::AccountId} and such
@@ -123,7 +123,7 @@ class OpenSearchVectorStore(Construct):
                                     "aoss:UpdateIndex",
                                     "aoss:ReadDocument",
                                     "aoss:WriteDocument",
-                                ],  # fmt: skip
+                                ],
                             },
                         ],
                         # The KB reads and writes vectors; the deployment role creates the index.
@@ -143,8 +143,8 @@ class OpenSearchVectorStore(Construct):
             },
             mappings=index_mappings(dimension),
         )
-        self.index.add_dependency(access)
-        self.index.add_dependency(self.collection)
+        self.index.node.add_dependency(access)
+        self.index.node.add_dependency(self.collection)
         self.storage = StorageConfiguration(
             configuration={
                 "type": "OPENSEARCH_SERVERLESS",
@@ -202,7 +202,7 @@ class S3VectorStore(Construct):
                         "s3vectors:DeleteVectors",
                         "s3vectors:QueryVectors",
                         "s3vectors:GetIndex",
-                    ],  # fmt: skip
+                    ],
                     resources=[self.index.attr_index_arn],
                 )
             ],

@@ -1,0 +1,50 @@
+"""One synth per vector store for the whole session (jsii starts slowly), bundling skipped."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+
+STORES = ("opensearch", "s3vectors")
+NO_BUNDLING = {"aws:cdk:bundling-stacks": []}
+
+
+@pytest.fixture(scope="session")
+def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """Per vector store: the assertions Template, the template as a dict and its file (for cfn-lint)."""
+    from aws_cdk.assertions import Template
+
+    from stacks.app_builder import build_app
+
+    out: dict[str, Any] = {}
+    folder = tmp_path_factory.mktemp("templates")
+    for store in STORES:
+        app, stack = build_app({**NO_BUNDLING, "vectorStore": store})
+        app.synth()  # runs the cdk-nag validation: an unacknowledged finding raises here
+        template = Template.from_stack(stack)
+        as_json = template.to_json()
+        path = folder / f"{store}.template.json"
+        path.write_text(json.dumps(as_json))
+        out[store] = {"template": template, "json": as_json, "path": path, "stack": stack}
+    yield out
+
+
+def resources(template: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+    return {k: v for k, v in template["Resources"].items() if v["Type"] == kind}
+
+
+def only(template: dict[str, Any], kind: str) -> dict[str, Any]:
+    found = list(resources(template, kind).values())
+    assert len(found) == 1, f"{len(found)} {kind}"
+    return found[0]["Properties"]
+
+
+def write_json(path: Path, value: Any) -> None:
+    path.write_text(json.dumps(value))

@@ -1,0 +1,268 @@
+"""The synthesized templates: wiring, least privilege, the index Bedrock needs, cdk-nag and cfn-lint."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.infra.conftest import NO_BUNDLING, STORES, only, resources
+
+# Wildcard resources each role may hold, and why (the same reasons are acknowledged for cdk-nag in code).
+ALLOWED_WILDCARD_SUFFIXES = (
+    "/*",  # objects of one bucket
+    ":*",  # versions of the function
+    ":log-stream:*",  # the function's own log group
+)
+
+
+def statements(template: dict[str, Any]) -> list[dict[str, Any]]:
+    found = []
+    for policy in resources(template, "AWS::IAM::Policy").values():
+        found.extend(policy["Properties"]["PolicyDocument"]["Statement"])
+    return found
+
+
+def flat(value: Any) -> str:
+    return json.dumps(value)
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_the_data_source_runs_the_function_as_post_chunking_transformation(
+    synthesized: dict[str, Any], store: str
+) -> None:
+    template = synthesized[store]["json"]
+    source = only(template, "AWS::Bedrock::DataSource")
+    ingestion = source["VectorIngestionConfiguration"]
+    custom = ingestion["CustomTransformationConfiguration"]
+    (transformation,) = custom["Transformations"]
+    assert transformation["StepToApply"] == "POST_CHUNKING"
+    (function_id,) = resources(template, "AWS::Lambda::Function")
+    lambda_arn = transformation["TransformationFunction"]["TransformationLambdaConfiguration"]["LambdaArn"]
+    assert lambda_arn == {"Fn::GetAtt": [function_id, "Arn"]}
+    (intermediate_id,) = [k for k in resources(template, "AWS::S3::Bucket") if "Intermediate" in k]
+    assert intermediate_id in flat(custom["IntermediateStorage"]["S3Location"]["URI"])
+    assert ingestion["ChunkingConfiguration"] == {
+        "ChunkingStrategy": "FIXED_SIZE",
+        "FixedSizeChunkingConfiguration": {"MaxTokens": 300, "OverlapPercentage": 20},
+    }
+    (source_id,) = [k for k in resources(template, "AWS::S3::Bucket") if "Source" in k]
+    assert source["DataSourceConfiguration"]["S3Configuration"]["BucketArn"] == {
+        "Fn::GetAtt": [source_id, "Arn"]
+    }
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_the_function_is_python_313_arm64_with_the_handler_and_settings(
+    synthesized: dict[str, Any], store: str
+) -> None:
+    function = only(synthesized[store]["json"], "AWS::Lambda::Function")
+    assert function["Runtime"] == "python3.13"
+    assert function["Architectures"] == ["arm64"]
+    assert function["Handler"] == "contextual_kb.handler.lambda_handler"
+    assert function["Timeout"] == 900
+    assert function["MemorySize"] == 1024
+    assert function["Environment"]["Variables"]["CONTEXT_STRATEGY"] == "claude"
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_iam_has_no_wildcard_beyond_the_acknowledged_ones(synthesized: dict[str, Any], store: str) -> None:
+    for statement in statements(synthesized[store]["json"]):
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        assert all("*" not in action for action in actions), statement
+        targets = (
+            statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+        )
+        for target in targets:
+            text = flat(target)
+            if target == "*":  # only X-Ray, which has no resource-level permissions
+                assert all(a.startswith("xray:") for a in actions), statement
+            elif "*" in text:
+                allowed = text.rstrip('"]}').endswith(ALLOWED_WILDCARD_SUFFIXES) or (
+                    "foundation-model/" in text
+                    and "InferenceProfileArn" in flat(statement.get("Condition", {}))
+                )
+                assert allowed, statement
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_the_function_may_invoke_only_the_configured_model(synthesized: dict[str, Any], store: str) -> None:
+    invoke = [s for s in statements(synthesized[store]["json"]) if s["Action"] == "bedrock:InvokeModel"]
+    text = flat(invoke)
+    assert "inference-profile/global.anthropic.claude-haiku-4-5-20251001-v1:0" in text
+    assert "foundation-model/anthropic.claude-haiku-4-5-20251001-v1:0" in text
+    assert "foundation-model/amazon.titan-embed-text-v2:0" in text  # the KB's embedding model
+    models = {
+        part.split("foundation-model/")[1].split('"')[0]
+        for part in text.split("arn:")
+        if "foundation-model/" in part
+    }
+    assert models == {"anthropic.claude-haiku-4-5-20251001-v1:0", "amazon.titan-embed-text-v2:0"}
+
+
+def test_the_opensearch_index_has_what_bedrock_needs_and_a_code_aware_text_analyzer(
+    synthesized: dict[str, Any],
+) -> None:
+    template = synthesized["opensearch"]["json"]
+    index = only(template, "AWS::OpenSearchServerless::Index")
+    fields = index["Mappings"]["Properties"]
+    vector = fields["bedrock-knowledge-base-default-vector"]
+    assert vector["Type"] == "knn_vector" and vector["Dimension"] == 1024
+    assert vector["Method"]["Engine"] == "faiss" and vector["Method"]["Name"] == "hnsw"
+    assert fields["AMAZON_BEDROCK_TEXT_CHUNK"] == {"Type": "text", "Index": True, "Analyzer": "code_aware"}
+    assert fields["AMAZON_BEDROCK_METADATA"] == {"Type": "text", "Index": False}
+    assert index["Settings"]["Index"]["Knn"] is True
+    analyzer = index["Settings"]["Analysis"]["Analyzer"]["code_aware"]
+    assert analyzer["Tokenizer"] == "standard"
+    assert analyzer["Filter"] == ["word_delimiter_graph", "lowercase", "stop", "porter_stem"]
+    kb = only(template, "AWS::Bedrock::KnowledgeBase")
+    mapping = kb["StorageConfiguration"]["OpensearchServerlessConfiguration"]["FieldMapping"]
+    assert mapping == {
+        "VectorField": "bedrock-knowledge-base-default-vector",
+        "TextField": "AMAZON_BEDROCK_TEXT_CHUNK",
+        "MetadataField": "AMAZON_BEDROCK_METADATA",
+    }
+    assert only(template, "AWS::OpenSearchServerless::Collection")["Type"] == "VECTORSEARCH"
+    policies = resources(template, "AWS::OpenSearchServerless::SecurityPolicy")
+    assert sorted(p["Properties"]["Type"] for p in policies.values()) == ["encryption", "network"]
+
+
+def test_s3_vectors_keeps_bedrock_text_and_metadata_non_filterable(synthesized: dict[str, Any]) -> None:
+    template = synthesized["s3vectors"]["json"]
+    index = only(template, "AWS::S3Vectors::Index")
+    assert index["MetadataConfiguration"]["NonFilterableMetadataKeys"] == [
+        "AMAZON_BEDROCK_TEXT",
+        "AMAZON_BEDROCK_METADATA",
+    ]
+    assert index["Dimension"] == 1024 and index["DataType"] == "float32"
+    assert only(template, "AWS::Bedrock::KnowledgeBase")["StorageConfiguration"]["Type"] == "S3_VECTORS"
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_buckets_block_public_access_enforce_tls_and_encrypt(synthesized: dict[str, Any], store: str) -> None:
+    template = synthesized[store]["json"]
+    buckets = resources(template, "AWS::S3::Bucket")
+    assert len(buckets) == 3
+    for bucket in buckets.values():
+        properties = bucket["Properties"]
+        assert properties["PublicAccessBlockConfiguration"] == {
+            "BlockPublicAcls": True,
+            "BlockPublicPolicy": True,
+            "IgnorePublicAcls": True,
+            "RestrictPublicBuckets": True,
+        }
+        assert properties["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    policies = flat(resources(template, "AWS::S3::BucketPolicy"))
+    assert policies.count('"aws:SecureTransport": "false"') == 3
+    (source,) = [b for k, b in buckets.items() if "Source" in k]
+    assert source["Properties"]["VersioningConfiguration"] == {"Status": "Enabled"}
+    (intermediate,) = [b for k, b in buckets.items() if "Intermediate" in k]
+    rules = intermediate["Properties"]["LifecycleConfiguration"]["Rules"]
+    assert {r["Prefix"] for r in rules} == {"aws/bedrock/knowledge_bases/", "contextual-kb/output/"}
+    assert all(r["ExpirationInDays"] == 30 for r in rules)  # the remembered contexts are kept
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_outputs_alarms_and_dashboard(synthesized: dict[str, Any], store: str) -> None:
+    template = synthesized[store]["json"]
+    assert {
+        "KnowledgeBaseId",
+        "DataSourceId",
+        "SourceBucketName",
+        "IntermediateBucketName",
+        "TransformFunctionName",
+    } <= set(template["Outputs"])
+    alarms = {
+        a["Properties"]["AlarmDescription"] for a in resources(template, "AWS::CloudWatch::Alarm").values()
+    }
+    assert len(alarms) == 5
+    assert len(resources(template, "AWS::CloudWatch::Dashboard")) == 1
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_cfn_lint_finds_nothing_but_redundant_depends_on(synthesized: dict[str, Any], store: str) -> None:
+    path = synthesized[store]["path"]
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "cfn-lint"), "--ignore-checks", "W3005", "--", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_an_unacknowledged_cdk_nag_finding_fails_synth() -> None:
+    from aws_cdk import aws_iam as iam
+
+    from stacks.app_builder import build_app
+
+    app, stack = build_app({**NO_BUNDLING, "vectorStore": "s3vectors"})
+    stack.transform.role.add_to_policy(iam.PolicyStatement(actions=["s3:*"], resources=["*"]))
+    with pytest.raises(RuntimeError, match=r"(?s)ValidationFailed.*AwsSolutions-IAM5\[Action::s3:\*\]"):
+        app.synth()
+
+
+@pytest.mark.parametrize(
+    ("context", "message"),
+    [
+        ({"vectorStore": "pinecone"}, "vectorStore"),
+        ({"embeddingDimension": 768}, "Titan Text Embeddings V2 gives 256, 512, 1024"),
+        ({"chunking": "hierarchical", "parentMaxTokens": 300, "childMaxTokens": 300}, "childMaxTokens"),
+        ({"chunking": "none"}, "chunking"),
+        ({"functionTimeoutSeconds": 120}, "functionTimeoutSeconds"),
+    ],
+)
+def test_settings_that_cannot_work_fail_synth_with_a_clear_message(
+    context: dict[str, Any], message: str
+) -> None:
+    from stacks.config import ConfigError, load
+
+    with pytest.raises(ConfigError, match=message):
+        load(context)
+
+
+def test_chunking_strategies_render_as_the_data_source_expects() -> None:
+    from stacks.config import load
+    from stacks.knowledge_base import chunking_configuration
+
+    hierarchical = chunking_configuration(load({"chunking": "hierarchical"}))
+    assert hierarchical == {
+        "chunkingStrategy": "HIERARCHICAL",
+        "hierarchicalChunkingConfiguration": {
+            "levelConfigurations": [{"maxTokens": 1500}, {"maxTokens": 300}],
+            "overlapTokens": 60,
+        },
+    }
+    semantic = chunking_configuration(load({"chunking": "semantic"}))
+    assert semantic is not None and semantic["chunkingStrategy"] == "SEMANTIC"
+    assert chunking_configuration(load({"chunking": "default"})) is None
+
+
+def test_local_bundling_holds_the_package_and_wheels_for_the_lambda_platform(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    from stacks.bundling import build
+
+    target = tmp_path_factory.mktemp("asset")
+    build(target, "arm64")
+    assert (target / "contextual_kb" / "handler.py").is_file()
+    assert not list((target / "contextual_kb").rglob("*.pyc"))
+    natives = [p.name for p in target.rglob("*.so")]
+    assert any("cpython-313-aarch64-linux-gnu" in name for name in natives), natives
+    assert not any("x86_64" in name or "cpython-311" in name for name in natives), natives
+    versions = {
+        p.name.removesuffix(".dist-info").split("-")[0].lower(): p.name.removesuffix(".dist-info").split("-")[
+            1
+        ]
+        for p in target.glob("*.dist-info")
+    }
+    assert versions["anthropic"] == "2.10.0"
+    assert versions["pydantic"] == "2.14.3"
