@@ -6,7 +6,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-long lint format bench bench-contextualize clean
+.PHONY: demo test test-long lint format bench bench-contextualize synth deploy destroy clean
+
+# The CDK CLI, pinned: the 3.x CLI rejects this app's cloud assembly.
+CDK := npx --yes aws-cdk@2.1148.1
+VECTOR_STORE ?= opensearch
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -39,5 +44,15 @@ bench: $(STAMP)  ## retrieval benchmark on ../shared/datasets/codebase (dev spli
 bench-contextualize: $(STAMP)  ## claude strategy speed and cost vs the published algorithm (~8 min)
 	$(BIN)/python bench/contextualize.py
 
+synth: $(STAMP)  ## CloudFormation for both vector stores, offline: cdk.out/opensearch, cdk.out/s3vectors
+	$(CDK) synth -q -c vectorStore=opensearch -o cdk.out/opensearch
+	$(CDK) synth -q -c vectorStore=s3vectors -o cdk.out/s3vectors
+
+deploy: $(STAMP)  ## deploy with your AWS credentials; VECTOR_STORE=opensearch (default) or s3vectors
+	$(CDK) deploy -c vectorStore=$(VECTOR_STORE) --require-approval broadening
+
+destroy: $(STAMP)  ## delete the stack (the buckets are kept: see README)
+	$(CDK) destroy -c vectorStore=$(VECTOR_STORE)
+
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis cdk.out

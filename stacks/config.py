@@ -51,7 +51,8 @@ class StackConfig(BaseModel):
     function_timeout_seconds: int = Field(default=900, alias="functionTimeoutSeconds", ge=60, le=900)
     # Environment of the transformation function (README, "Settings"): every variable can be set here.
     function_environment: dict[str, str] = Field(default_factory=dict, alias="functionEnvironment")
-    alarm_email: str = Field(default="", alias="alarmEmail")
+    # OpenSearch Serverless standby replicas in a second AZ (AWS's default); off halves the idle OCUs.
+    opensearch_standby_replicas: bool = Field(default=True, alias="opensearchStandbyReplicas")
 
     @model_validator(mode="after")
     def _combinations(self) -> StackConfig:

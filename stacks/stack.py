@@ -36,7 +36,12 @@ class ContextualKbStack(Stack):
         role = knowledge_base_role(self)
         if config.vector_store == "opensearch":
             store = OpenSearchVectorStore(
-                self, "VectorStore", dimension=config.embedding_dimension, kb_role=role, key=key
+                self,
+                "VectorStore",
+                dimension=config.embedding_dimension,
+                kb_role=role,
+                key=key,
+                standby_replicas=config.opensearch_standby_replicas,
             )
         else:
             store = S3VectorStore(self, "VectorStore", dimension=config.embedding_dimension, key=key)

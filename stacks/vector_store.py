@@ -69,6 +69,7 @@ class OpenSearchVectorStore(Construct):
         dimension: int,
         kb_role: iam.IRole,
         key: kms.IKey | None,
+        standby_replicas: bool = True,
     ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
@@ -91,7 +92,13 @@ class OpenSearchVectorStore(Construct):
                 [{"Rules": [{"ResourceType": "collection", "Resource": resource}], "AllowFromPublic": True}]
             ),
         )
-        self.collection = aoss.CfnCollection(self, "Collection", name=name, type="VECTORSEARCH")
+        self.collection = aoss.CfnCollection(
+            self,
+            "Collection",
+            name=name,
+            type="VECTORSEARCH",
+            standby_replicas="ENABLED" if standby_replicas else "DISABLED",
+        )
         self.collection.node.add_dependency(encryption_policy)
         self.collection.node.add_dependency(network_policy)
         synthesizer = stack.synthesizer

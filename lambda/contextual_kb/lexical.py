@@ -40,10 +40,10 @@ def split_identifier(identifier: str) -> list[str]:
 
 
 @cache
-def _stemmer() -> Callable[[str], str]:
+def _stemmer(algorithm: str = "english") -> Callable[[str], str]:
     import Stemmer  # PyStemmer: Snowball in C
 
-    stem = Stemmer.Stemmer("english")
+    stem = Stemmer.Stemmer(algorithm)
     return stem.stemWord
 
 
@@ -74,9 +74,10 @@ def opensearch_builtin_tokens(text: str) -> list[str]:
     """What an OpenSearch Serverless index can do with built-in names only (AWS::OpenSearchServerless::Index
     accepts an analyzer as a tokenizer and filter *names*, no filter definitions): tokenizer ``standard``,
     filters ``word_delimiter_graph`` (its defaults: split on case, digits and delimiters, the original not
-    kept), ``lowercase``, ``stop`` (``_english_``), ``snowball`` (English). An approximation, for measuring
-    what the built-in chain costs against ``code_aware_tokens``."""
-    stem = _stemmer()
+    kept), ``lowercase``, ``stop`` (``_english_``), ``porter_stem``. An approximation (the tokenizer's
+    Unicode rules are simplified), for measuring what the built-in chain costs against ``code_aware_tokens``;
+    the stack's index uses this chain (stacks/vector_store.py)."""
+    stem = _stemmer("porter")
     tokens = [
         part.lower()
         for token in _STANDARD_TOKEN.findall(text)

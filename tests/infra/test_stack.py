@@ -130,7 +130,8 @@ def test_the_opensearch_index_has_what_bedrock_needs_and_a_code_aware_text_analy
         "TextField": "AMAZON_BEDROCK_TEXT_CHUNK",
         "MetadataField": "AMAZON_BEDROCK_METADATA",
     }
-    assert only(template, "AWS::OpenSearchServerless::Collection")["Type"] == "VECTORSEARCH"
+    collection = only(template, "AWS::OpenSearchServerless::Collection")
+    assert collection["Type"] == "VECTORSEARCH" and collection["StandbyReplicas"] == "ENABLED"
     policies = resources(template, "AWS::OpenSearchServerless::SecurityPolicy")
     assert sorted(p["Properties"]["Type"] for p in policies.values()) == ["encryption", "network"]
 
