@@ -267,3 +267,32 @@ def test_local_bundling_holds_the_package_and_wheels_for_the_lambda_platform(
     }
     assert versions["anthropic"] == "2.10.0"
     assert versions["pydantic"] == "2.14.3"
+
+
+def test_a_kms_key_encrypts_the_buckets_and_is_given_to_the_data_source_and_collection(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    from aws_cdk.assertions import Template
+
+    from stacks.app_builder import build_app
+
+    app, stack = build_app({**NO_BUNDLING, "vectorStore": "opensearch", "kmsKey": True})
+    app.synth()  # cdk-nag passes with the key too
+    template = Template.from_stack(stack).to_json()
+    (key_id,) = resources(template, "AWS::KMS::Key")
+    key_arn = {"Fn::GetAtt": [key_id, "Arn"]}
+    source = only(template, "AWS::Bedrock::DataSource")
+    assert source["ServerSideEncryptionConfiguration"] == {"KmsKeyArn": key_arn}
+    encrypted = [b for k, b in resources(template, "AWS::S3::Bucket").items() if "AccessLogs" not in k]
+    assert all(key_id in flat(b["Properties"]["BucketEncryption"]) for b in encrypted)
+    policies = resources(template, "AWS::OpenSearchServerless::SecurityPolicy")
+    assert key_id in flat(policies)
+    path = tmp_path_factory.mktemp("kms") / "template.json"
+    path.write_text(json.dumps(template))
+    linted = subprocess.run(
+        [str(Path(sys.executable).parent / "cfn-lint"), "--ignore-checks", "W3005", "--", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert linted.returncode == 0, linted.stdout
