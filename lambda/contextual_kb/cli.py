@@ -124,6 +124,11 @@ def demo(
         )
 
 
+from contextual_kb.kb_cli import register  # noqa: E402 - the commands that use the deployed stack
+
+register(app)
+
+
 def main() -> None:
     os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")  # no EMF blobs on a terminal
     os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")

@@ -75,4 +75,8 @@ def test_transform_with_claude_against_a_given_endpoint(standin: object) -> None
 def test_help_lists_the_commands() -> None:
     result = runner.invoke(app, ["--help"])
     assert result.exit_code == 0
-    assert "transform" in result.output and "demo" in result.output
+    for command in ("transform", "demo", "upload", "sync", "query", "ask"):
+        assert command in result.output
+    for command in ("upload", "sync", "query", "ask"):
+        helped = runner.invoke(app, [command, "--help"])
+        assert helped.exit_code == 0 and "--stack" in helped.output and "--region" in helped.output

@@ -1,0 +1,256 @@
+"""``ckb upload``, ``ckb sync``, ``ckb query``, ``ckb ask``: using the deployed Knowledge Base."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+from rich.table import Table
+
+from contextual_kb import aws_clients
+from contextual_kb.deployment import DEFAULT_STACK, Deployment, DeploymentError
+from contextual_kb.ingestion import Ingestion, IngestionError
+from contextual_kb.retrieval import DEFAULT_RERANKER, RetrievalError, Retriever
+
+console = Console()
+errors = Console(stderr=True)
+
+Stack = Annotated[str, typer.Option(envvar="CKB_STACK", help="The deployed stack's name.")]
+Region = Annotated[str | None, typer.Option(help="AWS region [default: AWS_REGION].")]
+
+
+def _fail(message: str) -> typer.Exit:
+    errors.print(f"[bold red]error:[/] {message}", highlight=False)
+    return typer.Exit(code=1)
+
+
+def _deployment(stack: str, region: str | None) -> Deployment:
+    try:
+        where = aws_clients.region(region)
+        return Deployment.from_stack(stack, where, aws_clients.client("cloudformation", where))
+    except (DeploymentError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+
+
+def upload(
+    paths: Annotated[
+        list[Path], typer.Argument(help="Files or folders (recursively) to upload.", exists=True)
+    ],
+    prefix: Annotated[str, typer.Option(help="Key prefix in the source bucket.")] = "",
+    stack: Stack = DEFAULT_STACK,
+    region: Region = None,
+) -> None:
+    """Upload documents to the Knowledge Base's source bucket, with progress."""
+    deployment = _deployment(stack, region)
+    files: list[tuple[Path, str]] = []
+    for path in paths:
+        if path.is_dir():
+            files.extend(
+                (f, prefix + f.relative_to(path).as_posix()) for f in sorted(path.rglob("*")) if f.is_file()
+            )
+        else:
+            files.append((path, prefix + path.name))
+    if not files:
+        raise _fail("no files to upload")
+    s3 = aws_clients.client("s3", deployment.region)
+    total = sum(f.stat().st_size for f, _ in files)
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task(f"uploading {len(files)} file(s)", total=total)
+        for path, key in files:
+            try:
+                s3.upload_file(
+                    str(path), deployment.source_bucket, key, Callback=lambda n: progress.advance(task, n)
+                )
+            except Exception as exc:
+                raise _fail(
+                    f"{path}: cannot upload to s3://{deployment.source_bucket}/{key} ({exc})"
+                ) from None
+    console.print(
+        f"uploaded {len(files)} file(s), {total:,} bytes, to s3://{deployment.source_bucket}/{prefix}; "
+        "run `ckb sync` to ingest them"
+    )
+
+
+def sync(
+    interval: Annotated[float, typer.Option(help="Seconds between status checks.")] = 5.0,
+    stack: Stack = DEFAULT_STACK,
+    region: Region = None,
+) -> None:
+    """Start an ingestion job (or follow the one already running) until it ends; report what failed."""
+    deployment = _deployment(stack, region)
+    ingestion = Ingestion(
+        deployment.knowledge_base_id,
+        deployment.data_source_id,
+        deployment.region,
+        aws_clients.client("bedrock-agent", deployment.region),
+    )
+    try:
+        job = ingestion.start()
+        if job.joined:
+            console.print(
+                f"ingestion job {job.job_id} is already {job.status}: following it, not starting another"
+            )
+        else:
+            console.print(f"started ingestion job {job.job_id}")
+        with console.status("ingesting…") as status:
+            for state in ingestion.follow(job, interval=interval):
+                job = state
+                status.update(_progress_line(job.status, job.statistics))
+        failed = ingestion.failed_documents() if job.statistics.get("numberOfDocumentsFailed") else []
+    except IngestionError as exc:
+        raise _fail(str(exc)) from None
+    table = Table(title=f"Ingestion job {job.job_id}: {job.status}")
+    table.add_column("statistic")
+    table.add_column("count", justify="right")
+    for name, value in sorted(job.statistics.items()):
+        table.add_row(name, str(value))
+    console.print(table)
+    for reason in job.failure_reasons:
+        errors.print(f"[red]job failure:[/] {reason}", highlight=False)
+    for document in failed:
+        errors.print(f"[red]failed:[/] {document.uri}: {document.reason}", highlight=False)
+    if job.status != "COMPLETE" or failed:
+        raise typer.Exit(code=1)
+
+
+def _retriever(deployment: Deployment, reranker: str, no_rerank: bool, search: str) -> Retriever:
+    try:
+        retriever = Retriever(
+            deployment.knowledge_base_id,
+            deployment.region,
+            reranker=None if no_rerank or reranker == "none" else reranker,
+            search_type="SEMANTIC" if search.lower() == "semantic" else "HYBRID",
+            client=aws_clients.client("bedrock-agent-runtime", deployment.region),
+        )
+    except RetrievalError as exc:
+        raise _fail(str(exc)) from None
+    if deployment.vector_store == "s3vectors":
+        retriever.use_semantic_only("S3 Vectors has no lexical index")
+    for notice in retriever.notices:
+        errors.print(f"[yellow]note:[/] {notice}", highlight=False)
+    return retriever
+
+
+def _filter(raw: str | None) -> dict[str, Any] | None:
+    if not raw:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise _fail(f"--filter is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise _fail('--filter must be a JSON object, e.g. {"equals": {"key": "team", "value": "payments"}}')
+    return value
+
+
+Reranker = Annotated[str, typer.Option(help="cohere.rerank-v3-5:0, amazon.rerank-v1:0 or none.")]
+NoRerank = Annotated[bool, typer.Option("--no-rerank", help="Keep the retrieval order.")]
+Search = Annotated[str, typer.Option(help="hybrid (vectors + BM25) or semantic.")]
+Filter = Annotated[str | None, typer.Option("--filter", help="A Retrieve metadata filter, as JSON.")]
+
+
+def query(
+    text: Annotated[str, typer.Argument(help="What to search for.")],
+    k: Annotated[int, typer.Option(help="Results to show (1-100).")] = 20,
+    no_rerank: NoRerank = False,
+    reranker: Reranker = DEFAULT_RERANKER,
+    search: Search = "hybrid",
+    metadata_filter: Filter = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
+    stack: Stack = DEFAULT_STACK,
+    region: Region = None,
+) -> None:
+    """Retrieve wide (hybrid), rerank, and show the top K chunks with their contexts and sources."""
+    deployment = _deployment(stack, region)
+    retriever = _retriever(deployment, reranker, no_rerank, search)
+    try:
+        results = retriever.search(text, k=k, filter=_filter(metadata_filter))
+    except RetrievalError as exc:
+        raise _fail(str(exc)) from None
+    if as_json:
+        console.print_json(json.dumps([r.as_dict() for r in results]))
+        return
+    if not results:
+        console.print("no results")
+        return
+    table = Table(show_lines=True)
+    for name in ("#", "rerank", "retrieval", "source", "context", "chunk"):
+        table.add_column(name, overflow="fold")
+    for r in results:
+        table.add_row(
+            str(r.rank),
+            "" if r.rerank_score is None else f"{r.rerank_score:.3f}",
+            f"{r.retrieval_score:.3f}",
+            r.source,
+            _short(r.context, 200),
+            _short(r.text, 300),
+        )
+    console.print(table)
+
+
+def ask(
+    question: Annotated[str, typer.Argument(help="The question.")],
+    k: Annotated[int, typer.Option(help="Chunks given to the model.")] = 10,
+    model: Annotated[
+        str | None, typer.Option(help="Model or inference profile [default: MODEL_ID or Haiku 4.5].")
+    ] = None,
+    no_rerank: NoRerank = False,
+    reranker: Reranker = DEFAULT_RERANKER,
+    search: Search = "hybrid",
+    metadata_filter: Filter = None,
+    stack: Stack = DEFAULT_STACK,
+    region: Region = None,
+) -> None:
+    """Answer a question from the reranked chunks with Claude on Bedrock, citing its sources."""
+    from contextual_kb.answering import answer_request
+    from contextual_kb.bedrock import ClaudeClient, ModelCallError
+    from contextual_kb.config import DEFAULT_MODEL_ID
+
+    deployment = _deployment(stack, region)
+    retriever = _retriever(deployment, reranker, no_rerank, search)
+    try:
+        results = retriever.search(question, k=k, filter=_filter(metadata_filter))
+    except RetrievalError as exc:
+        raise _fail(str(exc)) from None
+    if not results:
+        raise _fail("nothing in the knowledge base matches the question")
+    client = ClaudeClient(region=deployment.region, timeout_seconds=120, max_retries=4, max_connections=1)
+    model_id = model or os.environ.get("MODEL_ID") or DEFAULT_MODEL_ID
+    try:
+        reply = client.invoke(answer_request(model_id, question, results))
+    except ModelCallError as exc:
+        raise _fail(f"the model call failed: {exc}") from None
+    finally:
+        client.close()
+    console.print(reply.text.strip(), highlight=False)
+    console.print()
+    for r in results:
+        console.print(f"[{r.rank}] {r.source}", highlight=False, markup=False)
+
+
+def _progress_line(status: str, stats: dict[str, int]) -> str:
+    indexed = stats.get("numberOfNewDocumentsIndexed", 0) + stats.get("numberOfModifiedDocumentsIndexed", 0)
+    scanned, failed = stats.get("numberOfDocumentsScanned", 0), stats.get("numberOfDocumentsFailed", 0)
+    return f"{status}: {scanned} scanned, {indexed} indexed, {failed} failed"
+
+
+def _progress_line(status: str, stats: dict[str, int]) -> str:
+    indexed = stats.get("numberOfNewDocumentsIndexed", 0) + stats.get("numberOfModifiedDocumentsIndexed", 0)
+    scanned, failed = stats.get("numberOfDocumentsScanned", 0), stats.get("numberOfDocumentsFailed", 0)
+    return f"{status}: {scanned} scanned, {indexed} indexed, {failed} failed"
+
+
+def _short(text: str, limit: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def register(app: typer.Typer) -> None:
+    for command in (upload, sync, query, ask):
+        app.command()(command)

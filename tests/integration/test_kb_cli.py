@@ -1,0 +1,294 @@
+"""`ckb upload`, `sync`, `query`, `ask` with the stack found from CloudFormation outputs; AWS APIs stubbed
+with botocore's Stubber (S3 through moto, Claude through the Bedrock stand-in)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.stub import ANY, Stubber
+from typer.testing import CliRunner
+
+from contextual_kb import aws_clients, ingestion
+from contextual_kb.cli import app
+from contextual_kb.deployment import Deployment, DeploymentError
+from contextual_kb.ingestion import Ingestion, IngestionError
+
+REGION = "us-east-1"
+KB, DS, BUCKET = "KBID123456", "DSID123456", "ckb-source-bucket"
+runner = CliRunner()
+
+
+def outputs(store: str = "opensearch") -> dict[str, Any]:
+    return {
+        "Stacks": [
+            {
+                "StackName": "ContextualKb",
+                "CreationTime": "2026-11-22T00:00:00Z",
+                "StackStatus": "CREATE_COMPLETE",
+                "Outputs": [
+                    {"OutputKey": "KnowledgeBaseId", "OutputValue": KB},
+                    {"OutputKey": "DataSourceId", "OutputValue": DS},
+                    {"OutputKey": "SourceBucketName", "OutputValue": BUCKET},
+                    {"OutputKey": "VectorStoreType", "OutputValue": store},
+                ],
+            }
+        ]
+    }
+
+
+class Clients:
+    """Stubbed clients by service, handed to the CLI through aws_clients.client."""
+
+    def __init__(self) -> None:
+        self.clients = {
+            name: boto3.client(name, region_name=REGION)
+            for name in ("cloudformation", "bedrock-agent", "bedrock-agent-runtime")
+        }
+        self.stubs = {name: Stubber(client) for name, client in self.clients.items()}
+
+    def client(self, service: str, region_name: str) -> Any:
+        return (
+            self.clients[service]
+            if service in self.clients
+            else boto3.client(service, region_name=region_name)
+        )
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[Clients]:
+    clients = Clients()
+    monkeypatch.setattr(aws_clients, "client", clients.client)
+    monkeypatch.setattr(ingestion.time, "sleep", lambda _: None)
+    for stub in clients.stubs.values():
+        stub.activate()
+    clients.stubs["cloudformation"].add_response("describe_stacks", outputs(), {"StackName": "ContextualKb"})
+    yield clients
+    for stub in clients.stubs.values():
+        stub.deactivate()
+
+
+def job(status: str, **statistics: int) -> dict[str, Any]:
+    return {
+        "ingestionJob": {
+            "knowledgeBaseId": KB,
+            "dataSourceId": DS,
+            "ingestionJobId": "JOB1234567",
+            "status": status,
+            "statistics": statistics,
+            "startedAt": "2026-11-22T00:00:00Z",
+            "updatedAt": "2026-11-22T00:00:00Z",
+        }
+    }
+
+
+def test_sync_starts_follows_and_reports_every_failed_document(aws: Clients) -> None:
+    agent = aws.stubs["bedrock-agent"]
+    agent.add_response("list_ingestion_jobs", {"ingestionJobSummaries": []}, ANY_LIST_REQUEST)
+    agent.add_response("start_ingestion_job", job("STARTING"), {"knowledgeBaseId": KB, "dataSourceId": DS})
+    agent.add_response("get_ingestion_job", job("IN_PROGRESS", numberOfDocumentsScanned=3), GET_REQUEST)
+    done = job(
+        "COMPLETE", numberOfDocumentsScanned=3, numberOfNewDocumentsIndexed=2, numberOfDocumentsFailed=1
+    )
+    agent.add_response("get_ingestion_job", done, GET_REQUEST)
+    agent.add_response(
+        "list_knowledge_base_documents",
+        {"documentDetails": [document("s3://b/a.md", "INDEXED")], "nextToken": "n1"},
+        {"knowledgeBaseId": KB, "dataSourceId": DS, "maxResults": 100},
+    )
+    agent.add_response(
+        "list_knowledge_base_documents",
+        {"documentDetails": [document("s3://b/broken.pdf", "FAILED", "the file is encrypted")]},
+        {"knowledgeBaseId": KB, "dataSourceId": DS, "maxResults": 100, "nextToken": "n1"},
+    )
+    result = runner.invoke(app, ["sync", "--region", REGION, "--interval", "0"])
+    assert result.exit_code == 1, result.output  # a document failed
+    assert "started ingestion job JOB1234567" in result.output
+    assert "numberOfNewDocumentsIndexed" in result.output and "COMPLETE" in result.output
+    assert "failed: s3://b/broken.pdf: the file is encrypted" in result.output
+    agent.assert_no_pending_responses()
+
+
+def test_sync_follows_a_job_already_running_instead_of_starting_one(aws: Clients) -> None:
+    agent = aws.stubs["bedrock-agent"]
+    running = {
+        "ingestionJobSummaries": [
+            {
+                "knowledgeBaseId": KB,
+                "dataSourceId": DS,
+                "ingestionJobId": "JOB1234567",
+                "status": "IN_PROGRESS",
+                "startedAt": "2026-11-22T00:00:00Z",
+                "updatedAt": "2026-11-22T00:00:00Z",
+            }
+        ]
+    }
+    agent.add_response("list_ingestion_jobs", running, ANY_LIST_REQUEST)
+    agent.add_response("get_ingestion_job", job("IN_PROGRESS"), GET_REQUEST)
+    agent.add_response("get_ingestion_job", job("COMPLETE", numberOfDocumentsScanned=4), GET_REQUEST)
+    result = runner.invoke(app, ["sync", "--region", REGION, "--interval", "0"])
+    assert result.exit_code == 0, result.output
+    assert "already IN_PROGRESS: following it, not starting another" in " ".join(result.output.split())
+    agent.assert_no_pending_responses()  # and no StartIngestionJob
+
+
+def test_query_prints_a_table_and_json(aws: Clients) -> None:
+    rt = aws.stubs["bedrock-agent-runtime"]
+    hits = {
+        "retrievalResults": [
+            {
+                "content": {"text": "File pay.py: payments\n\ndef charge(): ...", "type": "TEXT"},
+                "location": {"type": "S3", "s3Location": {"uri": "s3://b/pay.py"}},
+                "score": 0.61,
+                "metadata": {"ckb_context": "File pay.py: payments"},
+            }
+        ]
+    }
+    rt.add_response("retrieve", hits, ANY_RETRIEVE)
+    rt.add_response("rerank", {"results": [{"index": 0, "relevanceScore": 0.93}]}, ANY_RERANK)
+    result = runner.invoke(app, ["query", "how are payments charged", "--region", REGION, "--k", "5"])
+    assert result.exit_code == 0, result.output
+    assert "s3://b/pay.py" in result.output and "0.930" in result.output and "def charge()" in result.output
+    aws.stubs["cloudformation"].add_response("describe_stacks", outputs(), {"StackName": "ContextualKb"})
+    rt.add_response("retrieve", hits, ANY_RETRIEVE)
+    as_json = runner.invoke(app, ["query", "payments", "--region", REGION, "--no-rerank", "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    (row,) = json.loads(as_json.stdout)
+    assert row["context"] == "File pay.py: payments" and row["text"] == "def charge(): ..."
+    assert row["rerank_score"] is None and row["source"] == "s3://b/pay.py"
+
+
+def test_query_on_s3_vectors_says_it_searches_semantically(
+    aws: Clients, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfn = aws.stubs["cloudformation"]
+    cfn.deactivate()
+    aws.stubs["cloudformation"] = Stubber(aws.clients["cloudformation"])
+    aws.stubs["cloudformation"].add_response(
+        "describe_stacks", outputs("s3vectors"), {"StackName": "ContextualKb"}
+    )
+    aws.stubs["cloudformation"].activate()
+    aws.stubs["bedrock-agent-runtime"].add_response(
+        "retrieve",
+        {"retrievalResults": []},
+        {
+            "knowledgeBaseId": KB,
+            "retrievalQuery": {"text": "q"},
+            "retrievalConfiguration": {
+                "vectorSearchConfiguration": {"numberOfResults": 100, "overrideSearchType": "SEMANTIC"}
+            },
+        },
+    )
+    result = runner.invoke(app, ["query", "q", "--region", REGION])
+    assert result.exit_code == 0, result.output
+    assert "semantic search only: S3 Vectors has no lexical index" in result.output
+    assert "no results" in result.output
+
+
+def test_errors_are_clear_and_exit_non_zero(aws: Clients) -> None:
+    aws.stubs["bedrock-agent-runtime"].add_client_error(
+        "retrieve", "AccessDeniedException", "not authorized", 403
+    )
+    result = runner.invoke(app, ["query", "q", "--region", REGION])
+    assert result.exit_code == 1
+    text = " ".join(result.output.split())
+    assert "Retrieve failed: AccessDeniedException: not authorized" in text
+    aws.stubs["cloudformation"].add_response("describe_stacks", outputs(), {"StackName": "ContextualKb"})
+    bad = runner.invoke(app, ["query", "q", "--region", "us-east-1", "--reranker", "amazon.rerank-v1:0"])
+    assert bad.exit_code == 1
+    assert "not offered in us-east-1" in " ".join(bad.output.split())
+
+
+def test_a_missing_stack_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    client = boto3.client("cloudformation", region_name=REGION)
+    with Stubber(client) as stub:
+        stub.add_client_error("describe_stacks", "ValidationError", "Stack with id Nope does not exist", 400)
+        with pytest.raises(DeploymentError, match=r"Stack with id Nope does not exist.*make deploy"):
+            Deployment.from_stack("Nope", REGION, client)
+    with Stubber(client) as stub:
+        stub.add_response("describe_stacks", {"Stacks": [{**outputs()["Stacks"][0], "Outputs": []}]})
+        with pytest.raises(DeploymentError, match="no output KnowledgeBaseId"):
+            Deployment.from_stack("ContextualKb", REGION, client)
+
+
+def test_ingestion_errors_name_the_api() -> None:
+    client = boto3.client("bedrock-agent", region_name=REGION)
+    with Stubber(client) as stub:
+        stub.add_client_error("list_ingestion_jobs", "AccessDeniedException", "no", 403)
+        with pytest.raises(IngestionError, match="ListIngestionJobs failed: AccessDeniedException: no"):
+            Ingestion(KB, DS, REGION, client).start()
+
+
+def test_upload_puts_files_and_folders_in_the_source_bucket(aws: Clients, tmp_path: Path) -> None:
+    from moto import mock_aws
+
+    (tmp_path / "docs" / "sub").mkdir(parents=True)
+    (tmp_path / "docs" / "a.md").write_text("# A")
+    (tmp_path / "docs" / "sub" / "b.md").write_text("# B")
+    (tmp_path / "c.txt").write_text("C")
+    with mock_aws():
+        s3 = boto3.client("s3", region_name=REGION)
+        s3.create_bucket(Bucket=BUCKET)
+        result = runner.invoke(
+            app,
+            [
+                "upload",
+                str(tmp_path / "docs"),
+                str(tmp_path / "c.txt"),
+                "--prefix",
+                "in/",
+                "--region",
+                REGION,
+            ],
+        )
+        assert result.exit_code == 0, result.output
+        keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"])
+    assert keys == ["in/a.md", "in/c.txt", "in/sub/b.md"]
+    assert "uploaded 3 file(s)" in result.output
+
+
+def test_ask_answers_from_the_reranked_chunks_with_sources(
+    aws: Clients, standin: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt = aws.stubs["bedrock-agent-runtime"]
+    hits = {
+        "retrievalResults": [
+            {
+                "content": {"text": "Refunds take 5 days.", "type": "TEXT"},
+                "location": {"type": "S3", "s3Location": {"uri": "s3://b/policy.md"}},
+                "score": 0.5,
+            }
+        ]
+    }
+    rt.add_response("retrieve", hits, ANY_RETRIEVE)
+    rt.add_response("rerank", {"results": [{"index": 0, "relevanceScore": 0.9}]}, ANY_RERANK)
+    standin.configure(responder=lambda seen: "Refunds take five days [1].")
+    result = runner.invoke(app, ["ask", "how long do refunds take", "--region", REGION])
+    assert result.exit_code == 0, result.output
+    assert "Refunds take five days [1]." in result.output
+    assert "[1] s3://b/policy.md" in result.output
+    (request,) = standin.seen
+    assert '<source n="1" uri="s3://b/policy.md">' in request["messages"][0]["content"][0]["text"]
+    assert "Question: how long do refunds take" in request["messages"][0]["content"][0]["text"]
+
+
+def document(uri: str, status: str, reason: str = "") -> dict[str, Any]:
+    detail: dict[str, Any] = {
+        "knowledgeBaseId": KB,
+        "dataSourceId": DS,
+        "status": status,
+        "identifier": {"dataSourceType": "S3", "s3": {"uri": uri}},
+    }
+    if reason:
+        detail["statusReason"] = reason
+    return detail
+
+
+ANY_LIST_REQUEST = {"knowledgeBaseId": KB, "dataSourceId": DS, "filters": ANY, "maxResults": 10}
+GET_REQUEST = {"knowledgeBaseId": KB, "dataSourceId": DS, "ingestionJobId": "JOB1234567"}
+ANY_RETRIEVE = {"knowledgeBaseId": KB, "retrievalQuery": ANY, "retrievalConfiguration": ANY}
+ANY_RERANK = {"queries": ANY, "sources": ANY, "rerankingConfiguration": ANY}
