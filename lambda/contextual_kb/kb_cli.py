@@ -15,7 +15,7 @@ from rich.table import Table
 from contextual_kb import aws_clients
 from contextual_kb.deployment import DEFAULT_STACK, Deployment, DeploymentError
 from contextual_kb.ingestion import Ingestion, IngestionError
-from contextual_kb.retrieval import DEFAULT_RERANKER, RetrievalError, Retriever
+from contextual_kb.retrieval import DEFAULT_RERANKER, Result, RetrievalError, Retriever
 
 console = Console()
 errors = Console(stderr=True)
@@ -137,6 +137,24 @@ def _retriever(deployment: Deployment, reranker: str, no_rerank: bool, search: s
     return retriever
 
 
+def _search(
+    text: str,
+    k: int,
+    stack: str,
+    region: str | None,
+    reranker: str,
+    no_rerank: bool,
+    search: str,
+    metadata_filter: str | None,
+) -> tuple[Deployment, list[Result]]:
+    deployment = _deployment(stack, region)
+    retriever = _retriever(deployment, reranker, no_rerank, search)
+    try:
+        return deployment, retriever.search(text, k=k, filter=_filter(metadata_filter))
+    except RetrievalError as exc:
+        raise _fail(str(exc)) from None
+
+
 def _filter(raw: str | None) -> dict[str, Any] | None:
     if not raw:
         return None
@@ -167,12 +185,7 @@ def query(
     region: Region = None,
 ) -> None:
     """Retrieve wide (hybrid), rerank, and show the top K chunks with their contexts and sources."""
-    deployment = _deployment(stack, region)
-    retriever = _retriever(deployment, reranker, no_rerank, search)
-    try:
-        results = retriever.search(text, k=k, filter=_filter(metadata_filter))
-    except RetrievalError as exc:
-        raise _fail(str(exc)) from None
+    _, results = _search(text, k, stack, region, reranker, no_rerank, search, metadata_filter)
     if as_json:
         console.print_json(json.dumps([r.as_dict() for r in results]))
         return
@@ -212,12 +225,7 @@ def ask(
     from contextual_kb.bedrock import ClaudeClient, ModelCallError
     from contextual_kb.config import DEFAULT_MODEL_ID
 
-    deployment = _deployment(stack, region)
-    retriever = _retriever(deployment, reranker, no_rerank, search)
-    try:
-        results = retriever.search(question, k=k, filter=_filter(metadata_filter))
-    except RetrievalError as exc:
-        raise _fail(str(exc)) from None
+    deployment, results = _search(question, k, stack, region, reranker, no_rerank, search, metadata_filter)
     if not results:
         raise _fail("nothing in the knowledge base matches the question")
     client = ClaudeClient(region=deployment.region, timeout_seconds=120, max_retries=4, max_connections=1)
