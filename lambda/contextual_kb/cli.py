@@ -104,6 +104,9 @@ def demo(
     documents: Annotated[
         Path, typer.Option(help="Folder of documents to ingest.", exists=True, file_okay=False)
     ] = Path("events/documents"),
+    evaluate: Annotated[
+        bool, typer.Option("--eval/--no-eval", help="End with retrieval quality, raw vs contextualized.")
+    ] = True,
 ) -> None:
     """Offline demo: local S3, KB-style chunking, the real handler, chunks before and after."""
     from contextlib import nullcontext
@@ -122,14 +125,43 @@ def demo(
             show=show,
             endpoint=endpoint,
         )
+    if evaluate:
+        _demo_eval()
 
 
+def _demo_eval() -> None:
+    """The codebase benchmark's dev split, offline: BM25 over raw and structurally contextualized chunks."""
+    from contextual_kb.eval_cli import DATASET, print_table
+    from contextual_kb.local.offline_eval import evaluate, load_corpus, load_queries
+
+    corpus, queries = DATASET / "codebase_chunks.json", DATASET / "evaluation_dev.jsonl"
+    if not corpus.exists() or not queries.exists():
+        console.print(f"(no labelled set at {DATASET}: skipping the retrieval table)")
+        return
+    console.rule("[bold]retrieval quality, offline (ckb eval --local)")
+    documents, labelled = load_corpus(corpus), load_queries(queries)
+    rows = evaluate(
+        documents,
+        labelled,
+        strategies=["none", "structural"],
+        analyzers=["opensearch-builtin"],
+        ks=[5, 10, 20],
+    )
+    print_table(console, rows, [5, 10, 20], title=f"codebase benchmark, dev split: {len(labelled)} queries")
+
+
+from contextual_kb.eval_cli import register as register_eval  # noqa: E402
 from contextual_kb.kb_cli import register  # noqa: E402 - the commands that use the deployed stack
 
 register(app)
+register_eval(app)
 
 
 def main() -> None:
+    import warnings
+
+    # Local runs only: with metrics disabled, Powertools warns about each invocation's dimension.
+    warnings.filterwarnings("ignore", message="Dimension 'Strategy' has already been added")
     os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")  # no EMF blobs on a terminal
     os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")

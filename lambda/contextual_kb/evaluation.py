@@ -1,17 +1,71 @@
-"""Retrieval metrics. Pure."""
+"""Retrieval metrics. Pure.
+
+Chunks compare by their ORIGINAL stripped text, never with a context prepended (Anthropic's guide and
+shared/datasets/codebase/README.md).
+
+- Pass@k: per query, the share of its golden chunks found in the top k; averaged over queries (x100).
+- Recall@k: the same share over all golden chunks pooled (a query with many golden chunks weighs more).
+- MRR: per query, 1 / the rank of the first golden chunk retrieved (0 if none); averaged over queries.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 
 def pass_at_k(golden: Sequence[str], retrieved: Sequence[str], k: int) -> float:
-    """Share of golden chunks whose stripped text equals the stripped text of one of the top-k retrieved.
-
-    The definition of Anthropic's contextual-retrieval guide (and of shared/datasets/codebase/README.md):
-    chunks compare by their ORIGINAL text, never with a context prepended.
-    """
+    """Share of golden chunks whose stripped text equals the stripped text of one of the top-k retrieved."""
     if not golden:
         return 0.0
+    return found_at_k(golden, retrieved, k) / len(golden)
+
+
+def found_at_k(golden: Sequence[str], retrieved: Sequence[str], k: int) -> int:
     top = {text.strip() for text in retrieved[:k]}
-    return sum(1 for text in golden if text.strip() in top) / len(golden)
+    return sum(1 for text in golden if text.strip() in top)
+
+
+def reciprocal_rank(golden: Sequence[str], retrieved: Sequence[str]) -> float:
+    wanted = {text.strip() for text in golden}
+    for rank, text in enumerate(retrieved, 1):
+        if text.strip() in wanted:
+            return 1.0 / rank
+    return 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Scores:
+    pass_at: dict[int, float]  # x100
+    recall_at: dict[int, float]  # x100
+    mrr: float  # x100
+    queries: int
+
+    def as_dict(self) -> dict[str, float | int]:
+        out: dict[str, float | int] = {f"pass@{k}": round(v, 2) for k, v in self.pass_at.items()}
+        out |= {f"recall@{k}": round(v, 2) for k, v in self.recall_at.items()}
+        out["mrr"] = round(self.mrr, 2)
+        out["queries"] = self.queries
+        return out
+
+
+def score(runs: Iterable[tuple[Sequence[str], Sequence[str]]], ks: Sequence[int]) -> Scores:
+    """``runs``: per query, (golden chunk texts, retrieved chunk texts in rank order)."""
+    passes = dict.fromkeys(ks, 0.0)
+    found = dict.fromkeys(ks, 0)
+    golden_total, mrr, count = 0, 0.0, 0
+    for golden, retrieved in runs:
+        count += 1
+        golden_total += len(golden)
+        mrr += reciprocal_rank(golden, retrieved)
+        for k in ks:
+            passes[k] += pass_at_k(golden, retrieved, k)
+            found[k] += found_at_k(golden, retrieved, k)
+    if not count:
+        return Scores(dict.fromkeys(ks, 0.0), dict.fromkeys(ks, 0.0), 0.0, 0)
+    return Scores(
+        {k: 100 * v / count for k, v in passes.items()},
+        {k: 100 * v / max(1, golden_total) for k, v in found.items()},
+        100 * mrr / count,
+        count,
+    )

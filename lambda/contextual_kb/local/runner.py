@@ -77,7 +77,10 @@ def invoke(event: dict[str, Any], context: LocalLambdaContext | None = None) -> 
     printed = io.StringIO()
     # Powertools' log handler keeps the stdout it was created with: point it at our buffer too.
     log_handler = logger.registered_handler
-    previous = log_handler.setStream(printed) if isinstance(log_handler, logging.StreamHandler) else None
+    # Assigned, not setStream(): that flushes the old stream, which may be closed (a finished CliRunner's).
+    previous = log_handler.stream if isinstance(log_handler, logging.StreamHandler) else None
+    if isinstance(log_handler, logging.StreamHandler):
+        log_handler.stream = printed
     try:
         with contextlib.redirect_stdout(printed):
             started = time.perf_counter()
@@ -87,7 +90,7 @@ def invoke(event: dict[str, Any], context: LocalLambdaContext | None = None) -> 
         raise HandlerError(exc, printed.getvalue()) from exc
     finally:
         if previous is not None and isinstance(log_handler, logging.StreamHandler):
-            log_handler.setStream(previous)
+            log_handler.stream = previous
     after = {key: _read(s3, bucket, key) for key in _keys(response["outputFiles"])}
     metadata_key = handler.runtime()[0].context_metadata_key
     files = []

@@ -1,0 +1,88 @@
+"""``ckb eval``: retrieval quality on a labelled set, offline (``--local``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from contextual_kb.local.offline_eval import Row
+
+console = Console()
+errors = Console(stderr=True)
+DATASET = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "codebase"
+
+
+def eval_command(
+    queries: Annotated[Path, typer.Option(help="Labelled queries (JSONL).", exists=True)] = DATASET
+    / "evaluation_dev.jsonl",
+    corpus: Annotated[Path, typer.Option(help="The corpus, pre-chunked (JSON).", exists=True)] = DATASET
+    / "codebase_chunks.json",
+    k: Annotated[str, typer.Option("--k", help="Cut-offs, comma-separated.")] = "5,10,20",
+    local: Annotated[bool, typer.Option("--local", help="Offline: the real handler, BM25 here.")] = False,
+    strategies: Annotated[str, typer.Option(help="none (raw), structural, claude; comma-separated.")] = (
+        "none,structural"
+    ),
+    analyzers: Annotated[
+        str, typer.Option(help="opensearch-builtin (the deployed index's), code-aware, plain.")
+    ] = "opensearch-builtin,code-aware",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the table as JSON.")] = False,
+) -> None:
+    """Pass@k (as Anthropic's guide defines it), Recall@k and MRR of each configuration, side by side."""
+    from contextual_kb.local.offline_eval import evaluate, load_corpus, load_queries
+
+    if not local:
+        errors.print(
+            "[bold red]error:[/] only --local is available yet (evaluating a deployed Knowledge Base is "
+            "not built: its own chunking differs from the labelled chunks, see the issue notes)"
+        )
+        raise typer.Exit(code=2)
+    try:
+        cutoffs = sorted({int(part) for part in k.split(",") if part.strip()})
+        documents, labelled = load_corpus(corpus), load_queries(queries)
+    except ValueError as exc:
+        errors.print(f"[bold red]error:[/] {exc}")
+        raise typer.Exit(code=2) from None
+    rows = evaluate(
+        documents,
+        labelled,
+        strategies=[s.strip() for s in strategies.split(",") if s.strip()],
+        analyzers=[a.strip() for a in analyzers.split(",") if a.strip()],
+        ks=cutoffs,
+    )
+    if as_json:
+        console.print_json(json.dumps([row.as_dict() for row in rows]))
+        return
+    print_table(console, rows, cutoffs, title=f"{len(labelled)} queries, {len(documents)} documents")
+
+
+_SHOWN = {"bm25 opensearch-builtin": "index", "bm25 code-aware": "code-aware", "bm25 plain": "plain"}
+
+
+def print_table(out: Console, rows: list[Row], cutoffs: list[int], *, title: str) -> None:
+    caption = "P@k Pass@k, R@k Recall@k (golden chunks pooled), MRR; x100. index: the deployed index's BM25"
+    table = Table(title=title, caption=caption, box=box.SIMPLE_HEAD)
+    table.add_column("chunks", no_wrap=True)
+    table.add_column("BM25", no_wrap=True)
+    deepest = cutoffs[-1]  # Recall at the deepest cut-off only, so the table fits a terminal (--json: all)
+    for name in (*(f"P@{k}" for k in cutoffs), f"R@{deepest}", "MRR"):
+        table.add_column(name, justify="right", no_wrap=True, min_width=5)
+    for row in rows:
+        s = row.scores
+        table.add_row(
+            row.chunks,
+            _SHOWN.get(row.retrieval, row.retrieval),
+            *(f"{s.pass_at[k]:.2f}" for k in cutoffs),
+            f"{s.recall_at[deepest]:.2f}",
+            f"{s.mrr:.2f}",
+        )
+    out.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.command(name="eval")(eval_command)

@@ -1,0 +1,140 @@
+"""``ckb eval --local``: retrieval quality on a labelled set with no AWS at all.
+
+Each context strategy runs through the real handler (moto S3 in process; the claude strategy against the
+Bedrock stand-in unless ``ANTHROPIC_BEDROCK_BASE_URL`` or AWS credentials say otherwise), then BM25 (bm25s,
+k1=1.5, b=0.75) indexes the bodies it wrote, with the analysis of the deployed index's text field
+(``opensearch-builtin``) or ours (``code-aware``), and every query is scored against the original chunks.
+
+Input format (the codebase benchmark's): a corpus JSON ``[{doc_id, original_uuid, content, chunks: [{chunk_id,
+original_index, content}]}]`` and queries JSONL ``{query, golden_chunk_uuids: [[doc_uuid, chunk_index]]}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from contextual_kb.evaluation import Scores, score
+
+BUCKET = "ckb-eval-intermediate"
+CHUNKS_PER_BATCH = 8
+ChunkId = tuple[str, int]
+
+
+def load_corpus(path: Path) -> list[dict[str, Any]]:
+    documents = json.loads(path.read_text())
+    if not isinstance(documents, list) or not all("chunks" in d and "original_uuid" in d for d in documents):
+        raise ValueError(f"{path}: expected [{{original_uuid, chunks: [{{original_index, content}}]}}]")
+    return documents
+
+
+def load_queries(path: Path) -> list[dict[str, Any]]:
+    queries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    for number, query in enumerate(queries, 1):
+        if "query" not in query or "golden_chunk_uuids" not in query:
+            raise ValueError(f"{path}:{number}: expected {{query, golden_chunk_uuids: [[doc_uuid, index]]}}")
+    return queries
+
+
+def contextualized_bodies(documents: list[dict[str, Any]], strategy: str) -> dict[ChunkId, str]:
+    """(doc uuid, chunk index) -> the body the real handler wrote, with ``strategy``."""
+    import boto3
+    from moto import mock_aws
+
+    from contextual_kb import handler
+    from contextual_kb.local import runner
+    from contextual_kb.local.kb_staging import build_event, stage_file
+
+    previous = os.environ.get("CONTEXT_STRATEGY")
+    os.environ["CONTEXT_STRATEGY"] = strategy
+    handler.runtime.cache_clear()
+    bodies: dict[ChunkId, str] = {}
+    try:
+        with mock_aws():
+            s3 = boto3.client("s3")
+            s3.create_bucket(Bucket=BUCKET)
+            staged = [
+                stage_file(
+                    s3,
+                    BUCKET,
+                    f"s3://eval-source/{doc.get('doc_id', doc['original_uuid'])}",
+                    [c["content"] for c in doc["chunks"]],
+                    chunks_per_batch=CHUNKS_PER_BATCH,
+                )
+                for doc in documents
+            ]
+            # runner.invoke keeps the handler's logs and metrics off our stdout, and reads the outputs back.
+            result = runner.invoke(build_event(BUCKET, staged))
+            for doc, produced in zip(documents, result.response["outputFiles"], strict=True):
+                refs = produced["contentBatches"]
+                items = [item for ref in refs for item in result.after[ref["key"]].file_contents]
+                for chunk, item in zip(doc["chunks"], items, strict=True):
+                    bodies[(doc["original_uuid"], chunk["original_index"])] = item.content_body
+    finally:
+        handler.runtime.cache_clear()
+        if previous is None:
+            os.environ.pop("CONTEXT_STRATEGY", None)
+        else:
+            os.environ["CONTEXT_STRATEGY"] = previous
+    return bodies
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    chunks: str  # raw, or the strategy's name
+    retrieval: str  # e.g. "bm25 opensearch-builtin"
+    scores: Scores
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"chunks": self.chunks, "retrieval": self.retrieval, **self.scores.as_dict()}
+
+
+def bm25_scores(
+    documents: list[dict[str, Any]],
+    queries: list[dict[str, Any]],
+    bodies: dict[ChunkId, str],
+    analyzer: str,
+    ks: Sequence[int],
+) -> Scores:
+    import bm25s
+
+    from contextual_kb.lexical import ANALYZERS
+
+    tokenize = ANALYZERS[analyzer]
+    ids = [(d["original_uuid"], c["original_index"]) for d in documents for c in d["chunks"]]
+    original = {
+        (d["original_uuid"], c["original_index"]): c["content"] for d in documents for c in d["chunks"]
+    }
+    retriever = bm25s.BM25(k1=1.5, b=0.75)
+    retriever.index([tokenize(bodies[i]) for i in ids], show_progress=False)
+    vocabulary = retriever.vocab_dict
+    depth = min(max(ks), len(ids))
+    runs = []
+    for query in queries:
+        tokens = [t for t in tokenize(query["query"]) if t in vocabulary] or [next(iter(vocabulary))]
+        found, _ = retriever.retrieve([tokens], k=depth, show_progress=False)
+        retrieved = [original[ids[i]] for i in found[0]]
+        golden = [original[(uuid, index)] for uuid, index in query["golden_chunk_uuids"]]
+        runs.append((golden, retrieved))
+    return score(runs, ks)
+
+
+def evaluate(
+    documents: list[dict[str, Any]],
+    queries: list[dict[str, Any]],
+    *,
+    strategies: Sequence[str],
+    analyzers: Sequence[str],
+    ks: Sequence[int],
+) -> list[Row]:
+    rows = []
+    for strategy in strategies:
+        bodies = contextualized_bodies(documents, strategy)
+        for analyzer in analyzers:
+            name = "raw" if strategy == "none" else strategy
+            rows.append(Row(name, f"bm25 {analyzer}", bm25_scores(documents, queries, bodies, analyzer, ks)))
+    return rows
