@@ -32,29 +32,37 @@ def eval_command(
         str, typer.Option(help="opensearch-builtin (the deployed index's), code-aware, plain.")
     ] = "opensearch-builtin,code-aware",
     as_json: Annotated[bool, typer.Option("--json", help="Print the table as JSON.")] = False,
+    stack: Annotated[
+        str, typer.Option(envvar="CKB_STACK", help="Deployed: the stack's name.")
+    ] = "ContextualKb",
+    region: Annotated[str | None, typer.Option(help="Deployed: AWS region [default: AWS_REGION].")] = None,
+    state: Annotated[Path, typer.Option(help="Deployed: results kept here, so a rerun resumes.")] = Path(
+        ".ckb-eval-state.jsonl"
+    ),
+    skip_sync: Annotated[
+        bool, typer.Option("--skip-sync", help="Deployed: the KB is already synced.")
+    ] = False,
 ) -> None:
-    """Pass@k (as Anthropic's guide defines it), Recall@k and MRR of each configuration, side by side."""
+    """Pass@k (as Anthropic's guide defines it), Recall@k and MRR of each configuration, side by side:
+    offline with --local, else against the deployed Knowledge Base (upload, sync, query, score)."""
     from contextual_kb.local.offline_eval import evaluate, load_corpus, load_queries
 
-    if not local:
-        errors.print(
-            "[bold red]error:[/] only --local is available yet (evaluating a deployed Knowledge Base is "
-            "not built: its own chunking differs from the labelled chunks, see the issue notes)"
-        )
-        raise typer.Exit(code=2)
     try:
         cutoffs = sorted({int(part) for part in k.split(",") if part.strip()})
         documents, labelled = load_corpus(corpus), load_queries(queries)
     except ValueError as exc:
         errors.print(f"[bold red]error:[/] {exc}")
         raise typer.Exit(code=2) from None
-    rows = evaluate(
-        documents,
-        labelled,
-        strategies=[s.strip() for s in strategies.split(",") if s.strip()],
-        analyzers=[a.strip() for a in analyzers.split(",") if a.strip()],
-        ks=cutoffs,
-    )
+    if not local:
+        rows = _deployed(documents, labelled, cutoffs, stack, region, state, skip_sync)
+    else:
+        rows = evaluate(
+            documents,
+            labelled,
+            strategies=[s.strip() for s in strategies.split(",") if s.strip()],
+            analyzers=[a.strip() for a in analyzers.split(",") if a.strip()],
+            ks=cutoffs,
+        )
     if as_json:
         console.print_json(json.dumps([row.as_dict() for row in rows]))
         return
@@ -82,6 +90,53 @@ def print_table(out: Console, rows: list[Row], cutoffs: list[int], *, title: str
             f"{s.mrr:.2f}",
         )
     out.print(table)
+
+
+def _deployed(
+    documents: list[dict],
+    labelled: list[dict],
+    cutoffs: list[int],
+    stack: str,
+    region: str | None,
+    state: Path,
+    skip_sync: bool,
+) -> list[Row]:
+    """Upload the corpus, sync, query every question with and without reranking, score."""
+    from contextual_kb import aws_clients
+    from contextual_kb.deployed_eval import run_queries, score_deployed, upload_corpus
+    from contextual_kb.ingestion import Ingestion, IngestionError
+    from contextual_kb.kb_cli import _deployment, _fail, _retriever
+    from contextual_kb.retrieval import DEFAULT_RERANKER, RetrievalError
+
+    deployment = _deployment(stack, region)
+    s3 = aws_clients.client("s3", deployment.region)
+    uploaded = upload_corpus(s3, deployment.source_bucket, documents)
+    console.print(f"{uploaded} of {len(documents)} document(s) uploaded (the rest were there already)")
+    if not skip_sync:
+        ingestion = Ingestion(
+            deployment.knowledge_base_id,
+            deployment.data_source_id,
+            deployment.region,
+            aws_clients.client("bedrock-agent", deployment.region),
+        )
+        try:
+            states = list(ingestion.follow(ingestion.start()))
+            job = states[-1]
+        except IngestionError as exc:
+            raise _fail(str(exc)) from None
+        if job.status != "COMPLETE":
+            raise _fail(f"ingestion job {job.job_id} ended {job.status}: {'; '.join(job.failure_reasons)}")
+    rows = []
+    for reranker in (DEFAULT_RERANKER, "none"):
+        retriever = _retriever(deployment, reranker, False, "hybrid")
+        label = f"{deployment.knowledge_base_id}|{retriever.search_type}|{reranker}"
+        try:
+            retrieved = run_queries(retriever, labelled, max(cutoffs), state, label)
+        except RetrievalError as exc:
+            raise _fail(str(exc)) from None
+        name = f"{retriever.search_type.lower()} + {'no rerank' if reranker == 'none' else 'rerank'}"
+        rows.append(Row("deployed KB", name, score_deployed(documents, labelled, retrieved, cutoffs)))
+    return rows
 
 
 def register(app: typer.Typer) -> None:

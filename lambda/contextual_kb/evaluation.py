@@ -10,8 +10,15 @@ shared/datasets/codebase/README.md).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+
+Match = Callable[
+    [str, str], bool
+]  # (golden chunk, retrieved chunk) -> the retrieved one holds the golden one
+_WORD = re.compile(r"\S+")
+SHINGLE = 5
 
 
 def pass_at_k(golden: Sequence[str], retrieved: Sequence[str], k: int) -> float:
@@ -21,15 +28,31 @@ def pass_at_k(golden: Sequence[str], retrieved: Sequence[str], k: int) -> float:
     return found_at_k(golden, retrieved, k) / len(golden)
 
 
-def found_at_k(golden: Sequence[str], retrieved: Sequence[str], k: int) -> int:
-    top = {text.strip() for text in retrieved[:k]}
-    return sum(1 for text in golden if text.strip() in top)
+def same_text(golden: str, retrieved: str) -> bool:
+    return golden.strip() == retrieved.strip()
 
 
-def reciprocal_rank(golden: Sequence[str], retrieved: Sequence[str]) -> float:
-    wanted = {text.strip() for text in golden}
+def mostly_within(golden: str, retrieved: str, share: float = 0.5) -> bool:
+    """For a Knowledge Base that chunked the corpus its own way: at least ``share`` of the golden chunk's
+    word 5-grams appear in the retrieved chunk (a short golden chunk must appear whole)."""
+    words, inside = _WORD.findall(golden), _WORD.findall(retrieved)
+    if len(words) < SHINGLE:
+        return " ".join(words) in " ".join(inside)
+    have = {tuple(inside[i : i + SHINGLE]) for i in range(len(inside) - SHINGLE + 1)}
+    grams = [tuple(words[i : i + SHINGLE]) for i in range(len(words) - SHINGLE + 1)]
+    return sum(gram in have for gram in grams) >= share * len(grams)
+
+
+def found_at_k(golden: Sequence[str], retrieved: Sequence[str], k: int, match: Match = same_text) -> int:
+    if match is same_text:
+        top = {text.strip() for text in retrieved[:k]}
+        return sum(1 for text in golden if text.strip() in top)
+    return sum(1 for text in golden if any(match(text, other) for other in retrieved[:k]))
+
+
+def reciprocal_rank(golden: Sequence[str], retrieved: Sequence[str], match: Match = same_text) -> float:
     for rank, text in enumerate(retrieved, 1):
-        if text.strip() in wanted:
+        if any(match(wanted, text) for wanted in golden):
             return 1.0 / rank
     return 0.0
 
@@ -49,7 +72,9 @@ class Scores:
         return out
 
 
-def score(runs: Iterable[tuple[Sequence[str], Sequence[str]]], ks: Sequence[int]) -> Scores:
+def score(
+    runs: Iterable[tuple[Sequence[str], Sequence[str]]], ks: Sequence[int], match: Match = same_text
+) -> Scores:
     """``runs``: per query, (golden chunk texts, retrieved chunk texts in rank order)."""
     passes = dict.fromkeys(ks, 0.0)
     found = dict.fromkeys(ks, 0)
@@ -57,10 +82,11 @@ def score(runs: Iterable[tuple[Sequence[str], Sequence[str]]], ks: Sequence[int]
     for golden, retrieved in runs:
         count += 1
         golden_total += len(golden)
-        mrr += reciprocal_rank(golden, retrieved)
+        mrr += reciprocal_rank(golden, retrieved, match)
         for k in ks:
-            passes[k] += pass_at_k(golden, retrieved, k)
-            found[k] += found_at_k(golden, retrieved, k)
+            hits = found_at_k(golden, retrieved, k, match)
+            passes[k] += hits / len(golden) if golden else 0.0
+            found[k] += hits
     if not count:
         return Scores(dict.fromkeys(ks, 0.0), dict.fromkeys(ks, 0.0), 0.0, 0)
     return Scores(
