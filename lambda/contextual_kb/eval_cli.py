@@ -104,8 +104,8 @@ def _deployed(
     """Upload the corpus, sync, query every question with and without reranking, score."""
     from contextual_kb import aws_clients
     from contextual_kb.deployed_eval import run_queries, score_deployed, upload_corpus
-    from contextual_kb.ingestion import Ingestion, IngestionError
-    from contextual_kb.kb_cli import _deployment, _fail, _retriever
+    from contextual_kb.ingestion import IngestionError
+    from contextual_kb.kb_cli import _deployment, _fail, _ingestion, _retriever
     from contextual_kb.retrieval import DEFAULT_RERANKER, RetrievalError
 
     deployment = _deployment(stack, region)
@@ -113,12 +113,7 @@ def _deployed(
     uploaded = upload_corpus(s3, deployment.source_bucket, documents)
     console.print(f"{uploaded} of {len(documents)} document(s) uploaded (the rest were there already)")
     if not skip_sync:
-        ingestion = Ingestion(
-            deployment.knowledge_base_id,
-            deployment.data_source_id,
-            deployment.region,
-            aws_clients.client("bedrock-agent", deployment.region),
-        )
+        ingestion = _ingestion(deployment)
         try:
             states = list(ingestion.follow(ingestion.start()))
             job = states[-1]

@@ -84,12 +84,7 @@ def sync(
 ) -> None:
     """Start an ingestion job (or follow the one already running) until it ends; report what failed."""
     deployment = _deployment(stack, region)
-    ingestion = Ingestion(
-        deployment.knowledge_base_id,
-        deployment.data_source_id,
-        deployment.region,
-        aws_clients.client("bedrock-agent", deployment.region),
-    )
+    ingestion = _ingestion(deployment)
     try:
         job = ingestion.start()
         if job.joined:
@@ -117,6 +112,11 @@ def sync(
         errors.print(f"[red]failed:[/] {document.uri}: {document.reason}", highlight=False)
     if job.status != "COMPLETE" or failed:
         raise typer.Exit(code=1)
+
+
+def _ingestion(deployment: Deployment) -> Ingestion:
+    client = aws_clients.client("bedrock-agent", deployment.region)
+    return Ingestion(deployment.knowledge_base_id, deployment.data_source_id, deployment.region, client)
 
 
 def _retriever(deployment: Deployment, reranker: str, no_rerank: bool, search: str) -> Retriever:
