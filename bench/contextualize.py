@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from corpus import DEFAULT_DATASET, load_documents, offline_environment, stage_corpus  # bench/corpus.py
+from corpus import DEFAULT_DATASET, load_documents, offline_environment  # bench/corpus.py
 
 BUCKET = "bench-intermediate"
 MODEL_ID = "global.anthropic.claude-haiku-4-5-20251001-v1:0"
@@ -70,6 +70,7 @@ def run_mode(
     from contextual_kb import handler
     from contextual_kb.local.kb_staging import build_event
     from contextual_kb.local.lambda_context import LocalLambdaContext
+    from contextual_kb.local.offline_eval import stage_corpus
     from contextual_kb.local.runner import invoke
 
     for name in ("CONTEXT_MODE", "MAX_CONCURRENCY"):

@@ -1,15 +1,13 @@
-"""What the benchmarks share: an offline environment and the codebase corpus staged as the KB would."""
+"""What the benchmarks share: an offline environment and the codebase corpus (staging: offline_eval)."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATASET = ROOT.parent / "shared" / "datasets" / "codebase"
-CHUNKS_PER_BATCH = 8
 
 
 def offline_environment(log_level: str = "WARNING") -> None:
@@ -27,21 +25,6 @@ def offline_environment(log_level: str = "WARNING") -> None:
 
 
 def load_documents(dataset: Path) -> list[dict[str, Any]]:
-    return json.loads((dataset / "codebase_chunks.json").read_text())
+    from contextual_kb.local.offline_eval import load_corpus
 
-
-def stage_corpus(s3: Any, bucket: str, documents: list[dict[str, Any]]) -> list[Any]:
-    """Each document as one file whose chunks sit in batch objects of ``CHUNKS_PER_BATCH``; source keys
-    without file extensions, since the dataset has no paths."""
-    from contextual_kb.local.kb_staging import stage_file
-
-    return [
-        stage_file(
-            s3,
-            bucket,
-            f"s3://bench-source/{doc['doc_id']}",
-            [c["content"] for c in doc["chunks"]],
-            chunks_per_batch=CHUNKS_PER_BATCH,
-        )
-        for doc in documents
-    ]
+    return load_corpus(dataset / "codebase_chunks.json")

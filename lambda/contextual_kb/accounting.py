@@ -52,6 +52,11 @@ class ModelAccounting:
     cache_ttl: str = "5m"
 
     @property
+    def used(self) -> bool:
+        """A model strategy did something this invocation (else its figures are left out)."""
+        return bool(self.calls or self.chunks_remembered or self.fallbacks)
+
+    @property
     def retries(self) -> int:
         return max(0, self.attempts - self.calls)
 

@@ -57,7 +57,7 @@ def record(strategy: str, stats: RunStats) -> None:
         ("EmptyDocuments", stats.empty_documents),
         ("ContextMetadataTruncated", stats.metadata_truncated),
     )
-    if stats.model.calls or stats.model.chunks_remembered or stats.model.fallbacks:
+    if stats.model.used:
         record_model(stats.model)
     logger.info("transformation complete", extra={"strategy": strategy, **stats.as_log()})
 

@@ -63,7 +63,7 @@ class RunStats:
             k: v for k, v in vars(self).items() if k not in {"contexts_by_source", "model"}
         }
         out["contexts_by_source"] = dict(self.contexts_by_source)
-        if self.model.calls or self.model.chunks_remembered or self.model.fallbacks:
+        if self.model.used:
             out["model"] = self.model.as_log()
         return out
 

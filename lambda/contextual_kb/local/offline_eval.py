@@ -40,6 +40,23 @@ def load_queries(path: Path) -> list[dict[str, Any]]:
     return queries
 
 
+def stage_corpus(s3: Any, bucket: str, documents: Sequence[dict[str, Any]]) -> list[Any]:
+    """Each document as one file whose chunks sit in batch objects, as the KB would stage them; source keys
+    are the document ids (the codebase benchmark has no paths)."""
+    from contextual_kb.local.kb_staging import stage_file
+
+    return [
+        stage_file(
+            s3,
+            bucket,
+            f"s3://eval-source/{doc.get('doc_id', doc['original_uuid'])}",
+            [c["content"] for c in doc["chunks"]],
+            chunks_per_batch=CHUNKS_PER_BATCH,
+        )
+        for doc in documents
+    ]
+
+
 def contextualized_bodies(documents: list[dict[str, Any]], strategy: str) -> dict[ChunkId, str]:
     """(doc uuid, chunk index) -> the body the real handler wrote, with ``strategy``."""
     import boto3
@@ -47,7 +64,7 @@ def contextualized_bodies(documents: list[dict[str, Any]], strategy: str) -> dic
 
     from contextual_kb import handler
     from contextual_kb.local import runner
-    from contextual_kb.local.kb_staging import build_event, stage_file
+    from contextual_kb.local.kb_staging import build_event
 
     previous = os.environ.get("CONTEXT_STRATEGY")
     os.environ["CONTEXT_STRATEGY"] = strategy
@@ -57,16 +74,7 @@ def contextualized_bodies(documents: list[dict[str, Any]], strategy: str) -> dic
         with mock_aws():
             s3 = boto3.client("s3")
             s3.create_bucket(Bucket=BUCKET)
-            staged = [
-                stage_file(
-                    s3,
-                    BUCKET,
-                    f"s3://eval-source/{doc.get('doc_id', doc['original_uuid'])}",
-                    [c["content"] for c in doc["chunks"]],
-                    chunks_per_batch=CHUNKS_PER_BATCH,
-                )
-                for doc in documents
-            ]
+            staged = stage_corpus(s3, BUCKET, documents)
             # runner.invoke keeps the handler's logs and metrics off our stdout, and reads the outputs back.
             result = runner.invoke(build_event(BUCKET, staged))
             for doc, produced in zip(documents, result.response["outputFiles"], strict=True):
