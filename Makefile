@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-long lint format bench bench-contextualize synth deploy destroy clean
+.PHONY: demo test test-long lint format bench bench-contextualize eval-dense synth deploy destroy clean
 
 # The CDK CLI, pinned: the 3.x CLI rejects this app's cloud assembly.
 CDK := npx --yes aws-cdk@2.1148.1
@@ -43,6 +43,10 @@ bench: $(STAMP)  ## retrieval benchmark on ../shared/datasets/codebase (dev spli
 
 bench-contextualize: $(STAMP)  ## claude strategy speed and cost vs the published algorithm (~8 min)
 	$(BIN)/python bench/contextualize.py
+
+eval-dense: $(STAMP)  ## ckb eval --local with BM25, dense (MiniLM, CPU) and hybrid; installs torch (~1 GB)
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,dense]"
+	$(BIN)/ckb eval --local --retrieval bm25,dense,hybrid --analyzers opensearch-builtin,code-aware
 
 synth: $(STAMP)  ## CloudFormation for both vector stores, offline: cdk.out/opensearch, cdk.out/s3vectors
 	$(CDK) synth -q -c vectorStore=opensearch -o cdk.out/opensearch

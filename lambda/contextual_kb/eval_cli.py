@@ -9,8 +9,10 @@ from typing import Annotated
 import typer
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from contextual_kb.evaluation import RRF_K
 from contextual_kb.local.offline_eval import Row
 
 console = Console()
@@ -31,6 +33,14 @@ def eval_command(
     analyzers: Annotated[
         str, typer.Option(help="opensearch-builtin (the deployed index's), code-aware, plain.")
     ] = "opensearch-builtin,code-aware",
+    retrieval: Annotated[
+        str,
+        typer.Option(
+            help="Offline: bm25, dense, hybrid (RRF of the two); comma-separated. dense/hybrid need the "
+            "dense extra (torch)."
+        ),
+    ] = "bm25",
+    rrf_k: Annotated[int, typer.Option(help="Offline hybrid: the RRF constant.", min=1)] = RRF_K,
     as_json: Annotated[bool, typer.Option("--json", help="Print the table as JSON.")] = False,
     stack: Annotated[
         str, typer.Option(envvar="CKB_STACK", help="Deployed: the stack's name.")
@@ -45,38 +55,48 @@ def eval_command(
 ) -> None:
     """Pass@k (as Anthropic's guide defines it), Recall@k and MRR of each configuration, side by side:
     offline with --local, else against the deployed Knowledge Base (upload, sync, query, score)."""
+    from contextual_kb.local.dense import DenseUnavailableError
     from contextual_kb.local.offline_eval import evaluate, load_corpus, load_queries
 
     try:
         cutoffs = sorted({int(part) for part in k.split(",") if part.strip()})
         documents, labelled = load_corpus(corpus), load_queries(queries)
     except ValueError as exc:
-        errors.print(f"[bold red]error:[/] {exc}")
+        errors.print(f"[bold red]error:[/] {escape(str(exc))}")
         raise typer.Exit(code=2) from None
     if not local:
         rows = _deployed(documents, labelled, cutoffs, stack, region, state, skip_sync)
     else:
-        rows = evaluate(
-            documents,
-            labelled,
-            strategies=[s.strip() for s in strategies.split(",") if s.strip()],
-            analyzers=[a.strip() for a in analyzers.split(",") if a.strip()],
-            ks=cutoffs,
-        )
+        try:
+            rows = evaluate(
+                documents,
+                labelled,
+                strategies=[s.strip() for s in strategies.split(",") if s.strip()],
+                analyzers=[a.strip() for a in analyzers.split(",") if a.strip()],
+                ks=cutoffs,
+                retrievals=[r.strip() for r in retrieval.split(",") if r.strip()],
+                rrf_k=rrf_k,
+            )
+        except (ValueError, DenseUnavailableError) as exc:
+            errors.print(f"[bold red]error:[/] {escape(str(exc))}")
+            raise typer.Exit(code=2) from None
     if as_json:
         console.print_json(json.dumps([row.as_dict() for row in rows]))
         return
     print_table(console, rows, cutoffs, title=f"{len(labelled)} queries, {len(documents)} documents")
 
 
-_SHOWN = {"bm25 opensearch-builtin": "index", "bm25 code-aware": "code-aware", "bm25 plain": "plain"}
+_SHOWN = {
+    "bm25 opensearch-builtin": "bm25 index",
+    "hybrid opensearch-builtin+minilm": "hybrid index+minilm",
+}
 
 
 def print_table(out: Console, rows: list[Row], cutoffs: list[int], *, title: str) -> None:
     caption = "P@k Pass@k, R@k Recall@k (golden chunks pooled), MRR; x100. index: the deployed index's BM25"
     table = Table(title=title, caption=caption, box=box.SIMPLE_HEAD)
     table.add_column("chunks", no_wrap=True)
-    table.add_column("BM25", no_wrap=True)
+    table.add_column("retrieval", no_wrap=True)
     deepest = cutoffs[-1]  # Recall at the deepest cut-off only, so the table fits a terminal (--json: all)
     for name in (*(f"P@{k}" for k in cutoffs), f"R@{deepest}", "MRR"):
         table.add_column(name, justify="right", no_wrap=True, min_width=5)

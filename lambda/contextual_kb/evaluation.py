@@ -95,3 +95,16 @@ def score(
         100 * mrr / count,
         count,
     )
+
+
+RRF_K = 60  # the constant of Cormack et al. (2009), also OpenSearch's default for its RRF processor
+
+
+def reciprocal_rank_fusion(rankings: Sequence[Sequence[int]], k: int = RRF_K) -> list[int]:
+    """Hybrid retrieval's fusion: each item scores sum(1 / (k + rank)) over the rankings that hold it (rank
+    from 1); best first, ties in order of first appearance."""
+    fused: dict[int, float] = {}
+    for ranking in rankings:
+        for rank, item in enumerate(ranking, 1):
+            fused[item] = fused.get(item, 0.0) + 1.0 / (k + rank)
+    return sorted(fused, key=lambda item: -fused[item])

@@ -75,3 +75,57 @@ def test_eval_refuses_bad_input(labelled: tuple[Path, Path], tmp_path: Path) -> 
     assert refused.exit_code == 2 and "expected {query, golden_chunk_uuids" in " ".join(
         refused.output.split()
     )
+
+
+class _BagOfWords:
+    """A stand-in for MiniLM: hashed word counts, normalised, so dense ranking is deterministic and fast."""
+
+    name = "minilm"
+
+    def embed(self, texts: list[str]) -> object:
+        import numpy as np
+
+        vectors = np.zeros((len(texts), 64))
+        for row, text in enumerate(texts):
+            for word in text.replace("_", " ").split():
+                vectors[row, sum(map(ord, word)) % 64] += 1
+        return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-9)
+
+    def chunk_windows(self, context: str, chunk: str) -> list[str]:
+        return [f"{context}\n\n{chunk}" if context else chunk]
+
+
+def test_eval_local_dense_and_hybrid_rows(
+    labelled: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from contextual_kb.local import dense
+
+    monkeypatch.setattr(dense, "MiniLm", _BagOfWords)
+    corpus, queries = labelled
+    args = ["eval", "--local", "--corpus", str(corpus), "--queries", str(queries), "--k", "1,3", "--json"]
+    result = runner.invoke(
+        app, [*args, "--strategies", "none", "--analyzers", "code-aware", "--retrieval", "bm25,dense,hybrid"]
+    )
+    assert result.exit_code == 0, result.output
+    rows = {r["retrieval"]: r for r in json.loads(result.stdout)}
+    assert list(rows) == ["bm25 code-aware", "dense minilm", "hybrid code-aware+minilm"]
+    # Each query names its chunk's digits, which hashed words match: every golden chunk is within 3.
+    assert all(row["pass@3"] == 100.0 and row["queries"] == 3 for row in rows.values())
+
+
+def test_eval_dense_without_its_extra_says_how_to_install(
+    labelled: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    from contextual_kb.local import dense
+
+    dense._model.cache_clear()
+    monkeypatch.setitem(sys.modules, "sentence_transformers", None)  # import fails as if not installed
+    corpus, queries = labelled
+    args = ["eval", "--local", "--corpus", str(corpus), "--queries", str(queries), "--strategies", "none"]
+    refused = runner.invoke(app, [*args, "--retrieval", "hybrid"])
+    dense._model.cache_clear()
+    assert refused.exit_code == 2 and "pip install -e '.[dense]'" in " ".join(refused.output.split())
+    unknown = runner.invoke(app, [*args, "--retrieval", "sparse"])
+    assert unknown.exit_code == 2 and "unknown retrieval" in unknown.output

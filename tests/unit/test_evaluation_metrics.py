@@ -38,3 +38,31 @@ def test_scores_over_queries_hand_computed() -> None:
     assert scores.mrr == pytest.approx(100 * (1 + 0.5) / 2)
     assert scores.queries == 2
     assert score([], [5]).pass_at == {5: 0.0}
+
+
+def test_reciprocal_rank_fusion_hand_computed() -> None:
+    from contextual_kb.evaluation import reciprocal_rank_fusion
+
+    # k=1: item 7 scores 1/2 + 1/3 = 0.833; item 3: 1/3 + 1/2 = 0.833 (tie: first seen first); item 5: 1/4.
+    assert reciprocal_rank_fusion([[7, 3, 5], [3, 7]], k=1) == [7, 3, 5]
+    # An item in one ranking only still counts: 9 (1/(60+1)) beats 4 (1/(60+2)) and 2 (1/(60+3)).
+    assert reciprocal_rank_fusion([[9, 4], [2]], k=60)[:2] == [9, 2]
+    # Agreement beats a single first place: 1 is 2nd and 2nd (2/62) > 8 first once (1/61).
+    assert reciprocal_rank_fusion([[8, 1], [6, 1]], k=60)[0] == 1
+    assert reciprocal_rank_fusion([]) == []
+
+
+def test_dense_windows_cover_a_long_text_with_overlap() -> None:
+    from contextual_kb.local.dense import windows
+
+    text = " ".join(f"w{i}" for i in range(10))
+    offsets = [(m, m + len(word)) for m, word in _positions(text)]
+    assert windows(text, offsets, 20) == [text]  # short enough: whole
+    pieces = windows(text, offsets, 4)  # stride 3: tokens 0-3, 3-6, 6-9
+    assert pieces == ["w0 w1 w2 w3", "w3 w4 w5 w6", "w6 w7 w8 w9"]
+
+
+def _positions(text: str) -> list[tuple[int, str]]:
+    import re
+
+    return [(m.start(), m.group()) for m in re.finditer(r"\S+", text)]

@@ -3,7 +3,8 @@
 Each context strategy runs through the real handler (moto S3 in process; the claude strategy against the
 Bedrock stand-in unless ``ANTHROPIC_BEDROCK_BASE_URL`` or AWS credentials say otherwise), then BM25 (bm25s,
 k1=1.5, b=0.75) indexes the bodies it wrote, with the analysis of the deployed index's text field
-(``opensearch-builtin``) or ours (``code-aware``), and every query is scored against the original chunks.
+(``opensearch-builtin``) or ours (``code-aware``); optionally a local dense model (``local/dense.py``) and
+hybrid retrieval, the reciprocal rank fusion of the two. Every query is scored against the original chunks.
 
 Input format (the codebase benchmark's): a corpus JSON ``[{doc_id, original_uuid, content, chunks: [{chunk_id,
 original_index, content}]}]`` and queries JSONL ``{query, golden_chunk_uuids: [[doc_uuid, chunk_index]]}``.
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from contextual_kb.evaluation import Scores, score
+from contextual_kb.evaluation import RRF_K, Scores, reciprocal_rank_fusion, score
 
 BUCKET = "ckb-eval-intermediate"
 CHUNKS_PER_BATCH = 8
@@ -94,11 +95,79 @@ def contextualized_bodies(documents: list[dict[str, Any]], strategy: str) -> dic
 @dataclass(frozen=True, slots=True)
 class Row:
     chunks: str  # raw, or the strategy's name
-    retrieval: str  # e.g. "bm25 opensearch-builtin"
+    retrieval: str  # e.g. "bm25 opensearch-builtin", "dense minilm", "hybrid code-aware+minilm"
     scores: Scores
 
     def as_dict(self) -> dict[str, Any]:
         return {"chunks": self.chunks, "retrieval": self.retrieval, **self.scores.as_dict()}
+
+
+RETRIEVALS = ("bm25", "dense", "hybrid")
+FUSION_DEPTH = 100  # each side of a hybrid ranks this many; the KB's hybrid search also fuses a top 100
+
+
+def _ids(documents: list[dict[str, Any]]) -> list[ChunkId]:
+    return [(d["original_uuid"], c["original_index"]) for d in documents for c in d["chunks"]]
+
+
+def _originals(documents: list[dict[str, Any]]) -> dict[ChunkId, str]:
+    return {(d["original_uuid"], c["original_index"]): c["content"] for d in documents for c in d["chunks"]}
+
+
+def bm25_rankings(
+    documents: list[dict[str, Any]],
+    queries: list[dict[str, Any]],
+    bodies: dict[ChunkId, str],
+    analyzer: str,
+    depth: int,
+) -> list[list[int]]:
+    """Per query, the indices (in corpus order) of the ``depth`` best chunks by BM25 (k1=1.5, b=0.75)."""
+    import bm25s
+
+    from contextual_kb.lexical import ANALYZERS
+
+    tokenize = ANALYZERS[analyzer]
+    ids = _ids(documents)
+    retriever = bm25s.BM25(k1=1.5, b=0.75)
+    retriever.index([tokenize(bodies[i]) for i in ids], show_progress=False)
+    vocabulary = retriever.vocab_dict
+    depth = min(depth, len(ids))
+    rankings = []
+    for query in queries:
+        tokens = [t for t in tokenize(query["query"]) if t in vocabulary] or [next(iter(vocabulary))]
+        found, _ = retriever.retrieve([tokens], k=depth, show_progress=False)
+        rankings.append([int(i) for i in found[0]])
+    return rankings
+
+
+def dense_rankings(
+    documents: list[dict[str, Any]], queries: list[dict[str, Any]], bodies: dict[ChunkId, str], depth: int
+) -> list[list[int]]:
+    from contextual_kb.local.dense import MiniLm, rank
+
+    original = _originals(documents)
+    pairs = []
+    for i in _ids(documents):
+        body, chunk = bodies[i], original[i]
+        # The handler writes the context, then the chunk unchanged; the context is what comes before it.
+        context = body[: len(body) - len(chunk)].strip() if body.endswith(chunk) else ""
+        pairs.append((context, chunk))
+    return rank(MiniLm(), pairs, [q["query"] for q in queries], min(depth, len(pairs)))
+
+
+def scored(
+    documents: list[dict[str, Any]],
+    queries: list[dict[str, Any]],
+    rankings: Sequence[Sequence[int]],
+    ks: Sequence[int],
+) -> Scores:
+    ids, original = _ids(documents), _originals(documents)
+    runs = []
+    for query, ranking in zip(queries, rankings, strict=True):
+        retrieved = [original[ids[i]] for i in ranking[: max(ks)]]
+        golden = [original[(uuid, index)] for uuid, index in query["golden_chunk_uuids"]]
+        runs.append((golden, retrieved))
+    return score(runs, ks)
 
 
 def bm25_scores(
@@ -108,27 +177,8 @@ def bm25_scores(
     analyzer: str,
     ks: Sequence[int],
 ) -> Scores:
-    import bm25s
-
-    from contextual_kb.lexical import ANALYZERS
-
-    tokenize = ANALYZERS[analyzer]
-    ids = [(d["original_uuid"], c["original_index"]) for d in documents for c in d["chunks"]]
-    original = {
-        (d["original_uuid"], c["original_index"]): c["content"] for d in documents for c in d["chunks"]
-    }
-    retriever = bm25s.BM25(k1=1.5, b=0.75)
-    retriever.index([tokenize(bodies[i]) for i in ids], show_progress=False)
-    vocabulary = retriever.vocab_dict
-    depth = min(max(ks), len(ids))
-    runs = []
-    for query in queries:
-        tokens = [t for t in tokenize(query["query"]) if t in vocabulary] or [next(iter(vocabulary))]
-        found, _ = retriever.retrieve([tokens], k=depth, show_progress=False)
-        retrieved = [original[ids[i]] for i in found[0]]
-        golden = [original[(uuid, index)] for uuid, index in query["golden_chunk_uuids"]]
-        runs.append((golden, retrieved))
-    return score(runs, ks)
+    rankings = bm25_rankings(documents, queries, bodies, analyzer, max(ks))
+    return scored(documents, queries, rankings, ks)
 
 
 def evaluate(
@@ -138,11 +188,34 @@ def evaluate(
     strategies: Sequence[str],
     analyzers: Sequence[str],
     ks: Sequence[int],
+    retrievals: Sequence[str] = ("bm25",),
+    rrf_k: int = RRF_K,
 ) -> list[Row]:
+    """One row per (strategy, retrieval): BM25 once per analyzer, dense once, hybrid (RRF of BM25 and dense)
+    once per analyzer."""
+    unknown = set(retrievals) - set(RETRIEVALS)
+    if unknown:
+        raise ValueError(f"unknown retrieval {sorted(unknown)}; choose from {', '.join(RETRIEVALS)}")
+    depth = max(*ks, FUSION_DEPTH if "hybrid" in retrievals else 0)
     rows = []
     for strategy in strategies:
         bodies = contextualized_bodies(documents, strategy)
-        for analyzer in analyzers:
-            name = "raw" if strategy == "none" else strategy
-            rows.append(Row(name, f"bm25 {analyzer}", bm25_scores(documents, queries, bodies, analyzer, ks)))
+        name = "raw" if strategy == "none" else strategy
+        lexical = {
+            analyzer: bm25_rankings(documents, queries, bodies, analyzer, depth)
+            for analyzer in analyzers
+            if {"bm25", "hybrid"} & set(retrievals)
+        }
+        dense = (
+            dense_rankings(documents, queries, bodies, depth) if {"dense", "hybrid"} & set(retrievals) else []
+        )
+        if "bm25" in retrievals:
+            for analyzer, rankings in lexical.items():
+                rows.append(Row(name, f"bm25 {analyzer}", scored(documents, queries, rankings, ks)))
+        if "dense" in retrievals:
+            rows.append(Row(name, "dense minilm", scored(documents, queries, dense, ks)))
+        if "hybrid" in retrievals:
+            for analyzer, rankings in lexical.items():
+                fused = [reciprocal_rank_fusion(pair, rrf_k) for pair in zip(rankings, dense, strict=True)]
+                rows.append(Row(name, f"hybrid {analyzer}+minilm", scored(documents, queries, fused, ks)))
     return rows
