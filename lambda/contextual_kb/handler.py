@@ -23,7 +23,7 @@ from contextual_kb.transform import RunStats, Transformation
 def runtime() -> tuple[Settings, ContextStrategy, S3BatchStore]:
     """Settings, strategy and S3 client, built once per execution environment (``cache_clear`` resets)."""
     settings = Settings.from_env()
-    return settings, build_strategy(settings), S3BatchStore()
+    return settings, build_strategy(settings), S3BatchStore(max_attempts=settings.s3_max_attempts)
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 else:
     S3Client = Any
 
-S3_CONFIG = Config(retries={"mode": "standard", "max_attempts": 8}, connect_timeout=5, read_timeout=60)
+# total_max_attempts counts the first attempt; botocore's max_attempts would not.
+S3_CONFIG = Config(retries={"mode": "standard", "total_max_attempts": 8}, connect_timeout=5, read_timeout=60)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,8 +32,11 @@ class StoredObject:
 
 
 class S3BatchStore:
-    def __init__(self, client: S3Client | None = None) -> None:
-        self._client = client or boto3.client("s3", config=S3_CONFIG)
+    def __init__(self, client: S3Client | None = None, *, max_attempts: int | None = None) -> None:
+        config = S3_CONFIG
+        if max_attempts is not None:
+            config = config.merge(Config(retries={"mode": "standard", "total_max_attempts": max_attempts}))
+        self._client = client or boto3.client("s3", config=config)
 
     @tracer.capture_method(capture_response=False)
     def read(self, bucket: str, key: str, *, if_match: str | None = None) -> StoredObject:

@@ -68,9 +68,13 @@ class HandlerError(Exception):
         self.log = log
 
 
-def invoke(event: dict[str, Any], context: LocalLambdaContext | None = None) -> RunResult:
-    """Invoke the real handler (fresh settings from the environment), then read inputs and outputs back."""
-    handler.runtime.cache_clear()
+def invoke(
+    event: dict[str, Any], context: LocalLambdaContext | None = None, *, fresh: bool = True
+) -> RunResult:
+    """Invoke the real handler, then read inputs and outputs back. ``fresh``: settings, strategy and S3 client
+    built anew from the environment (else the ones already built, e.g. with a fault hook on the client)."""
+    if fresh:
+        handler.runtime.cache_clear()
     s3 = boto3.client("s3")
     bucket = event.get("bucketName", "")
     before = _snapshot(s3, bucket, _keys(event.get("inputFiles", []))) if bucket else {}

@@ -1,0 +1,469 @@
+"""Fault injection, end to end: the real handler on moto S3 (in process) against the Bedrock stand-in, with
+faults in the model (the stand-in's controls, changed while the handler runs) and in S3 (a botocore hook on
+the handler's own S3 client, so the SDK's retries really run), then every promise checked from the
+outside: each chunk back exactly once with its text and metadata intact, the deadline kept, and every
+chunk without a model context counted alike in the summary log, the per-file warnings and the metrics.
+
+One code path for the reliability tests (small workloads) and ``bench/reliability.py`` (full size).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from contextual_kb.local.bedrock_standin import BedrockStandIn, Seen, StandInConfig
+
+BUCKET = "reliability-intermediate"
+MODEL_PREFIX = "This chunk is from"  # how the stand-in's own answers begin
+SEPARATOR = "\n\n"
+
+Chaos = Callable[[BedrockStandIn, threading.Event], None]
+
+
+@dataclass(frozen=True)
+class Workload:
+    files: int
+    chunks_per_file: int
+    words: int = 60  # per chunk; 8 chunks of 320 words make a document over Haiku 4.5's cache minimum
+    per_batch: int = 5
+
+    @property
+    def chunks(self) -> int:
+        return self.files * self.chunks_per_file
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    workload: Workload
+    timeout_seconds: float = 900.0  # the Lambda's remaining time when the handler starts
+    standin: dict[str, Any] = field(default_factory=dict)  # StandInConfig at the start
+    env: dict[str, str] = field(default_factory=dict)  # settings (config.py)
+    chaos: Chaos | None = None  # runs beside the handler until it returns
+    s3_put_failures: int = 0  # PutObject attempts answered 500 first, per output key; -1: every attempt
+    expect_failure: bool = False  # the invocation must fail, loudly, naming the object
+
+
+@dataclass
+class Outcome:
+    scenario: str
+    chunks_in: int
+    chunks_out: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    altered: int = 0
+    metadata_lost: int = 0
+    from_model: int = 0
+    degraded: int = 0  # chunks without a model context (given the structural one)
+    fallbacks_logged: dict[str, int] = field(default_factory=dict)  # the summary line, by reason
+    fallbacks_warned: int = 0  # the per-file warning lines, summed
+    fallbacks_metric: int = 0  # the ContextFallbacks metric
+    seconds: float = 0.0
+    timeout_seconds: float = 0.0
+    hard_stop_seconds: float = 0.0  # the handler's own deadline: timeout - DEADLINE_RESERVE_SECONDS
+    model: dict[str, Any] = field(default_factory=dict)  # the summary line's model accounting
+    standin: dict[str, Any] = field(default_factory=dict)  # what the stand-in saw
+    put_attempts: int = 0
+    put_failures: int = 0
+    error: str = ""  # the exception, for a scenario expected to fail
+    error_logged: bool = False  # an ERROR log line with the exception, and TransformationErrors = 1
+    outputs_left: int = 0  # output objects in the bucket after the call
+
+    def problems(self, expect_failure: bool = False) -> list[str]:
+        """Every broken promise, in words; empty when all is well."""
+        found = []
+        if expect_failure:
+            if not self.error or not self.error_logged:
+                found.append(f"expected a loud failure, got error={self.error!r} logged={self.error_logged}")
+            return found
+        if self.error:
+            return [f"failed: {self.error}"]
+        for name in ("lost", "duplicated", "altered", "metadata_lost"):
+            if getattr(self, name):
+                found.append(f"{getattr(self, name)} chunk(s) {name.replace('_', ' ')}")
+        if self.chunks_out != self.chunks_in:
+            found.append(f"{self.chunks_out} chunks out of {self.chunks_in} in")
+        if self.seconds >= self.timeout_seconds:
+            found.append(
+                f"returned after {self.seconds:.1f} s, past the {self.timeout_seconds:.0f} s timeout"
+            )
+        counted = {sum(self.fallbacks_logged.values()), self.fallbacks_warned, self.fallbacks_metric}
+        if counted != {self.degraded}:
+            found.append(
+                f"{self.degraded} degraded chunk(s), counted {sum(self.fallbacks_logged.values())} in the "
+                f"summary, {self.fallbacks_warned} in warnings, {self.fallbacks_metric} in metrics"
+            )
+        return found
+
+    def as_row(self) -> dict[str, Any]:
+        return {
+            "scenario": self.scenario,
+            "chunks": self.chunks_in,
+            "lost": self.lost + self.duplicated + self.altered + self.metadata_lost,
+            "from model": self.from_model,
+            "degraded": self.degraded,
+            "reasons": ", ".join(f"{k} {v}" for k, v in sorted(self.fallbacks_logged.items())) or "-",
+            "seconds": round(self.seconds, 1),
+            "timeout": self.timeout_seconds,
+            "calls": self.standin.get("requests", 0),
+            "429": self.standin.get("throttled", 0),
+            "5xx": self.standin.get("faults", 0),
+            "hangs": self.standin.get("hangs", 0),
+        }
+
+
+# --- chaos: what changes while the handler runs ---
+
+
+def throttle_storm(share: float, seconds: float) -> Chaos:
+    """``share`` of the calls answered 429 for ``seconds``, then none."""
+
+    def chaos(standin: BedrockStandIn, done: threading.Event) -> None:
+        standin.configure(throttle_rate=share)
+        done.wait(seconds)
+        standin.configure(throttle_rate=0.0)
+
+    return chaos
+
+
+def server_error_bursts(every: float, lasting: float) -> Chaos:
+    """Every ``every`` seconds, all calls answered 500 or 503 for ``lasting`` seconds."""
+
+    def chaos(standin: BedrockStandIn, done: threading.Event) -> None:
+        while not done.is_set():
+            standin.configure(fault_rate=1.0)
+            done.wait(lasting)
+            standin.configure(fault_rate=0.0)
+            done.wait(every - lasting)
+
+    return chaos
+
+
+def cache_expiry(every: float) -> Chaos:
+    """The stand-in forgets every cached prefix every ``every`` seconds (as if the 5-minute TTL ran out)."""
+
+    def chaos(standin: BedrockStandIn, done: threading.Event) -> None:
+        while not done.wait(every):
+            standin.expire_cache()
+
+    return chaos
+
+
+def malformed_answers(every: int = 3) -> Callable[[Seen], str | None]:
+    """A responder: one call in ``every`` answered with nothing, blanks, the chunk echoed back, or a wrapper
+    with no text in it; the rest the stand-in's own answer."""
+    bad = ("", "   \n\t ", None, "<context></context>")
+    count = iter(range(1 << 30))
+
+    def responder(seen: Seen) -> str | None:
+        n = next(count)
+        if n % every:
+            return None
+        choice = bad[(n // every) % len(bad)]
+        return seen.document if choice is None else choice  # None: an echo of the whole document
+
+    return responder
+
+
+# --- running one scenario ---
+
+
+def words_chunks(topic: str, count: int, words: int) -> list[str]:
+    return [
+        f"{topic.title()} part {i}. " + " ".join(f"{topic}{i}w{j}" for j in range(words))
+        for i in range(count)
+    ]
+
+
+def run(scenario: Scenario, standin: BedrockStandIn) -> Outcome:
+    """Stage the workload on the (already mocked) S3, run the handler with the scenario's faults, check."""
+    import boto3
+
+    from contextual_kb import handler
+    from contextual_kb.local import runner
+    from contextual_kb.local.kb_staging import build_event, stage_file
+    from contextual_kb.local.lambda_context import LocalLambdaContext
+
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket=BUCKET)
+    load = scenario.workload
+    staged = []
+    for f in range(load.files):
+        chunks = words_chunks(f"topic{f}", load.chunks_per_file, load.words)
+        metadata = [
+            {"page": i, "tags": ["reliability", f"file{f}"], "nested": {"owner": f"team{f % 3}"}}
+            for i in range(len(chunks))
+        ]
+        staged.append(
+            stage_file(
+                s3,
+                BUCKET,
+                f"s3://reliability-source/docs/file{f}.md",
+                chunks,
+                chunks_per_batch=load.per_batch,
+                file_metadata={"collection": "reliability"},
+                chunk_metadata=metadata,
+            )
+        )
+    event = build_event(BUCKET, staged)
+    outcome = Outcome(scenario.name, chunks_in=load.chunks, timeout_seconds=scenario.timeout_seconds)
+    standin.configure(**scenario.standin)
+    with _environment(
+        {"CONTEXT_STRATEGY": "claude", "ANTHROPIC_BEDROCK_BASE_URL": standin.url, **scenario.env}
+    ):
+        handler.runtime.cache_clear()
+        settings, _, store = handler.runtime()
+        outcome.hard_stop_seconds = scenario.timeout_seconds - settings.deadline_reserve_seconds
+        counter = _PutFaults(scenario.s3_put_failures)
+        store._client.meta.events.register_first("before-send.s3.PutObject", counter)
+        context = LocalLambdaContext(timeout_seconds=scenario.timeout_seconds)  # type: ignore[arg-type]
+        done = threading.Event()
+        chaos = (
+            threading.Thread(target=scenario.chaos, args=(standin, done), name="chaos", daemon=True)
+            if scenario.chaos
+            else None
+        )
+        if chaos:
+            chaos.start()
+        try:
+            result = runner.invoke(event, context, fresh=False)
+        except runner.HandlerError as exc:
+            outcome.error = str(exc)
+            outcome.seconds = scenario.timeout_seconds - context.get_remaining_time_in_millis() / 1000
+            outcome.error_logged = _failure_logged(exc.log, str(exc))
+            result = None
+        finally:
+            done.set()
+            if chaos:
+                chaos.join(timeout=5)
+            handler.runtime.cache_clear()
+    outcome.put_attempts, outcome.put_failures = counter.attempts, counter.failures
+    outcome.standin = standin.stats.as_dict()
+    listed = s3.list_objects_v2(Bucket=BUCKET, Prefix=settings.output_prefix)
+    outcome.outputs_left = listed.get("KeyCount", 0)
+    if result is not None:
+        outcome.seconds = result.seconds
+        _check_outputs(outcome, result)
+        _count_reports(outcome, result.log)
+    return outcome
+
+
+def _check_outputs(outcome: Outcome, result: Any) -> None:
+    seen_keys: set[str] = set()
+    for given, produced in zip(result.event["inputFiles"], result.response["outputFiles"], strict=True):
+        in_keys = [b["key"] for b in given["contentBatches"]]
+        out_keys = [b["key"] for b in produced["contentBatches"]]
+        if len(out_keys) != len(in_keys) or seen_keys & set(out_keys):
+            outcome.duplicated += abs(len(out_keys) - len(in_keys))
+        seen_keys |= set(out_keys)
+        for in_key, out_key in zip(in_keys, out_keys, strict=False):
+            before = result.before[in_key].file_contents
+            after = result.after[out_key].file_contents
+            outcome.lost += max(0, len(before) - len(after))
+            outcome.duplicated += max(0, len(after) - len(before))
+            for original, item in zip(before, after, strict=False):
+                outcome.chunks_out += 1
+                body = item.content_body
+                if not body.endswith(original.content_body):
+                    outcome.altered += 1
+                    continue
+                kept = item.content_metadata or {}
+                if any(kept.get(k) != v for k, v in (original.content_metadata or {}).items()):
+                    outcome.metadata_lost += 1
+                context = body[: len(body) - len(original.content_body)].removesuffix(SEPARATOR)
+                if context.startswith(MODEL_PREFIX):
+                    outcome.from_model += 1
+                else:
+                    outcome.degraded += 1
+
+
+def _count_reports(outcome: Outcome, log: str) -> None:
+    for line in _json_lines(log):
+        if line.get("message") == "transformation complete":
+            outcome.model = line.get("model", {})
+            outcome.fallbacks_logged = dict(outcome.model.get("fallbacks", {}))
+        elif str(line.get("message", "")).startswith("chunks given the structural context"):
+            outcome.fallbacks_warned += int(line.get("chunks", 0))
+        elif "_aws" in line and "ContextFallbacks" in line:
+            outcome.fallbacks_metric += int(_metric_value(line["ContextFallbacks"]))
+
+
+def _failure_logged(log: str, message: str) -> bool:
+    lines = list(_json_lines(log))
+    logged = any(
+        line.get("level") == "ERROR" and message.split(":", maxsplit=1)[0] in str(line.get("exception", ""))
+        for line in lines
+    )
+    counted = any(
+        "_aws" in line and _metric_value(line.get("TransformationErrors", 0)) == 1 for line in lines
+    )
+    return logged and counted
+
+
+def _metric_value(value: Any) -> float:
+    return float(value[0] if isinstance(value, list) else value)
+
+
+def _json_lines(log: str) -> Iterator[dict[str, Any]]:
+    for line in log.splitlines():
+        if line.startswith("{"):
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:
+                continue
+
+
+class _PutFaults:
+    """A botocore ``before-send`` hook: the first ``failures`` attempts of each PutObject answered 500 (all
+    of them for -1). Returning a response skips the network; the SDK's retry logic sees a real 500."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures_per_key = failures
+        self.by_key: dict[str, int] = {}
+        self.attempts = 0
+        self.failures = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, request: Any, **_: Any) -> Any:
+        from botocore.awsrequest import AWSResponse
+
+        with self._lock:
+            self.attempts += 1
+            key = request.url.split("?")[0]
+            tried = self.by_key.get(key, 0)
+            self.by_key[key] = tried + 1
+            if self.failures_per_key != -1 and tried >= self.failures_per_key:
+                return None
+            self.failures += 1
+        body = b"<Error><Code>InternalError</Code><Message>injected</Message></Error>"
+        return AWSResponse(request.url, 500, {"Content-Type": "application/xml"}, _Raw(body))
+
+
+class _Raw:
+    def __init__(self, body: bytes) -> None:
+        self._body = io.BytesIO(body)
+
+    def stream(self, **_: Any) -> Iterator[bytes]:
+        yield self._body.read()
+
+    def read(self, *_: Any, **__: Any) -> bytes:
+        return self._body.read()
+
+
+@contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    previous = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+# --- the catalogue ---
+
+FULL = "full"  # the sizes the issue names (bench/reliability.py)
+QUICK = "quick"  # the same faults, scaled to seconds (make test)
+
+
+def scenarios(scale: str = QUICK) -> list[Scenario]:
+    """Every fault scenario. ``full``: a one-minute storm, 500 chunks against 60 s, realistic latency;
+    ``quick``: the same shapes in a few seconds each."""
+    full = scale == FULL
+    # Documents of 8 chunks x 320 words are over Haiku 4.5's 4,096-token cache minimum: cache behaviour runs.
+    cached = Workload(files=12 if full else 4, chunks_per_file=8, words=320, per_batch=4)
+    many = Workload(files=50 if full else 10, chunks_per_file=10)
+    fast_retries = {"MODEL_MAX_RETRIES": "2"} if not full else {}
+    return [
+        Scenario(
+            "baseline",
+            "no fault",
+            many,
+            standin={"latency_ms": 300.0 if full else 2.0},
+        ),
+        Scenario(
+            "throttling storm",
+            "half the calls answered 429 for a minute" if full else "half the calls answered 429 for 3 s",
+            Workload(files=120, chunks_per_file=10) if full else many,
+            standin={"latency_ms": 300.0 if full else 20.0},
+            env={"MAX_CONCURRENCY": "8"} if full else {"MAX_CONCURRENCY": "4", **fast_retries},
+            chaos=throttle_storm(0.5, 60.0 if full else 3.0),
+        ),
+        Scenario(
+            "5xx bursts",
+            "every 5 s, all calls answered 500 or 503 for 1 s" if full else "every 1 s, all 5xx for 0.15 s",
+            Workload(files=60, chunks_per_file=10) if full else many,
+            standin={"latency_ms": 300.0 if full else 50.0},
+            env={"MAX_CONCURRENCY": "8" if full else "4"},
+            chaos=server_error_bursts(5.0, 1.0) if full else server_error_bursts(1.0, 0.15),
+        ),
+        Scenario(
+            "hanging calls",
+            "1 call in 5 hangs past the model timeout",
+            many,
+            standin={
+                "hang_rate": 0.2,
+                "hang_seconds": 60.0 if full else 5.0,
+                "latency_ms": 300.0 if full else 2.0,
+            },
+            env={"MODEL_TIMEOUT_SECONDS": "5" if full else "0.5", "MODEL_MAX_RETRIES": "2"},
+        ),
+        Scenario(
+            "slow model, short time",
+            "500 chunks, 60 s left, 8 s a call" if full else "200 chunks, 6 s left, 1 s a call",
+            Workload(files=50, chunks_per_file=10) if full else Workload(files=20, chunks_per_file=10),
+            timeout_seconds=60.0 if full else 6.0,
+            standin={"latency_ms": 8000.0 if full else 1000.0},
+            env={"DEADLINE_RESERVE_SECONDS": "30" if full else "2", "MAX_CONCURRENCY": "16" if full else "8"},
+        ),
+        Scenario(
+            "malformed answers",
+            "1 answer in 3 empty, blank, an echo of the document or an empty wrapper",
+            many,
+            standin={"responder": malformed_answers(3), "latency_ms": 300.0 if full else 2.0},
+        ),
+        Scenario(
+            "cache expiring mid-run",
+            "every cached prefix forgotten every 2 s"
+            if full
+            else "every cached prefix forgotten every 0.2 s",
+            cached,
+            standin={"latency_ms": 300.0 if full else 50.0},
+            env={"MAX_CONCURRENCY": "4", "CONTEXT_MEMORY_PREFIX": ""},
+            chaos=cache_expiry(2.0 if full else 0.2),
+        ),
+        Scenario(
+            "S3 writes failing, then succeeding",
+            "the first 2 attempts of every output write answered 500",
+            many,
+            standin={"latency_ms": 2.0},
+            env={"S3_MAX_ATTEMPTS": "3"},
+            s3_put_failures=2,
+        ),
+        Scenario(
+            "S3 writes failing for good",
+            "every output write answered 500",
+            many,
+            standin={"latency_ms": 2.0},
+            env={"S3_MAX_ATTEMPTS": "3"},
+            s3_put_failures=-1,
+            expect_failure=True,
+        ),
+    ]
+
+
+def standin_config(**changes: Any) -> StandInConfig:
+    """A stand-in for scenarios: fast unless a scenario slows it."""
+    return StandInConfig(**{"latency_ms": 2.0, "per_token_ms": 0.0, **changes})

@@ -1,0 +1,101 @@
+"""Fault injection end to end (contextual_kb/local/faults.py): the real handler, moto S3, the real anthropic
+SDK against the Bedrock stand-in, faults injected while it runs. For every scenario: no chunk lost,
+duplicated or altered, metadata kept, the Lambda's clock never passed, and every chunk without a model
+context counted the same in the summary log, the per-file warnings and the ContextFallbacks metric."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from contextual_kb.local import faults
+from contextual_kb.local.bedrock_standin import BedrockStandIn
+
+SCENARIOS = {scenario.name: scenario for scenario in faults.scenarios(faults.QUICK)}
+
+
+@pytest.fixture
+def fresh_standin(s3: object) -> Iterator[BedrockStandIn]:
+    server = BedrockStandIn(faults.standin_config()).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def run(name: str, standin: BedrockStandIn) -> faults.Outcome:
+    scenario = SCENARIOS[name]
+    outcome = faults.run(scenario, standin)
+    assert outcome.problems(scenario.expect_failure) == []
+    return outcome
+
+
+def test_the_catalogue_names_every_fault_the_issue_lists() -> None:
+    assert set(SCENARIOS) == {
+        "baseline",
+        "throttling storm",
+        "5xx bursts",
+        "hanging calls",
+        "slow model, short time",
+        "malformed answers",
+        "cache expiring mid-run",
+        "S3 writes failing, then succeeding",
+        "S3 writes failing for good",
+    }
+    assert {s.name for s in faults.scenarios(faults.FULL)} == set(SCENARIOS)
+
+
+def test_baseline(fresh_standin: BedrockStandIn) -> None:
+    outcome = run("baseline", fresh_standin)
+    assert outcome.from_model == outcome.chunks_in == 100 and outcome.degraded == 0
+
+
+def test_throttling_storm(fresh_standin: BedrockStandIn) -> None:
+    outcome = run("throttling storm", fresh_standin)
+    assert outcome.standin["throttled"] > 10
+    assert outcome.model["throttles"] == outcome.standin["throttled"]
+    assert outcome.from_model + outcome.degraded == 100
+
+
+def test_5xx_bursts(fresh_standin: BedrockStandIn) -> None:
+    outcome = run("5xx bursts", fresh_standin)
+    assert outcome.standin["faults"] > 0
+    assert outcome.model["retries"] > 0
+
+
+def test_hanging_calls(fresh_standin: BedrockStandIn) -> None:
+    outcome = run("hanging calls", fresh_standin)
+    assert outcome.standin["hangs"] > 0
+    assert outcome.model["failed_calls"].get("transient", 0) + outcome.model["retries"] > 0
+
+
+def test_slow_model_against_a_short_deadline(fresh_standin: BedrockStandIn) -> None:
+    outcome = run("slow model, short time", fresh_standin)
+    assert outcome.degraded > 0 and outcome.fallbacks_logged.get("deadline", 0) > 0
+    assert outcome.seconds < outcome.hard_stop_seconds + 1.0  # the handler's own deadline, not just the clock
+
+
+def test_malformed_answers(fresh_standin: BedrockStandIn) -> None:
+    outcome = run("malformed answers", fresh_standin)
+    assert outcome.fallbacks_logged.get("answer_rejected", 0) > 0
+    assert sum(outcome.model["answers_rejected"].values()) == outcome.fallbacks_logged["answer_rejected"]
+
+
+def test_cache_entries_expiring_mid_run(fresh_standin: BedrockStandIn) -> None:
+    outcome = run("cache expiring mid-run", fresh_standin)
+    assert outcome.degraded == 0
+    assert outcome.standin["cache_writes"] > 4  # some prefixes written again after expiring
+    assert outcome.model["cache_write_tokens"] == outcome.standin["cache_write_tokens"]
+
+
+def test_s3_writes_retried(fresh_standin: BedrockStandIn) -> None:
+    outcome = run("S3 writes failing, then succeeding", fresh_standin)
+    assert outcome.put_failures == 2 * 20  # 10 files of 10 chunks, 5 a batch: 20 outputs, 2 failures each
+    assert outcome.put_attempts == 3 * 20
+
+
+def test_s3_writes_failing_for_good_fail_loudly(fresh_standin: BedrockStandIn) -> None:
+    outcome = run("S3 writes failing for good", fresh_standin)
+    assert "cannot write output batch (InternalError)" in outcome.error
+    assert outcome.put_attempts == 3  # S3_MAX_ATTEMPTS for the first object, then the call fails
