@@ -2,18 +2,24 @@
 
 ``contentBody`` becomes context + a blank line + the original text, byte for byte; the context alone goes
 into the chunk's metadata under a documented key, capped in bytes because S3 Vectors limits filterable
-metadata to 2 KB per vector (shared with the KB's own keys).
+metadata to 2 KB per vector (shared with the KB's own keys). The user's metadata always wins: the copy
+only takes the room it leaves under that limit, and is left out when the user has a key of the same name.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from contextual_kb.context.base import ChunkContext
 from contextual_kb.models import ContentItem
 
 BODY_SEPARATOR = "\n\n"
 ELLIPSIS = "…"
+# S3 Vectors' filterable metadata per vector (aws-facts.md); user metadata at or past it gets no copy.
+METADATA_LIMIT_BYTES = 2048
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,17 +29,41 @@ class Enriched:
     metadata_truncated: bool = False
 
 
-def enrich(item: ContentItem, context: ChunkContext | None, *, metadata_key: str, max_bytes: int) -> Enriched:
-    """The chunk with its context, or the chunk untouched when there is no context or it is not text."""
+def enrich(
+    item: ContentItem,
+    context: ChunkContext | None,
+    *,
+    metadata_key: str,
+    max_bytes: int,
+    file_metadata: Mapping[str, Any] | None = None,
+) -> Enriched:
+    """The chunk with its context, or the chunk untouched when there is no context or it is not text.
+
+    ``file_metadata`` counts towards the metadata limit: the KB merges it into every chunk's.
+    ``metadata_truncated`` is set when the metadata copy was shortened or left out.
+    """
     if context is None or not context.text or not item.is_text:
         return Enriched(item, contextualized=False)
     fields = item.dump()
     fields["contentBody"] = context.text + BODY_SEPARATOR + item.content_body
     truncated = False
     if max_bytes > 0:
-        value, truncated = cap_utf8(context.text, max_bytes)
-        fields["contentMetadata"] = {**(item.content_metadata or {}), metadata_key: value}
+        user = {**(file_metadata or {}), **(item.content_metadata or {})}
+        if metadata_key in user:  # never overwrite the user's own value
+            truncated = True
+        else:
+            # Our key and value as they add to the JSON: `,"key":"value"` (escapes not counted).
+            overhead = _json_bytes({metadata_key: ""}) - 2 + (1 if user else 0)
+            room = min(max_bytes, METADATA_LIMIT_BYTES - _json_bytes(user) - overhead)
+            value, truncated = cap_utf8(context.text, room)
+            if value and value != ELLIPSIS:
+                fields["contentMetadata"] = {**(item.content_metadata or {}), metadata_key: value}
     return Enriched(ContentItem.model_validate(fields), contextualized=True, metadata_truncated=truncated)
+
+
+def _json_bytes(value: Mapping[str, Any]) -> int:
+    """Size of ``value`` as compact JSON in UTF-8 (lone surrogates from the event counted, not refused)."""
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass"))
 
 
 def cap_utf8(text: str, max_bytes: int) -> tuple[str, bool]:

@@ -7,6 +7,7 @@ whatever AWS adds later travels through untouched; dumps use ``exclude_unset`` s
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Annotated, Any
@@ -172,9 +173,49 @@ def parse_event(raw: Any) -> TransformationEvent:
 def parse_batch(body: bytes, *, where: str, file: str) -> BatchObject:
     """A batch object's JSON as a model, or a ContractError naming the object, the field and the file."""
     try:
-        return BatchObject.model_validate_json(body)
+        batch = BatchObject.model_validate_json(body)
     except ValidationError as exc:
         raise ContractError.from_validation(exc.errors(), where=where, file=file) from None
+    _refuse_ambiguous_json(body, where=where, file=file)
+    return batch
+
+
+def _refuse_ambiguous_json(body: bytes, *, where: str, file: str) -> None:
+    """Refuse what the model would silently change when written back: a key twice in one object (the
+    parser keeps the last value and drops the other, a whole list of chunks under a duplicated
+    ``fileContents``) and non-finite numbers in fields the model does not type (they would become null).
+
+    A second, plain parse of JSON already known to be valid: its cost is small next to the S3 read.
+    """
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        for key, value in items:
+            if key in seen:
+                raise ContractError(
+                    f"the key {key!r} appears twice in one JSON object (which value is meant is ambiguous)",
+                    where=where,
+                    file=file,
+                )
+            if not _finite_json(value):
+                raise ContractError(
+                    f"the value of {key!r} holds a number that is not finite (NaN, Infinity or out of range)",
+                    where=where,
+                    file=file,
+                )
+            seen[key] = value
+        return seen
+
+    json.loads(body, object_pairs_hook=pairs)
+
+
+def _finite_json(value: Any) -> bool:
+    """False for a non-finite float, directly or in nested lists (nested objects are checked on their own)."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, list):
+        return all(_finite_json(v) for v in value)
+    return True
 
 
 def _file_named_in(raw: dict[str, Any], error: Any) -> str | None:

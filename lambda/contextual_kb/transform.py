@@ -23,6 +23,7 @@ from contextual_kb.context.base import ChunkContext, ContextStrategy, Invocation
 from contextual_kb.deadline import Deadline
 from contextual_kb.documents import assemble
 from contextual_kb.enrichment import enrich
+from contextual_kb.errors import ContractError
 from contextual_kb.models import (
     BatchObject,
     ContentBatchRef,
@@ -34,6 +35,9 @@ from contextual_kb.models import (
 )
 from contextual_kb.observability import logger, tracer
 from contextual_kb.storage import StoredObject
+
+# S3 object keys are at most 1,024 bytes of UTF-8.
+S3_MAX_KEY_BYTES = 1024
 
 
 class BatchStore(Protocol):
@@ -117,6 +121,7 @@ class Transformation:
         """
         kept: dict[str, tuple[str, BatchObject | None]] = {}
         budget = self.settings.prefetch_max_bytes
+        _check_output_keys(event, self.settings.output_prefix)
         for file in event.input_files:
             for ref in file.content_batches:
                 stored = self.store.read(event.bucket_name, ref.key)
@@ -178,6 +183,7 @@ class Transformation:
                     context,
                     metadata_key=settings.context_metadata_key,
                     max_bytes=settings.context_metadata_max_bytes,
+                    file_metadata=file.file_metadata,
                 )
                 items.append(done.item)
                 file_stats["chunks_in"] += 1
@@ -188,7 +194,9 @@ class Transformation:
                     file_stats["chunks_passed_through"] += 1
                 file_stats["metadata_truncated"] += int(done.metadata_truncated)
             out_key = settings.output_prefix + ref.key
-            body = BatchObject(fileContents=items).model_dump_json(by_alias=True, exclude_unset=True)
+            # A copy, not a new object: fields of the batch object we do not know travel through.
+            out_batch = batch.model_copy(update={"file_contents": items})
+            body = out_batch.model_dump_json(by_alias=True, exclude_unset=True)
             self.store.write(bucket, out_key, body.encode("utf-8"))
             out_refs.append(ContentBatchRef(key=out_key))
 
@@ -215,6 +223,22 @@ class Transformation:
                 "contentBatches": [r.dump() for r in out_refs],
             }
         )
+
+
+def _check_output_keys(event: TransformationEvent, prefix: str) -> None:
+    """Refuse, before anything is written, an input key that the output prefix would push past S3's key
+    limit: S3 would refuse that write after the call's earlier files were written."""
+    for i, file in enumerate(event.input_files):
+        for j, ref in enumerate(file.content_batches):
+            size = len((prefix + ref.key).encode("utf-8"))
+            if size > S3_MAX_KEY_BYTES:
+                raise ContractError(
+                    f"the output key (OUTPUT_PREFIX {prefix!r} + this key) would be {size} bytes, "
+                    f"over S3's {S3_MAX_KEY_BYTES}-byte limit",
+                    where="event",
+                    field=f"inputFiles[{i}].contentBatches[{j}].key",
+                    file=file.source,
+                )
 
 
 def _s3_path(file: InputFile) -> str | None:

@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import json
+
 from hypothesis import given
 from hypothesis import strategies as st
 
 from contextual_kb.context.base import ChunkContext
-from contextual_kb.enrichment import cap_utf8, enrich
+from contextual_kb.enrichment import METADATA_LIMIT_BYTES, cap_utf8, enrich
 from contextual_kb.models import ContentItem
 
 
@@ -59,3 +61,29 @@ def test_cap_utf8_never_exceeds_and_keeps_a_prefix(text: str, limit: int) -> Non
         assert capped == text
     else:
         assert text.startswith(capped.removesuffix("…").rstrip()) or capped == ""
+
+
+def test_the_users_metadata_wins_over_the_context_copy() -> None:
+    context = ChunkContext("Document a.md: Payments guide", "structural")
+    own = enrich(item("b", metadata={"k": "mine"}), context, metadata_key="k", max_bytes=1024)
+    assert own.item.content_metadata == {"k": "mine"} and own.metadata_truncated
+    in_file = enrich(item("b"), context, metadata_key="k", max_bytes=1024, file_metadata={"k": "file's"})
+    assert in_file.item.content_metadata is None and in_file.metadata_truncated
+    full = enrich(item("b", metadata={"pad": "x" * 3000}), context, metadata_key="k", max_bytes=1024)
+    assert full.item.content_metadata == {"pad": "x" * 3000} and full.metadata_truncated
+    for done in (own, in_file, full):  # the body always carries the whole context
+        assert done.item.content_body == context.text + "\n\nb"
+
+
+def test_the_context_copy_takes_only_the_room_left_under_the_limit() -> None:
+    context = ChunkContext("c" * 500, "structural")
+    done = enrich(
+        item("b", metadata={"pad": "x" * 1000}),
+        context,
+        metadata_key="k",
+        max_bytes=1024,
+        file_metadata={"pad2": "y" * 700},
+    )
+    merged = {"pad2": "y" * 700, **done.item.content_metadata}
+    assert done.metadata_truncated and done.item.content_metadata["k"].endswith("…")
+    assert len(json.dumps(merged, ensure_ascii=False, separators=(",", ":")).encode()) == METADATA_LIMIT_BYTES

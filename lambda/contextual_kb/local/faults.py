@@ -49,6 +49,7 @@ class Scenario:
     env: dict[str, str] = field(default_factory=dict)  # settings (config.py)
     chaos: Chaos | None = None  # runs beside the handler until it returns
     s3_put_failures: int = 0  # PutObject attempts answered 500 first, per output key; -1: every attempt
+    s3_put_every: int = 1  # ... for one output key in this many
     expect_failure: bool = False  # the invocation must fail, loudly, naming the object
 
 
@@ -222,7 +223,7 @@ def run(scenario: Scenario, standin: BedrockStandIn) -> Outcome:
         handler.runtime.cache_clear()
         settings, _, store = handler.runtime()
         outcome.hard_stop_seconds = scenario.timeout_seconds - settings.deadline_reserve_seconds
-        counter = _PutFaults(scenario.s3_put_failures)
+        counter = _PutFaults(scenario.s3_put_failures, scenario.s3_put_every)
         store._client.meta.events.register_first("before-send.s3.PutObject", counter)
         context = LocalLambdaContext(timeout_seconds=scenario.timeout_seconds)  # type: ignore[arg-type]
         done = threading.Event()
@@ -322,11 +323,13 @@ def _json_lines(log: str) -> Iterator[dict[str, Any]]:
 
 
 class _PutFaults:
-    """A botocore ``before-send`` hook: the first ``failures`` attempts of each PutObject answered 500 (all
-    of them for -1). Returning a response skips the network; the SDK's retry logic sees a real 500."""
+    """A botocore ``before-send`` hook: the first ``failures`` attempts of one PutObject key in ``every``
+    answered 500 (all of them for -1). The SDK's retry logic sees a real 500. (moto's own hook still runs
+    and stores the object, as S3 may have done behind a 500; the caller is told it failed.)"""
 
-    def __init__(self, failures: int) -> None:
+    def __init__(self, failures: int, every: int = 1) -> None:
         self.failures_per_key = failures
+        self.every = every
         self.by_key: dict[str, int] = {}
         self.attempts = 0
         self.failures = 0
@@ -338,7 +341,11 @@ class _PutFaults:
         with self._lock:
             self.attempts += 1
             key = request.url.split("?")[0]
-            tried = self.by_key.get(key, 0)
+            if key not in self.by_key and len(self.by_key) % self.every:
+                self.by_key[key] = -1  # a key spared
+            tried = self.by_key.setdefault(key, 0)
+            if tried < 0:
+                return None
             self.by_key[key] = tried + 1
             if self.failures_per_key != -1 and tried >= self.failures_per_key:
                 return None
@@ -446,11 +453,12 @@ def scenarios(scale: str = QUICK) -> list[Scenario]:
         ),
         Scenario(
             "S3 writes failing, then succeeding",
-            "the first 2 attempts of every output write answered 500",
+            "the first 2 attempts of 1 output write in 5 answered 500",
             many,
             standin={"latency_ms": 2.0},
             env={"S3_MAX_ATTEMPTS": "3"},
             s3_put_failures=2,
+            s3_put_every=5,
         ),
         Scenario(
             "S3 writes failing for good",
@@ -460,6 +468,23 @@ def scenarios(scale: str = QUICK) -> list[Scenario]:
             env={"S3_MAX_ATTEMPTS": "3"},
             s3_put_failures=-1,
             expect_failure=True,
+        ),
+        *(
+            [
+                # botocore's standard retry quota (500 tokens, 5 a retry, 1 back per success) runs out after
+                # about 100 retries without successes between them: the SDK stops retrying, and so do we.
+                Scenario(
+                    "S3 writes failing twice each",
+                    "the first 2 attempts of every output write answered 500: the retry quota runs out",
+                    many,
+                    standin={"latency_ms": 2.0},
+                    env={"S3_MAX_ATTEMPTS": "3"},
+                    s3_put_failures=2,
+                    expect_failure=True,
+                )
+            ]
+            if full
+            else []
         ),
     ]
 
