@@ -456,7 +456,8 @@ def _label(text: str) -> str:
 
 
 def _shorten(text: str, limit: int = MAX_LABEL_CHARS) -> str:
-    text = " ".join(text.split())
+    # Only the head can be shown: a 10 MB line is not split whole (4x the limit leaves room for blanks).
+    text = " ".join(text[: limit * 4 + 1].split())
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
