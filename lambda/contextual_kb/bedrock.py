@@ -8,6 +8,7 @@ and the 429s and reports each 429 at once so the concurrency limit can shrink wh
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -23,6 +24,13 @@ from contextual_kb.accounting import Usage
 from contextual_kb.errors import TransformationError
 
 FailureKind = Literal["throttled", "transient", "rejected", "fatal"]
+
+# The SDK logs every request, the whole document in it, at DEBUG: with ANTHROPIC_LOG=debug, or whenever the
+# root logger is at DEBUG (Lambda's log-level control sets it). Documents must never reach the logs, so its
+# loggers stay at INFO or above, whatever is asked (docs/SECURITY.md).
+for _name in ("anthropic", "httpx2"):
+    _sdk_logger = logging.getLogger(_name)
+    _sdk_logger.setLevel(max(logging.INFO, _sdk_logger.level))
 
 
 @dataclass(frozen=True, slots=True)

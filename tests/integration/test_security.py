@@ -82,17 +82,22 @@ class _Records(logging.Handler):
 @pytest.fixture
 def debug_logs(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Records]:
     """Our logger at DEBUG exactly as POWERTOOLS_LOG_LEVEL=DEBUG sets it (Powertools reads the variable when
-    the logger is created, at import: ``setLevel(None)`` resolves it again), and a handler on the root."""
-    previous = logger.log_level
+    the logger is created, at import: ``setLevel(None)`` resolves it again), and the root logger at DEBUG
+    with a handler, as Lambda's log-level control sets it (the anthropic SDK then logs whole requests at
+    DEBUG unless its loggers are pinned: contextual_kb.bedrock pins them)."""
+    previous, root = logger.log_level, logging.getLogger()
+    previous_root = root.level
     monkeypatch.setenv("POWERTOOLS_LOG_LEVEL", "DEBUG")
     logger.setLevel(None)
     records = _Records()
-    logging.getLogger().addHandler(records)
+    root.addHandler(records)
+    root.setLevel(logging.DEBUG)
     try:
         assert logger.log_level == logging.DEBUG
         yield records
     finally:
-        logging.getLogger().removeHandler(records)
+        root.removeHandler(records)
+        root.setLevel(previous_root)
         logger.setLevel(previous)
 
 
