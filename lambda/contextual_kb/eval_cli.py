@@ -9,10 +9,11 @@ from typing import Annotated
 import typer
 from rich import box
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from contextual_kb.evaluation import RRF_K
+from contextual_kb.kb_cli import plain
 from contextual_kb.local.offline_eval import Row
 
 console = Console()
@@ -62,7 +63,7 @@ def eval_command(
         cutoffs = sorted({int(part) for part in k.split(",") if part.strip()})
         documents, labelled = load_corpus(corpus), load_queries(queries)
     except ValueError as exc:
-        errors.print(f"[bold red]error:[/] {escape(str(exc))}")
+        errors.print(Text.assemble(("error:", "bold red"), " ", plain(str(exc))))
         raise typer.Exit(code=2) from None
     if not local:
         rows = _deployed(documents, labelled, cutoffs, stack, region, state, skip_sync)
@@ -78,7 +79,7 @@ def eval_command(
                 rrf_k=rrf_k,
             )
         except (ValueError, DenseUnavailableError) as exc:
-            errors.print(f"[bold red]error:[/] {escape(str(exc))}")
+            errors.print(Text.assemble(("error:", "bold red"), " ", plain(str(exc))))
             raise typer.Exit(code=2) from None
     if as_json:
         console.print_json(json.dumps([row.as_dict() for row in rows]))
@@ -122,6 +123,8 @@ def _deployed(
     skip_sync: bool,
 ) -> list[Row]:
     """Upload the corpus, sync, query every question with and without reranking, score."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
     from contextual_kb import aws_clients
     from contextual_kb.deployed_eval import run_queries, score_deployed, upload_corpus
     from contextual_kb.ingestion import IngestionError
@@ -130,7 +133,10 @@ def _deployed(
 
     deployment = _deployment(stack, region)
     s3 = aws_clients.client("s3", deployment.region)
-    uploaded = upload_corpus(s3, deployment.source_bucket, documents)
+    try:
+        uploaded = upload_corpus(s3, deployment.source_bucket, documents)
+    except (ClientError, BotoCoreError) as exc:
+        raise _fail(f"cannot upload the corpus to s3://{deployment.source_bucket}: {exc}") from None
     console.print(f"{uploaded} of {len(documents)} document(s) uploaded (the rest were there already)")
     if not skip_sync:
         ingestion = _ingestion(deployment)

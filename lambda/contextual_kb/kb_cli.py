@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 from rich.table import Table
+from rich.text import Text
 
 from contextual_kb import aws_clients
 from contextual_kb.deployment import DEFAULT_STACK, Deployment, DeploymentError
@@ -25,8 +27,17 @@ Region = Annotated[str | None, typer.Option(help="AWS region [default: AWS_REGIO
 
 
 def _fail(message: str) -> typer.Exit:
-    errors.print(f"[bold red]error:[/] {message}", highlight=False)
+    errors.print(Text.assemble(("error:", "bold red"), " ", plain(message)))
     return typer.Exit(code=1)
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def plain(value: str) -> Text:
+    """Text from documents, models or AWS as it is: never read as Rich markup (``[/docs]`` in a chunk would
+    crash the command, ``[link=...]`` hide a link) and stripped of terminal control sequences."""
+    return Text(_CONTROL.sub("", value))
 
 
 def _deployment(stack: str, region: str | None) -> Deployment:
@@ -107,9 +118,9 @@ def sync(
         table.add_row(name, str(value))
     console.print(table)
     for reason in job.failure_reasons:
-        errors.print(f"[red]job failure:[/] {reason}", highlight=False)
+        errors.print(Text.assemble(("job failure:", "red"), " ", plain(reason)))
     for document in failed:
-        errors.print(f"[red]failed:[/] {document.uri}: {document.reason}", highlight=False)
+        errors.print(Text.assemble(("failed:", "red"), " ", plain(f"{document.uri}: {document.reason}")))
     if job.status != "COMPLETE" or failed:
         raise typer.Exit(code=1)
 
@@ -133,7 +144,7 @@ def _retriever(deployment: Deployment, reranker: str, no_rerank: bool, search: s
     if deployment.vector_store == "s3vectors":
         retriever.use_semantic_only("S3 Vectors has no lexical index")
     for notice in retriever.notices:
-        errors.print(f"[yellow]note:[/] {notice}", highlight=False)
+        errors.print(Text.assemble(("note:", "yellow"), " ", plain(notice)))
     return retriever
 
 
@@ -200,9 +211,9 @@ def query(
             str(r.rank),
             "" if r.rerank_score is None else f"{r.rerank_score:.3f}",
             f"{r.retrieval_score:.3f}",
-            r.source,
-            _short(r.context, 200),
-            _short(r.text, 300),
+            plain(r.source),
+            plain(_short(r.context, 200)),
+            plain(_short(r.text, 300)),
         )
     console.print(table)
 
@@ -236,10 +247,10 @@ def ask(
         raise _fail(f"the model call failed: {exc}") from None
     finally:
         client.close()
-    console.print(reply.text.strip(), highlight=False)
+    console.print(plain(reply.text.strip()))
     console.print()
     for r in results:
-        console.print(f"[{r.rank}] {r.source}", highlight=False, markup=False)
+        console.print(plain(f"[{r.rank}] {r.source}"))
 
 
 def _progress_line(status: str, stats: dict[str, int]) -> str:

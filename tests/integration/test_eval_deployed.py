@@ -123,3 +123,16 @@ def test_eval_against_the_deployed_kb_uploads_once_scores_and_resumes(
         assert again.exit_code == 0, again.output
         assert "0 of 2 document(s) uploaded" in again.stdout
         assert json.loads(again.stdout[again.stdout.index("[") :]) == rows
+
+
+def test_eval_reports_an_upload_failure_in_one_line(
+    aws: Clients,  # noqa: F811 - the fixture
+    tmp_path: Path,
+) -> None:
+    corpus, queries = corpus_files(tmp_path)
+    args = ["eval", "--corpus", str(corpus), "--queries", str(queries), "--region", REGION]
+    with mock_aws():  # the source bucket does not exist: S3 answers NoSuchBucket
+        result = runner.invoke(app, [*args, "--state", str(tmp_path / "state.jsonl")])
+    assert result.exit_code == 1
+    assert f"cannot upload the corpus to s3://{BUCKET}" in " ".join(result.output.split())
+    assert "NoSuchBucket" in result.output and "Traceback" not in result.output

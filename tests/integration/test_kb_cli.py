@@ -292,3 +292,32 @@ ANY_LIST_REQUEST = {"knowledgeBaseId": KB, "dataSourceId": DS, "filters": ANY, "
 GET_REQUEST = {"knowledgeBaseId": KB, "dataSourceId": DS, "ingestionJobId": "JOB1234567"}
 ANY_RETRIEVE = {"knowledgeBaseId": KB, "retrievalQuery": ANY, "retrievalConfiguration": ANY}
 ANY_RERANK = {"queries": ANY, "sources": ANY, "rerankingConfiguration": ANY}
+
+
+def test_document_text_is_shown_as_text_never_as_markup_or_terminal_codes(aws: Clients, standin: Any) -> None:
+    """Chunks, contexts, sources and answers come from documents: Rich markup in them is shown literally
+    (``[/docs]`` used to crash the command) and terminal control sequences are dropped."""
+    rt = aws.stubs["bedrock-agent-runtime"]
+    hostile = "see [/docs] and [link=https://evil.example]here[/link] \x1b]0;pwned\x07[bold]end"
+    hits = {
+        "retrievalResults": [
+            {
+                "content": {"text": hostile, "type": "TEXT"},
+                "location": {"type": "S3", "s3Location": {"uri": "s3://b/[red]x.md"}},
+                "score": 0.5,
+            }
+        ]
+    }
+    rt.add_response("retrieve", hits, ANY_RETRIEVE)
+    result = runner.invoke(app, ["query", "docs", "--region", REGION, "--no-rerank"])
+    assert result.exit_code == 0, result.output
+    shown = result.output  # the table wraps long cells: look for short pieces
+    assert all(piece in shown for piece in ("[/docs]", "[/link]", "[bold]end", "[red]x.md", "pwned"))
+    assert "\x1b" not in result.output and "\x07" not in result.output
+    aws.stubs["cloudformation"].add_response("describe_stacks", outputs(), {"StackName": "ContextualKb"})
+    rt.add_response("retrieve", hits, ANY_RETRIEVE)
+    standin.configure(responder=lambda seen: "Answer [/b] \x1b[2J cleared [1].")
+    asked = runner.invoke(app, ["ask", "docs", "--region", REGION, "--no-rerank"])
+    assert asked.exit_code == 0, asked.output
+    assert "Answer [/b] [2J cleared [1]." in asked.output and "\x1b" not in asked.output
+    assert "[1] s3://b/[red]x.md" in asked.output
