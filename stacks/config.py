@@ -23,6 +23,22 @@ class ConfigError(ValueError):
     """A context value the stack cannot use."""
 
 
+# Variables that would send documents elsewhere (endpoints, proxies) or log them (the SDK's debug log).
+_REDIRECTING_VARIABLES = frozenset(
+    {
+        "ANTHROPIC_BEDROCK_BASE_URL",
+        "ANTHROPIC_BASE_URL",
+        "ANTHROPIC_LOG",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+    }
+)
+
+
 class StackConfig(BaseModel):
     model_config = ConfigDict(frozen=True, populate_by_name=True, extra="forbid")
 
@@ -65,6 +81,16 @@ class StackConfig(BaseModel):
             raise ValueError(
                 f"childMaxTokens={self.child_max_tokens} must be smaller than "
                 f"parentMaxTokens={self.parent_max_tokens}"
+            )
+        redirecting = sorted(
+            name
+            for name in self.function_environment
+            if name in _REDIRECTING_VARIABLES or name.startswith("AWS_ENDPOINT_URL")
+        )
+        if redirecting:
+            raise ValueError(
+                f"functionEnvironment may not set {', '.join(redirecting)}: it would send documents to "
+                "another endpoint or put them in the logs (docs/SECURITY.md)"
             )
         if (
             self.function_environment.get("CONTEXT_STRATEGY", "claude") == "claude"

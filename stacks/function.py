@@ -102,11 +102,16 @@ class TransformFunction(Construct):
             role=self.role,
             tracing=lambda_.Tracing.ACTIVE,
         )
-        # Batch objects in, outputs and remembered contexts out: objects only, no listing or deleting.
+        # Batch objects in, outputs and remembered contexts out: no deleting.
         self.role.add_to_policy(
             iam.PolicyStatement(
                 actions=["s3:GetObject", "s3:PutObject"], resources=[intermediate.arn_for_objects("*")]
             )
+        )
+        # Without ListBucket, S3 answers a missing key with 403, not 404: every document not yet remembered
+        # would look like a permission failure (docs/SECURITY.md). It lists only this bucket.
+        self.role.add_to_policy(
+            iam.PolicyStatement(actions=["s3:ListBucket"], resources=[intermediate.bucket_arn])
         )
         if intermediate.encryption_key is not None:
             intermediate.encryption_key.grant(self.role, "kms:Decrypt", "kms:GenerateDataKey")

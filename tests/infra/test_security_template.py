@@ -55,12 +55,16 @@ def test_the_function_role_reads_and_writes_intermediate_objects_invokes_its_mod
         "xray:PutTelemetryRecords",
         "s3:GetObject",
         "s3:PutObject",
+        "s3:ListBucket",
         "bedrock:InvokeModel",
     }
     source = logical_id(template, "AWS::S3::Bucket", "Source")
     intermediate = logical_id(template, "AWS::S3::Bucket", "Intermediate")
     (s3_statement,) = [s for s in statements if "s3:GetObject" in as_list(s["Action"])]
     assert s3_statement["Resource"] == {"Fn::Join": ["", [{"Fn::GetAtt": [intermediate, "Arn"]}, "/*"]]}
+    # Listing (so a missing key is a 404, not a 403) on the intermediate bucket only.
+    (list_statement,) = [s for s in statements if "s3:ListBucket" in as_list(s["Action"])]
+    assert list_statement["Resource"] == {"Fn::GetAtt": [intermediate, "Arn"]}
     assert source not in flat(statements)  # the function never touches the documents themselves
     log_group = logical_id(template, "AWS::Logs::LogGroup", "TransformLogs")
     (logs_statement,) = [s for s in statements if "logs:PutLogEvents" in as_list(s["Action"])]

@@ -219,6 +219,15 @@ def test_an_unacknowledged_cdk_nag_finding_fails_synth() -> None:
         ({"chunking": "hierarchical", "parentMaxTokens": 300, "childMaxTokens": 300}, "childMaxTokens"),
         ({"chunking": "none"}, "chunking"),
         ({"functionTimeoutSeconds": 120}, "functionTimeoutSeconds"),
+        (
+            {"functionEnvironment": {"ANTHROPIC_BEDROCK_BASE_URL": "https://x"}},
+            "may not set ANTHROPIC_BEDROCK",
+        ),
+        ({"functionEnvironment": '{"AWS_ENDPOINT_URL_S3": "https://x"}'}, "may not set AWS_ENDPOINT_URL_S3"),
+        (
+            {"functionEnvironment": {"ANTHROPIC_LOG": "debug", "HTTPS_PROXY": "h"}},
+            "ANTHROPIC_LOG, HTTPS_PROXY",
+        ),
     ],
 )
 def test_settings_that_cannot_work_fail_synth_with_a_clear_message(
