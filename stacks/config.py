@@ -23,7 +23,8 @@ class ConfigError(ValueError):
     """A context value the stack cannot use."""
 
 
-# Variables that would send documents elsewhere (endpoints, proxies) or log them (the SDK's debug log).
+# Variables that would send documents elsewhere (endpoints, proxies) or log them (the SDK's debug log);
+# compared in upper case, as Python's proxy lookup reads any case.
 _REDIRECTING_VARIABLES = frozenset(
     {
         "ANTHROPIC_BEDROCK_BASE_URL",
@@ -85,7 +86,7 @@ class StackConfig(BaseModel):
         redirecting = sorted(
             name
             for name in self.function_environment
-            if name in _REDIRECTING_VARIABLES or name.startswith("AWS_ENDPOINT_URL")
+            if name.upper() in _REDIRECTING_VARIABLES or name.upper().startswith("AWS_ENDPOINT_URL")
         )
         if redirecting:
             raise ValueError(

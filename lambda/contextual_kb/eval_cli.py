@@ -13,8 +13,8 @@ from rich.table import Table
 from rich.text import Text
 
 from contextual_kb.evaluation import RRF_K
-from contextual_kb.kb_cli import plain
 from contextual_kb.local.offline_eval import Row
+from contextual_kb.terminal import plain
 
 console = Console()
 errors = Console(stderr=True)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -18,6 +17,7 @@ from contextual_kb import aws_clients
 from contextual_kb.deployment import DEFAULT_STACK, Deployment, DeploymentError
 from contextual_kb.ingestion import Ingestion, IngestionError
 from contextual_kb.retrieval import DEFAULT_RERANKER, Result, RetrievalError, Retriever
+from contextual_kb.terminal import plain
 
 console = Console()
 errors = Console(stderr=True)
@@ -29,15 +29,6 @@ Region = Annotated[str | None, typer.Option(help="AWS region [default: AWS_REGIO
 def _fail(message: str) -> typer.Exit:
     errors.print(Text.assemble(("error:", "bold red"), " ", plain(message)))
     return typer.Exit(code=1)
-
-
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def plain(value: str) -> Text:
-    """Text from documents, models or AWS as it is: never read as Rich markup (``[/docs]`` in a chunk would
-    crash the command, ``[link=...]`` hide a link) and stripped of terminal control sequences."""
-    return Text(_CONTROL.sub("", value))
 
 
 def _deployment(stack: str, region: str | None) -> Deployment:

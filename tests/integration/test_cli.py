@@ -80,3 +80,30 @@ def test_help_lists_the_commands() -> None:
     for command in ("upload", "sync", "query", "ask"):
         helped = runner.invoke(app, [command, "--help"])
         assert helped.exit_code == 0 and "--stack" in helped.output and "--region" in helped.output
+
+
+def test_transform_shows_hostile_names_and_text_literally(tmp_path: object) -> None:
+    """A source URI or a chunk holding Rich markup or terminal escapes is shown as text (it used to crash
+    the command with MarkupError) and without the escapes."""
+    import shutil
+    from pathlib import Path
+
+    folder = Path(str(tmp_path)) / "hostile"
+    shutil.copytree(EVENTS / "multi-batch", folder)
+    event_path = folder / "event.json"
+    event = json.loads(event_path.read_text())
+    uri = event["inputFiles"][0]["originalFileLocation"]["s3_location"]["uri"]
+    event["inputFiles"][0]["originalFileLocation"]["s3_location"]["uri"] = uri + "[/docs]\x1b]0;pwned\x07"
+    event_path.write_text(json.dumps(event))
+    result = runner.invoke(app, ["transform", str(event_path), "--show", "1"])
+    assert result.exit_code == 0, result.output
+    assert "[/docs]" in result.output and "pwned" in result.output
+    assert "\x1b]" not in result.output and "\x07" not in result.output
+
+
+def test_terminal_text_is_cleaned_of_control_characters_only() -> None:
+    from contextual_kb.terminal import clean, plain
+
+    assert clean("a\x1b[2Jb\x07c\r\n\td\x9b") == "a[2Jbc\n\td"
+    assert clean("invoice \u202egnp.exe\u202c ok \u200d") == "invoice gnp.exe ok \u200d"
+    assert plain("[bold]x[/bold]").plain == "[bold]x[/bold]"

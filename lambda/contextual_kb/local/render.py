@@ -9,6 +9,7 @@ from rich.text import Text
 
 from contextual_kb.enrichment import BODY_SEPARATOR
 from contextual_kb.local.runner import RunResult
+from contextual_kb.terminal import clean, plain
 
 PREVIEW_CHARS = 360
 
@@ -19,7 +20,7 @@ def print_summary(console: Console, result: RunResult) -> None:
         table.add_column(column, justify="left" if column == "source file" else "right")
     for f in result.files:
         table.add_row(
-            f.source.removeprefix("s3://"),
+            plain(f.source.removeprefix("s3://")),
             str(f.batches_in),
             str(f.batches_out),
             str(f.chunks_in),
@@ -46,13 +47,15 @@ def print_chunks(console: Console, result: RunResult, count: int) -> None:
                 ]
             body = Text()
             if context:
-                body.append(context, style="bold green")
+                body.append(clean(context), style="bold green")
                 body.append("\n\n")
-            body.append(_preview(old.content_body), style="dim")
+            body.append(clean(_preview(old.content_body)), style="dim")
             uri = produced["originalFileLocation"].get("s3_location", {}).get("uri", "?")
             title = f"{uri} · chunk {index + 1}"
             console.print(
-                Panel(body, title=title, title_align="left", subtitle="context (green) + original chunk")
+                Panel(
+                    body, title=plain(title), title_align="left", subtitle="context (green) + original chunk"
+                )
             )
 
 

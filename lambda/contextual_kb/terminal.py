@@ -1,0 +1,23 @@
+"""Text from documents, models or AWS, made safe to show in a terminal."""
+
+from __future__ import annotations
+
+import re
+
+from rich.text import Text
+
+# C0 and C1 controls but newline and tab, and the bidirectional embeddings, overrides and isolates (which
+# can make text read in another order than it is); zero-width joiners stay (emoji, Indic scripts).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def clean(value: str) -> str:
+    """``value`` without terminal control characters (escape sequences could retitle or clear the
+    terminal, or hide text) or bidirectional overrides; newlines and tabs kept."""
+    return _CONTROL.sub("", value)
+
+
+def plain(value: str) -> Text:
+    """``value`` as it is: never read as Rich markup (``[/docs]`` in a chunk would crash the command,
+    ``[link=...]`` hide a link), and cleaned of control characters."""
+    return Text(clean(value))
