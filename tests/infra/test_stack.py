@@ -225,8 +225,8 @@ def test_an_unacknowledged_cdk_nag_finding_fails_synth() -> None:
         ),
         ({"functionEnvironment": '{"AWS_ENDPOINT_URL_S3": "https://x"}'}, "may not set AWS_ENDPOINT_URL_S3"),
         (
-            {"functionEnvironment": {"ANTHROPIC_LOG": "debug", "HTTPS_PROXY": "h"}},
-            "ANTHROPIC_LOG, HTTPS_PROXY",
+            {"functionEnvironment": {"ANTHROPIC_LOG": "debug", "Https_Proxy": "h"}},
+            "ANTHROPIC_LOG, Https_Proxy",
         ),
     ],
 )
