@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-long lint format bench bench-contextualize eval-dense synth deploy destroy clean
+.PHONY: demo test test-long lint format bench bench-contextualize bench-load bench-reliability eval-dense synth deploy destroy clean
 
 # The CDK CLI, pinned: the 3.x CLI rejects this app's cloud assembly.
 CDK := npx --yes aws-cdk@2.1148.1
@@ -27,7 +27,7 @@ test: $(STAMP)  ## lint, then the test suite (no AWS, no network)
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -m "not long" -q
 
-test-long: $(STAMP)
+test-long: $(STAMP)  ## the long tests: a 50 MB document, 10,000 chunks, memory against the number of files
 	$(BIN)/python -m pytest -m long -q
 
 lint: $(STAMP)
@@ -43,6 +43,12 @@ bench: $(STAMP)  ## retrieval benchmark on ../shared/datasets/codebase (dev spli
 
 bench-contextualize: $(STAMP)  ## claude strategy speed and cost vs the published algorithm (~8 min)
 	$(BIN)/python bench/contextualize.py
+
+bench-reliability: $(STAMP)  ## fault injection at full size: a 429 storm, 5xx, hangs, deadline, S3 (~5 min)
+	$(BIN)/python bench/reliability.py --scale full
+
+bench-load: $(STAMP)  ## a 50 MB document, 10,000 chunks, 10/40/160 files: time, peak memory (~10 min)
+	$(BIN)/python bench/load.py
 
 eval-dense: $(STAMP)  ## ckb eval --local with BM25, dense (MiniLM, CPU) and hybrid; installs torch (~1 GB)
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,dense]"

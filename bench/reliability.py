@@ -64,7 +64,7 @@ def main() -> int:
         print(
             f"| {r['scenario']} | {r['description']} | {r['chunks']} | {r['lost']} | {r['from model']} "
             f"| {r['degraded']} ({r['reasons']}) | {r['seconds']} / {r['timeout']:.0f} | {r['calls']} "
-            f"| {r['429']} | {r['5xx']} | {r['hangs']} | {status} |"
+            f"| {r['429']} | {r['5xx']} | {r['hangs']} | {r['cache writes']} | {status} |"
         )
     print(f"\n{len(rows)} scenarios in {time.perf_counter() - started:.0f} s; broken promises: {broken}")
     if args.json:

@@ -44,7 +44,8 @@ class Settings(BaseModel):
     # Shortest run of identical text that counts as the overlap between two consecutive chunks.
     min_overlap_chars: int = Field(default=8, ge=1, le=1000, alias="MIN_OVERLAP_CHARS")
     # Validated batch objects kept in memory between validation and processing, in bytes of JSON.
-    prefetch_max_bytes: int = Field(default=256 * 1024 * 1024, ge=0, alias="PREFETCH_MAX_BYTES")
+    # Small: every file's kept batches wait in memory until that file's turn; a re-read is one pinned GET.
+    prefetch_max_bytes: int = Field(default=8 * 1024 * 1024, ge=0, alias="PREFETCH_MAX_BYTES")
     # Attempts per S3 request (the SDK's standard retry mode: backoff with jitter, up to 20 s a wait).
     s3_max_attempts: int = Field(default=8, ge=1, le=20, alias="S3_MAX_ATTEMPTS")
 

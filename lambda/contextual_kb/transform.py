@@ -6,8 +6,10 @@
    the strategy gives one context per chunk, and each input batch becomes one output batch (same items,
    same order) under ``OUTPUT_PREFIX`` + the input key, so a retried call overwrites its own output.
 
-Only one file's batches are held at a time, plus validated batches kept from step 1 within
-``PREFETCH_MAX_BYTES`` (the rest are read again, pinned to the validated version by ETag).
+Files are loaded as the strategy asks for them: one at a time for the structural strategy; for the claude
+strategy, the documents it has open side by side (one at least, more only within its 2M-character budget).
+Validated batches from step 1 are kept within ``PREFETCH_MAX_BYTES`` (the rest are read again, pinned to
+the validated version by ETag).
 """
 
 from __future__ import annotations

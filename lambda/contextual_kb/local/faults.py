@@ -118,6 +118,7 @@ class Outcome:
             "429": self.standin.get("throttled", 0),
             "5xx": self.standin.get("faults", 0),
             "hangs": self.standin.get("hangs", 0),
+            "cache writes": self.standin.get("cache_writes", 0),
         }
 
 

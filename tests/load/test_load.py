@@ -1,0 +1,131 @@
+"""Load (``make test-long``): 10,000 chunks through the handler, and memory against the number of files.
+
+The real handler on moto S3 against the Bedrock stand-in (2 ms a call): in process for the 10,000 chunks, in a
+child process for the memory test, whose tracemalloc figures must be the handler's alone. Figures at
+realistic latency, and peak RSS, are ``bench/load.py``'s (``make bench-load``).
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import logging
+import subprocess
+import sys
+import tracemalloc
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from contextual_kb import handler
+from contextual_kb.local.bedrock_standin import BedrockStandIn
+from contextual_kb.local.kb_staging import build_event, stage_file
+from contextual_kb.local.lambda_context import LocalLambdaContext
+from tests.integration.test_claude import BUCKET, assert_every_chunk_back, context_of, run, stage, summary
+
+pytestmark = pytest.mark.long
+
+WORDS = "ledger account balance invoice payment audit reconcile entry journal credit debit period".split()
+
+
+def chunk(file: int, index: int, chars: int) -> str:
+    """A distinct chunk of about ``chars`` characters."""
+    words = [WORDS[(file * 31 + index * 7 + j) % len(WORDS)] for j in range(chars // 7)]
+    return f"File {file} section {index}: " + " ".join(words)
+
+
+def test_10000_chunks_over_100_files_all_come_back_with_a_model_context(
+    s3: Any, standin: BedrockStandIn, monkeypatch: pytest.MonkeyPatch, captured: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CONTEXT_MODE", "grouped")  # 500 calls; per_chunk's 10,000 take minutes here
+    standin.configure(record=False)  # no need to keep 500 request bodies of ~120 KB
+    documents = {f"file-{f:03d}.md": [chunk(f, i, 1200) for i in range(100)] for f in range(100)}
+    event, staged = stage(s3, documents, per_batch=8)
+    items = assert_every_chunk_back(s3, run(event), staged)
+    assert len(items) == 10_000
+    assert all(context_of(i).startswith("This chunk is from") for i in items)
+    log = summary(captured)
+    assert log["chunks_in"] == log["chunks_contextualized"] == 10_000
+    assert log["model"]["fallbacks"] == {}
+
+
+def _moto_bodies_in_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    """moto keeps object bodies in temporary files, so the outputs the handler writes do not count as its
+    memory; the ETag is hashed in 1 MB reads (moto's one ``read(16 MB)`` of a file allocates 16 MB)."""
+    from moto.s3.models import FakeKey
+
+    def etag(key: Any) -> str:
+        if key._etag is None:
+            digest = hashlib.md5(usedforsecurity=False)
+            key._value_buffer.seek(0)
+            for block in iter(lambda: key._value_buffer.read(1 << 20), b""):
+                digest.update(block)
+            key._etag = digest.hexdigest()
+        return f'"{key._etag}"'
+
+    monkeypatch.setenv("MOTO_S3_DEFAULT_KEY_BUFFER_SIZE", "1")
+    monkeypatch.setattr(FakeKey, "etag", property(etag))
+
+
+def _traced_peak(s3: Any, name: str, files: int, chunks: int, chars: int) -> int:
+    """The handler's peak of Python allocations (bytes) on an event of ``files`` files of the same size."""
+    staged = [
+        stage_file(s3, BUCKET, f"s3://source/{name}/{f}.md", [chunk(f, i, chars) for i in range(chunks)])
+        for f in range(files)
+    ]
+    event = build_event(BUCKET, staged)
+    del staged  # the chunks it keeps are not the handler's
+    gc.collect()
+    tracemalloc.start()
+    try:
+        response = run(event, LocalLambdaContext())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(response["outputFiles"]) == files
+    return peak
+
+
+@pytest.fixture
+def standin_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The stand-in (2 ms a call) in a child process, so that its memory is not counted as the handler's;
+    the claude strategy pointed at it."""
+    command = [
+        sys.executable, "-m", "contextual_kb.local.bedrock_standin", "--port", "0",
+        "--latency-ms", "2", "--per-token-ms", "0",
+    ]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()  # "Bedrock stand-in at http://127.0.0.1:PORT; ..."
+        assert "stand-in at " in line, f"the stand-in did not start: {line!r}"
+        monkeypatch.setenv("ANTHROPIC_BEDROCK_BASE_URL", line.split("stand-in at ", 1)[1].split(";", 1)[0])
+        monkeypatch.setenv("CONTEXT_STRATEGY", "claude")
+        handler.runtime.cache_clear()
+        yield line
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        handler.runtime.cache_clear()
+
+
+def test_memory_does_not_grow_with_the_number_of_files(
+    s3: Any, standin_process: str, monkeypatch: pytest.MonkeyPatch, captured: pytest.CaptureFixture[str]
+) -> None:
+    """The issue: memory must not grow with the number of files held at once beyond what one file needs.
+
+    The handler's peak of Python allocations with 64 files of 100 KB (10 chunks of 10 KB) against 16 such
+    files, default settings (per_chunk, MAX_CONCURRENCY=32, PREFETCH_MAX_BYTES=256 MB)."""
+    _moto_bodies_in_files(monkeypatch)
+    # pytest keeps every log record in memory, and httpx logs each call at INFO: not the handler's memory.
+    monkeypatch.setattr(logging.getLogger("httpx2"), "disabled", True)
+    run(stage(s3, {"warm-up.md": ["Warm-up.", "Two."]})[0])  # the runtime (clients, imports) is built
+    few = _traced_peak(s3, "few", 16, 10, 10_000)
+    many = _traced_peak(s3, "many", 64, 10, 10_000)
+    assert summary(captured)["model"]["fallbacks"] == {}
+    figures = f"16 files: {few / 2**20:.1f} MB, 64 files: {many / 2**20:.1f} MB"
+    print(f"the handler's tracemalloc peak: {figures}")
+    # What grows, when this fails: documents opened side by side (claude.py, _Run._room: up to 64) with their
+    # batches (transform.py, Transformation.run), and the prefetch (transform.py, _validate_all).
+    assert many / few < 1.5, figures
