@@ -56,9 +56,9 @@ def main() -> int:
         print(json.dumps(row), file=sys.stderr, flush=True)
     print(
         "| scenario | what is injected | chunks | lost | model contexts | degraded (reasons) | s / timeout "
-        "| calls | 429 | 5xx | hangs | promises |"
+        "| calls | 429 | 5xx | hangs | cache writes | promises |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         status = "; ".join(r["problems"]) or ("failed loudly, as it must" if "error" in r else "all kept")
         print(
