@@ -126,6 +126,6 @@ def test_memory_does_not_grow_with_the_number_of_files(
     assert summary(captured)["model"]["fallbacks"] == {}
     figures = f"16 files: {few / 2**20:.1f} MB, 64 files: {many / 2**20:.1f} MB"
     print(f"the handler's tracemalloc peak: {figures}")
-    # What grows, when this fails: documents opened side by side (claude.py, _Run._room: up to 64) with their
-    # batches (transform.py, Transformation.run), and the prefetch (transform.py, _validate_all).
+    # What grows, when this fails: documents opened side by side (claude.py, _Run._room, MAX_OPEN_CHARS) with
+    # their batches (transform.py, Transformation.run), and the prefetch (transform.py, _validate_all).
     assert many / few < 1.5, figures
