@@ -216,28 +216,6 @@ class _Held:
         transform.Transformation._write_file = write_file  # type: ignore[method-assign]
 
 
-def moto_bodies_in_files() -> None:
-    """moto keeps every object body in a temporary file, so this process's memory holds neither the staged
-    inputs nor the outputs the handler writes; its ETag is hashed in 1 MB reads instead of one 16 MB read
-    (on a file, ``read(16 MB)`` allocates 16 MB up front: a transient that tracemalloc would count)."""
-    import hashlib
-
-    from moto.s3.models import FakeKey
-
-    os.environ["MOTO_S3_DEFAULT_KEY_BUFFER_SIZE"] = "1"  # a body over 1 byte rolls over to a file
-
-    def etag(key: Any) -> str:
-        if key._etag is None:
-            digest = hashlib.md5(usedforsecurity=False)
-            key._value_buffer.seek(0)
-            for block in iter(lambda: key._value_buffer.read(1 << 20), b""):
-                digest.update(block)
-            key._etag = digest.hexdigest()
-        return f'"{key._etag}"'
-
-    FakeKey.etag = property(etag)  # type: ignore[assignment, method-assign]
-
-
 def worker(scenario: Scenario, url: str, trace: bool, s3_mode: str, s3_endpoint: str) -> dict[str, Any]:
     offline_environment(log_level="INFO")  # the handler's summary log line carries the accounting
     os.environ.update({"CONTEXT_STRATEGY": "claude", "ANTHROPIC_BEDROCK_BASE_URL": url, "MODEL_ID": MODEL_ID})
@@ -248,7 +226,9 @@ def worker(scenario: Scenario, url: str, trace: bool, s3_mode: str, s3_endpoint:
     if s3_mode == "server":
         os.environ["AWS_ENDPOINT_URL_S3"] = s3_endpoint
     elif s3_mode == "files":
-        moto_bodies_in_files()
+        from contextual_kb.local.s3server import keep_moto_bodies_in_files
+
+        keep_moto_bodies_in_files()
     from contextual_kb.context import claude
     from contextual_kb.observability import logger
 

@@ -8,7 +8,6 @@ realistic latency, and peak RSS, are ``bench/load.py``'s (``make bench-load``).
 from __future__ import annotations
 
 import gc
-import hashlib
 import logging
 import subprocess
 import sys
@@ -51,21 +50,14 @@ def test_10000_chunks_over_100_files_all_come_back_with_a_model_context(
 
 
 def _moto_bodies_in_files(monkeypatch: pytest.MonkeyPatch) -> None:
-    """moto keeps object bodies in temporary files, so the outputs the handler writes do not count as its
-    memory; the ETag is hashed in 1 MB reads (moto's one ``read(16 MB)`` of a file allocates 16 MB)."""
+    """moto keeps object bodies in temporary files (s3server.keep_moto_bodies_in_files), undone after."""
     from moto.s3.models import FakeKey
 
-    def etag(key: Any) -> str:
-        if key._etag is None:
-            digest = hashlib.md5(usedforsecurity=False)
-            key._value_buffer.seek(0)
-            for block in iter(lambda: key._value_buffer.read(1 << 20), b""):
-                digest.update(block)
-            key._etag = digest.hexdigest()
-        return f'"{key._etag}"'
+    from contextual_kb.local.s3server import keep_moto_bodies_in_files
 
     monkeypatch.setenv("MOTO_S3_DEFAULT_KEY_BUFFER_SIZE", "1")
-    monkeypatch.setattr(FakeKey, "etag", property(etag))
+    monkeypatch.setattr(FakeKey, "etag", FakeKey.etag)  # restored after the test
+    keep_moto_bodies_in_files()
 
 
 def _traced_peak(s3: Any, name: str, files: int, chunks: int, chars: int) -> int:

@@ -7,6 +7,7 @@ import os
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 # Only what a local run needs when the caller has none: moto accepts any credentials.
 LOCAL_DEFAULTS = {
@@ -45,3 +46,25 @@ def local_s3() -> Iterator[str]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def keep_moto_bodies_in_files() -> None:
+    """For memory measurements: moto keeps object bodies in temporary files (any body over a byte rolls
+    over), so what the handler writes does not count as its memory, and ETags are hashed a megabyte at a
+    time (moto reads a body whole to hash it: a 16 MB allocation for a 16 MB object)."""
+    import hashlib
+
+    from moto.s3.models import FakeKey
+
+    os.environ["MOTO_S3_DEFAULT_KEY_BUFFER_SIZE"] = "1"
+
+    def etag(key: Any) -> str:
+        if key._etag is None:
+            digest = hashlib.md5(usedforsecurity=False)
+            key._value_buffer.seek(0)
+            for block in iter(lambda: key._value_buffer.read(1 << 20), b""):
+                digest.update(block)
+            key._etag = digest.hexdigest()
+        return f'"{key._etag}"'
+
+    FakeKey.etag = property(etag)  # type: ignore[assignment, method-assign]
