@@ -3,7 +3,8 @@
 ``contentBody`` becomes context + a blank line + the original text, byte for byte; the context alone goes
 into the chunk's metadata under a documented key, capped in bytes because S3 Vectors limits filterable
 metadata to 2 KB per vector (shared with the KB's own keys). The user's metadata always wins: the copy
-only takes the room it leaves under that limit, and is left out when the user has a key of the same name.
+only takes the room it leaves under that limit less a reserve for the KB's keys (escapes counted), and is
+left out when the user has a key of the same name.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ BODY_SEPARATOR = "\n\n"
 ELLIPSIS = "…"
 # S3 Vectors' filterable metadata per vector (aws-facts.md); user metadata at or past it gets no copy.
 METADATA_LIMIT_BYTES = 2048
+# Left for the keys the KB adds itself (source URI, data source id, ...): our copy never takes it.
+KB_RESERVE_BYTES = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,10 +55,15 @@ def enrich(
         if metadata_key in user:  # never overwrite the user's own value
             truncated = True
         else:
-            # Our key and value as they add to the JSON: `,"key":"value"` (escapes not counted).
+            budget = METADATA_LIMIT_BYTES - KB_RESERVE_BYTES
+            # Our key and value as they add to the JSON: `,"key":"value"`; escapes are counted below.
             overhead = _json_bytes({metadata_key: ""}) - 2 + (1 if user else 0)
-            room = min(max_bytes, METADATA_LIMIT_BYTES - _json_bytes(user) - overhead)
+            room = min(max_bytes, budget - _json_bytes(user) - overhead)
             value, truncated = cap_utf8(context.text, room)
+            # Quotes, backslashes and control characters take more room escaped: cut again until it fits.
+            while value and (excess := _json_bytes({**user, metadata_key: value}) - budget) > 0:
+                room -= excess
+                value, truncated = cap_utf8(context.text, room)
             if value and value != ELLIPSIS:
                 fields["contentMetadata"] = {**(item.content_metadata or {}), metadata_key: value}
     return Enriched(ContentItem.model_validate(fields), contextualized=True, metadata_truncated=truncated)

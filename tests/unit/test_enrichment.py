@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from contextual_kb.context.base import ChunkContext
-from contextual_kb.enrichment import METADATA_LIMIT_BYTES, cap_utf8, enrich
+from contextual_kb.enrichment import KB_RESERVE_BYTES, METADATA_LIMIT_BYTES, cap_utf8, enrich
 from contextual_kb.models import ContentItem
 
 
@@ -78,12 +78,25 @@ def test_the_users_metadata_wins_over_the_context_copy() -> None:
 def test_the_context_copy_takes_only_the_room_left_under_the_limit() -> None:
     context = ChunkContext("c" * 500, "structural")
     done = enrich(
-        item("b", metadata={"pad": "x" * 1000}),
+        item("b", metadata={"pad": "x" * 600}),
         context,
         metadata_key="k",
         max_bytes=1024,
-        file_metadata={"pad2": "y" * 700},
+        file_metadata={"pad2": "y" * 500},
     )
-    merged = {"pad2": "y" * 700, **done.item.content_metadata}
+    merged = {"pad2": "y" * 500, **done.item.content_metadata}
     assert done.metadata_truncated and done.item.content_metadata["k"].endswith("…")
-    assert len(json.dumps(merged, ensure_ascii=False, separators=(",", ":")).encode()) == METADATA_LIMIT_BYTES
+    size = len(json.dumps(merged, ensure_ascii=False, separators=(",", ":")).encode())
+    assert size == METADATA_LIMIT_BYTES - KB_RESERVE_BYTES
+
+
+def test_escapes_in_the_context_are_counted_against_the_limit() -> None:
+    context = ChunkContext(
+        'say "hi"\n\t\\ ' * 200, "structural"
+    )  # each quote, newline, tab, backslash: 2 bytes
+    done = enrich(item("b", metadata={"pad": "x" * 900}), context, metadata_key="k", max_bytes=1024)
+    merged = done.item.content_metadata
+    assert done.metadata_truncated and merged["k"]
+    assert len(json.dumps(merged, ensure_ascii=False, separators=(",", ":")).encode()) <= (
+        METADATA_LIMIT_BYTES - KB_RESERVE_BYTES
+    )

@@ -57,8 +57,12 @@ MAX_JOB_ATTEMPTS = 3
 # Open documents are bounded by count and by characters held (the caller also holds their batch objects,
 # and each open document costs about 3x its text). One document always opens, however large; more open only
 # within this budget, so memory follows the largest file, not the number of files (docs/RELIABILITY.md:
-# 2M characters took the same time as 64M on 160 files, with 40% less memory).
+# 2M characters took the same time as 64M on 160 files, with 40% less memory). Up to MIN_OPEN documents
+# open within the larger budget, so that mid-sized documents (each a cached unit whose first call runs
+# alone) still keep several first calls in flight.
 MAX_OPEN_CHARS = 2 * 1024 * 1024
+MIN_OPEN = 4
+MIN_OPEN_CHARS = 16 * 1024 * 1024
 MEMORY_THREADS = 4
 _WAIT_SLICE = 0.5  # seconds; the loop looks at the deadline and the breaker at least this often
 _LOGGED_INDICES = 50
@@ -257,7 +261,10 @@ class _Run:
         if not order:
             return True
         limit = 2 if self.s.published else max(4, 2 * self.s.concurrency)
-        return len(order) < limit and sum(o.size for o in order) < MAX_OPEN_CHARS
+        held = sum(o.size for o in order)
+        return len(order) < limit and (
+            held < MAX_OPEN_CHARS or (len(order) < MIN_OPEN and held < MIN_OPEN_CHARS)
+        )
 
     # --- documents ---
     def _open(self, seq: int, document: SourceDocument) -> _Open:

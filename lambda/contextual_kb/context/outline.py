@@ -457,8 +457,12 @@ def _label(text: str) -> str:
 
 def _shorten(text: str, limit: int = MAX_LABEL_CHARS) -> str:
     # Only the head can be shown: a 10 MB line is not split whole (4x the limit leaves room for blanks).
-    text = " ".join(text[: limit * 4 + 1].split())
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+    text = text.lstrip()
+    head = text[: limit * 4]
+    shown = " ".join(head.split())
+    if len(shown) <= limit and (len(head) == len(text) or not text[len(head) :].strip()):
+        return shown
+    return shown[: limit - 1].rstrip() + "…"
 
 
 def _first_sentences(text: str, limit: int = 200) -> str:

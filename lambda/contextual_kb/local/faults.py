@@ -51,6 +51,8 @@ class Scenario:
     s3_put_failures: int = 0  # PutObject attempts answered 500 first, per output key; -1: every attempt
     s3_put_every: int = 1  # ... for one output key in this many
     expect_failure: bool = False  # the invocation must fail, loudly, naming the object
+    # Stand-in counters (StandInStats) that must be above 0, so that a fault that never fired cannot pass.
+    must_see: tuple[str, ...] = ()
 
 
 @dataclass
@@ -78,9 +80,14 @@ class Outcome:
     error_logged: bool = False  # an ERROR log line with the exception, and TransformationErrors = 1
     outputs_left: int = 0  # output objects in the bucket after the call
 
-    def problems(self, expect_failure: bool = False) -> list[str]:
-        """Every broken promise, in words; empty when all is well."""
+    def problems(self, expect_failure: bool = False, must_see: tuple[str, ...] = ()) -> list[str]:
+        """Every broken promise, in words; empty when all is well. ``must_see``: the faults that must have
+        happened (stand-in counters, or ``put_failures``)."""
         found = []
+        for name in must_see:
+            seen = self.put_failures if name == "put_failures" else self.standin.get(name, 0)
+            if not seen:
+                found.append(f"the fault never happened: {name} = 0")
         if expect_failure:
             if not self.error or not self.error_logged:
                 found.append(f"expected a loud failure, got error={self.error!r} logged={self.error_logged}")
@@ -300,10 +307,8 @@ def _count_reports(outcome: Outcome, log: str) -> None:
 
 def _failure_logged(log: str, message: str) -> bool:
     lines = list(_json_lines(log))
-    logged = any(
-        line.get("level") == "ERROR" and message.split(":", maxsplit=1)[0] in str(line.get("exception", ""))
-        for line in lines
-    )
+    # The whole message (it names the object, s3://bucket/key) in an ERROR line's exception.
+    logged = any(line.get("level") == "ERROR" and message in str(line.get("exception", "")) for line in lines)
     counted = any(
         "_aws" in line and _metric_value(line.get("TransformationErrors", 0)) == 1 for line in lines
     )
@@ -408,6 +413,7 @@ def scenarios(scale: str = QUICK) -> list[Scenario]:
             standin={"latency_ms": 300.0 if full else 20.0},
             env={"MAX_CONCURRENCY": "8"} if full else {"MAX_CONCURRENCY": "4", **fast_retries},
             chaos=throttle_storm(0.5, 60.0 if full else 3.0),
+            must_see=("throttled",),
         ),
         Scenario(
             "5xx bursts",
@@ -416,6 +422,7 @@ def scenarios(scale: str = QUICK) -> list[Scenario]:
             standin={"latency_ms": 300.0 if full else 50.0},
             env={"MAX_CONCURRENCY": "8" if full else "4"},
             chaos=server_error_bursts(5.0, 1.0) if full else server_error_bursts(1.0, 0.15),
+            must_see=("faults",),
         ),
         Scenario(
             "hanging calls",
@@ -427,6 +434,7 @@ def scenarios(scale: str = QUICK) -> list[Scenario]:
                 "latency_ms": 300.0 if full else 2.0,
             },
             env={"MODEL_TIMEOUT_SECONDS": "5" if full else "0.5", "MODEL_MAX_RETRIES": "2"},
+            must_see=("hangs",),
         ),
         Scenario(
             "slow model, short time",
@@ -459,6 +467,7 @@ def scenarios(scale: str = QUICK) -> list[Scenario]:
             standin={"latency_ms": 2.0},
             env={"S3_MAX_ATTEMPTS": "3"},
             s3_put_failures=2,
+            must_see=("put_failures",),
             s3_put_every=5,
         ),
         Scenario(
@@ -468,6 +477,7 @@ def scenarios(scale: str = QUICK) -> list[Scenario]:
             standin={"latency_ms": 2.0},
             env={"S3_MAX_ATTEMPTS": "3"},
             s3_put_failures=-1,
+            must_see=("put_failures",),
             expect_failure=True,
         ),
         *(
@@ -481,6 +491,7 @@ def scenarios(scale: str = QUICK) -> list[Scenario]:
                     standin={"latency_ms": 2.0},
                     env={"S3_MAX_ATTEMPTS": "3"},
                     s3_put_failures=2,
+                    must_see=("put_failures",),
                     expect_failure=True,
                 )
             ]
