@@ -24,12 +24,14 @@ from contextual_kb import handler
 from contextual_kb.context.prompts import SYSTEM, PromptSettings, chunk_request, grouped_request
 from contextual_kb.errors import ContractError
 from contextual_kb.local.bedrock_standin import BedrockStandIn, Seen
-from contextual_kb.local.kb_staging import StagedFile, build_event, stage_file
+from contextual_kb.local.kb_staging import StagedFile, build_event
 from contextual_kb.local.lambda_context import LocalLambdaContext
 from contextual_kb.observability import logger
 from tests.conftest import ROOT
+from tests.integration.test_claude import BUCKET
+from tests.integration.test_claude import outputs as written_items
+from tests.integration.test_claude import stage as claude_stage
 
-BUCKET = "security-intermediate"
 OUTPUT_PREFIX = "contextual-kb/output/"
 MEMORY_PREFIX = "contextual-kb/contexts/"
 SECRET = "ZQXSECRET"  # every chunk below carries this marker; no log line may
@@ -44,27 +46,8 @@ def secret_document(name: str, count: int = 4, words: int = 40) -> list[str]:
     ]
 
 
-def stage(
-    s3: Any, documents: dict[str, list[str]], per_batch: int = 2
-) -> tuple[dict[str, Any], list[StagedFile]]:
-    s3.create_bucket(Bucket=BUCKET)
-    staged = [
-        stage_file(s3, BUCKET, f"s3://source/{name}", chunks, chunks_per_batch=per_batch)
-        for name, chunks in documents.items()
-    ]
-    return build_event(BUCKET, staged), staged
-
-
-def written_items(s3: Any, response: dict[str, Any]) -> list[list[dict[str, Any]]]:
-    files = []
-    for produced in response["outputFiles"]:
-        items = []
-        for ref in produced["contentBatches"]:
-            items.extend(
-                json.loads(s3.get_object(Bucket=BUCKET, Key=ref["key"])["Body"].read())["fileContents"]
-            )
-        files.append(items)
-    return files
+def stage(s3: Any, documents: dict[str, list[str]]) -> tuple[dict[str, Any], list[StagedFile]]:
+    return claude_stage(s3, documents, per_batch=2)
 
 
 class _Records(logging.Handler):
