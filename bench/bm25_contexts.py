@@ -30,12 +30,10 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     args = parser.parse_args()
     offline_environment()
-    from contextual_kb.local.offline_eval import bm25_scores, contextualized_bodies
+    from contextual_kb.local.offline_eval import bm25_scores, contextualized_bodies, load_queries
 
     documents = load_documents(args.dataset)
-    queries = [
-        json.loads(line) for line in (args.dataset / "evaluation_dev.jsonl").read_text().splitlines() if line
-    ]
+    queries = load_queries(args.dataset / "evaluation_dev.jsonl")
     chunk_count = sum(len(d["chunks"]) for d in documents)
     print(f"{len(documents)} documents, {chunk_count} chunks, {len(queries)} queries")
 

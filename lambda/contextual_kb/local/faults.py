@@ -78,7 +78,6 @@ class Outcome:
     put_failures: int = 0
     error: str = ""  # the exception, for a scenario expected to fail
     error_logged: bool = False  # an ERROR log line with the exception, and TransformationErrors = 1
-    outputs_left: int = 0  # output objects in the bucket after the call
 
     def problems(self, expect_failure: bool = False, must_see: tuple[str, ...] = ()) -> list[str]:
         """Every broken promise, in words; empty when all is well. ``must_see``: the faults that must have
@@ -256,8 +255,6 @@ def run(scenario: Scenario, standin: BedrockStandIn) -> Outcome:
             handler.runtime.cache_clear()
     outcome.put_attempts, outcome.put_failures = counter.attempts, counter.failures
     outcome.standin = standin.stats.as_dict()
-    listed = s3.list_objects_v2(Bucket=BUCKET, Prefix=settings.output_prefix)
-    outcome.outputs_left = listed.get("KeyCount", 0)
     if result is not None:
         outcome.seconds = result.seconds
         _check_outputs(outcome, result)

@@ -197,18 +197,19 @@ def evaluate(
     if unknown:
         raise ValueError(f"unknown retrieval {sorted(unknown)}; choose from {', '.join(RETRIEVALS)}")
     depth = max(*ks, FUSION_DEPTH if "hybrid" in retrievals else 0)
+    wants_lexical, wants_dense = (
+        bool({"bm25", "hybrid"} & set(retrievals)),
+        bool({"dense", "hybrid"} & set(retrievals)),
+    )
     rows = []
     for strategy in strategies:
         bodies = contextualized_bodies(documents, strategy)
         name = "raw" if strategy == "none" else strategy
         lexical = {
             analyzer: bm25_rankings(documents, queries, bodies, analyzer, depth)
-            for analyzer in analyzers
-            if {"bm25", "hybrid"} & set(retrievals)
+            for analyzer in (analyzers if wants_lexical else ())
         }
-        dense = (
-            dense_rankings(documents, queries, bodies, depth) if {"dense", "hybrid"} & set(retrievals) else []
-        )
+        dense = dense_rankings(documents, queries, bodies, depth) if wants_dense else []
         if "bm25" in retrievals:
             for analyzer, rankings in lexical.items():
                 rows.append(Row(name, f"bm25 {analyzer}", scored(documents, queries, rankings, ks)))
