@@ -150,6 +150,49 @@ def test_java_class_and_method() -> None:
     ]
 
 
+CPP_CLASS = textwrap.dedent(
+    """\
+    namespace PO {
+    enum class ErrCode { InvalidOption };
+
+    class Error {
+    public:
+      Error(ErrCode C, std::string M) noexcept : Code(C), Message(std::move(M)) {}
+      ~Error() {}
+      ErrCode code() const noexcept { return Code; }
+
+    private:
+      ErrCode Code; // MARKER-MEMBER
+    };
+
+    Error::Error() : Code(ErrCode::InvalidOption) {
+      Error(ErrCode::InvalidOption, "call, not a definition");
+    }
+    } // namespace PO
+    """
+)
+
+
+def test_cpp_scoped_enum_constructors_and_access_labels() -> None:
+    info = outline(CPP_CLASS, path="parser.h")
+    assert "class" not in info.names and "ErrCode" in info.names  # `enum class ErrCode` is named ErrCode
+    # `public:` at the class's own indentation does not end the class. (An unindented namespace body is not
+    # followed: scopes are read from indentation.)
+    assert labels_at(CPP_CLASS, "MARKER-MEMBER") == ["class Error"]
+    constructor = CPP_CLASS.index("  Error(ErrCode C")
+    member = CPP_CLASS.index("  ErrCode code()")
+    assert info.defined_in(constructor, member) == ["Error", "~Error"]
+    outside = CPP_CLASS.index("Error::Error()")
+    assert info.defined_in(outside, len(CPP_CLASS)) == ["Error"]  # the call inside the body is not one
+    assert labels_at(CPP_CLASS, '"call, not') == ["Error::Error() : Code(ErrCode::InvalidOption)"]
+
+
+def test_a_call_of_a_class_name_is_not_a_constructor() -> None:
+    text = "class Point {\n  int x;\n};\nvoid f() {\n  Point(1);\n  return;\n}\n"
+    info = outline(text, path="p.cc")
+    assert info.defined_in(0, len(text)) == ["Point", "f"]
+
+
 def test_numbered_clauses_in_plain_text() -> None:
     parts = ["SERVICES AGREEMENT", "ARTICLE 2 Service Levels", "2.1 Availability. Up.", "2.2 Credits Due"]
     text = "\n\n".join([*parts, "MARKER\n"])

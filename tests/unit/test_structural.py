@@ -3,9 +3,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contextual_kb.context.base import SourceDocument
+from contextual_kb.context.base import ChunkContext, SourceDocument
 from contextual_kb.context.passthrough import PassThroughStrategy
-from contextual_kb.context.structural import StructuralStrategy
+from contextual_kb.context.structural import NAME, StructuralStrategy
 from contextual_kb.documents import assemble
 from contextual_kb.local.kb_chunking import fixed_size_chunks
 from tests.conftest import EVENTS
@@ -27,10 +27,28 @@ def test_code_context_names_file_purpose_place_and_declarations() -> None:
     lines = context.text.splitlines()
     assert lines[0].startswith("File src/ratelimit/token_bucket.py: Rate limiting for outbound API calls")
     assert lines[1] == "Within: class TokenBucket › def _refill(self, now: float) -> None"
+    # try_acquire starts in this chunk, after the end of _refill: the chunk's own definition.
+    assert "def try_acquire" in chunks[index]
+    assert lines[2] == "Defines: try_acquire"
     assert (
-        lines[2]
+        lines[3]
         == "Declares: RateLimitExceeded, BucketState, TokenBucket, KeyedLimiter, _refill, try_acquire"
     )
+
+
+def test_defines_lists_only_what_starts_in_the_chunk_and_yields_to_the_budget() -> None:
+    text = "class Store:\n    def get(self):\n        return 1\n\n    def put(self, v):\n        self.v = v\n"
+    split = text.index("    def put")
+    doc = SourceDocument("s3://src/x", "store.py", {}, assemble([text[:split], text[split:]]))
+    first, second = StructuralStrategy().contexts_for(doc)
+    assert first is not None and second is not None
+    assert "Defines: Store, get" in first.text.splitlines()
+    assert "Defines: put" in second.text.splitlines()
+    assert "Within: class Store" in second.text.splitlines()
+    # With little room, the chunk's own names come before the file's.
+    expected = "File store.py\nWithin: class Store\nDefines: put"
+    tight = StructuralStrategy(max_chars=len(expected) + 3)
+    assert tight.contexts_for(doc)[1] == ChunkContext(expected, NAME)
 
 
 def test_markdown_context_gives_the_heading_path_without_repeating_the_title() -> None:

@@ -62,6 +62,15 @@ _C_NOT_A_DEF = re.compile(
 # GNU style: the return type alone on the line above, the name at the start of the line.
 _GNU_NAME = re.compile(r"^(?P<name>[A-Za-z_]\w*)\s*\((?!.*;\s*$)")
 _GNU_TYPE = re.compile(r"^[A-Za-z_][\w\s*]*$")
+# C++ `enum class Name` / `enum struct Name`: the keyword after `enum` is not the name.
+_SCOPED_ENUM = re.compile(r"\benum\s+(?:class|struct)\s+(?P<name>[A-Za-z_]\w*)")
+# A C++ constructor or destructor has no return type, so _C_FUNCTION misses it: `Name(...)`, `~Name(...)`,
+# `Name::Name(...)`, accepted only where Name is a class or struct of the same file.
+_CONSTRUCTOR = re.compile(
+    r"^(?:(?:explicit|constexpr|inline)\s+)*(?P<name>(?:[A-Za-z_]\w*::)*~?(?P<type>[A-Za-z_]\w*))\s*\("
+)
+_CONSTRUCTOR_TYPES = frozenset(("class", "struct"))
+_ACCESS_LABEL = re.compile(r"^(?:public|private|protected)(?:\s+(?:slots|Q_SLOTS))?\s*:(?!:)")
 _IMPL_TARGET = re.compile(r"\bfor\s+(?P<name>[A-Za-z_]\w*)|^impl(?:<.*?>)?\s+(?P<own>[A-Za-z_]\w*)")
 _LICENSE = re.compile(r"copyright|licen[cs]e|spdx|permission is hereby|all rights reserved", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s")
@@ -78,6 +87,7 @@ class Section:
     end: int
     depth: int
     label: str
+    name: str = ""  # a code definition's name ("" for headings, clauses and anonymous definitions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +103,11 @@ class Outline:
         upto = bisect.bisect_right(self._starts, offset)
         found = [s for s in self.sections[:upto] if s.start <= offset < s.end]
         return sorted(found, key=lambda s: (s.depth, s.start))
+
+    def defined_in(self, start: int, end: int) -> list[str]:
+        """Names of the definitions that start within ``[start, end)``, in order, each once."""
+        first, upto = bisect.bisect_left(self._starts, start), bisect.bisect_left(self._starts, end)
+        return list(dict.fromkeys(s.name for s in self.sections[first:upto] if s.name))
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +279,9 @@ def _definition_at(line: _Line, following: list[_Line]) -> _Definition | None:
             name = (target.group("name") or target.group("own") or "") if target else ""
         if kind == "function" and not name:
             return None
+        if kind == "enum" and name in _CONSTRUCTOR_TYPES:
+            scoped = _SCOPED_ENUM.search(text)
+            name = scoped.group("name") if scoped else ""
         return _Definition(0, line.indent, kind, name, _label(text))
     alias = _TYPE_ALIAS.match(text)
     if alias:
@@ -309,12 +327,33 @@ def _code_sections(lines: list[_Line], text_length: int) -> tuple[list[Section],
         if found:
             found.line = index
             definitions.append(found)
+    definitions.extend(_constructors(lines, definitions))
+    definitions.sort(key=lambda d: d.line)
     sections: list[Section] = []
     for definition in definitions:
         end_line = _scope_end(lines, definition.line, definition.indent)
         end = lines[end_line].start if end_line < len(lines) else text_length
-        sections.append(Section(lines[definition.line].start, end, definition.indent, definition.label))
+        sections.append(
+            Section(lines[definition.line].start, end, definition.indent, definition.label, definition.name)
+        )
     return sections, _declared_names(definitions)
+
+
+def _constructors(lines: list[_Line], definitions: list[_Definition]) -> list[_Definition]:
+    types = {d.name for d in definitions if d.kind in _CONSTRUCTOR_TYPES and d.name}
+    if not types:
+        return []
+    taken = {d.line for d in definitions}
+    found: list[_Definition] = []
+    for index, line in enumerate(lines):
+        text = line.stripped
+        if index in taken or len(text) > MAX_DEFINITION_LINE_CHARS:
+            continue
+        match = _CONSTRUCTOR.match(text)
+        if match and match.group("type") in types and _opens_body(text, lines[index + 1 : index + 7]):
+            name = match.group("name").rsplit("::", 1)[-1]
+            found.append(_Definition(index, line.indent, "function", name, _label(text)))
+    return found
 
 
 def _scope_end(lines: list[_Line], first: int, indent: int) -> int:
@@ -339,6 +378,9 @@ def _scope_end(lines: list[_Line], first: int, indent: int) -> int:
             continue
         if text.startswith("}"):
             return index + 1
+        if _ACCESS_LABEL.match(text):  # C++ `public:` sits at the class's own indentation, inside it
+            index += 1
+            continue
         if header_open and (
             text.startswith(("where", "{", ")", "->", ":", "throws", "extends", "implements"))
         ):

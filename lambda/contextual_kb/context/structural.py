@@ -1,8 +1,9 @@
 """``CONTEXT_STRATEGY=structural``: a context read from the document itself. No model, no cost.
 
 For each chunk: the document (its path and its title or opening comment), where the chunk sits (the heading
-path above it, or the definitions enclosing it), and the names the document declares, in that order of
-priority within ``max_chars``. It is also the fallback of model-backed strategies.
+path above it, or the definitions enclosing it), the names defined in the chunk itself, and the names the
+document declares, in that order of priority within ``max_chars``. It is also the fallback of model-backed
+strategies.
 """
 
 from __future__ import annotations
@@ -43,7 +44,10 @@ class StructuralStrategy(ContextStrategy):
                 continue
             anchor = span.start + _LEADING_CLOSERS.match(chunk).end()  # type: ignore[union-attr]
             enclosing = [s for s in info.path_at(anchor) if s.start < span.start]
-            context = _compose(head, _path_line(info, enclosing), names, self.max_chars)
+            # The chunk's own definitions set it apart from the file's other chunks, which share the head
+            # and the declared names (measured: docs/BENCHMARKS.md).
+            defined = info.defined_in(span.start, span.end)[: self.max_names]
+            context = _compose(head, _path_line(info, enclosing), defined, names, self.max_chars)
             contexts.append(ChunkContext(context, NAME) if context else None)
         return contexts
 
@@ -74,20 +78,19 @@ def _path_line(info: Outline, enclosing: list[Section]) -> str:
     return _cut(f"{prefix}: {PATH_SEPARATOR.join(labels)}", _MAX_PATH_LINE)
 
 
-def _compose(head: str, path: str, names: tuple[str, ...], max_chars: int) -> str:
+def _compose(head: str, path: str, defined: list[str], names: tuple[str, ...], max_chars: int) -> str:
     lines = [line for line in (head, path) if line]
-    used = sum(len(line) + 1 for line in lines)
-    if names:
-        room = max_chars - used - len("Declares: ")
+    for prefix, shown_names in (("Defines: ", defined), ("Declares: ", names)):
+        room = max_chars - sum(len(line) + 1 for line in lines) - len(prefix)
         shown: list[str] = []
-        for name in names:
+        for name in shown_names:
             cost = len(name) + (2 if shown else 0)
             if cost > room:
                 break
             shown.append(name)
             room -= cost
         if shown:
-            lines.append("Declares: " + ", ".join(shown))
+            lines.append(prefix + ", ".join(shown))
     return _cut("\n".join(lines), max_chars)
 
 
