@@ -212,3 +212,55 @@ def test_pathological_input_stays_fast_and_safe() -> None:
     outline("var a=function(b){return b};" * 180_000)
     outline("{\n" * 50_000 + "int f(int x) {\n" * 5_000)
     outline("")
+
+
+LICENCE_LINES = [f"# Licensed line {n} of the Apache licence text, kept as a comment." for n in range(30)]
+
+
+def test_code_without_an_extension_is_code_despite_long_comment_blocks() -> None:
+    python = "\n".join(
+        [
+            *LICENCE_LINES,
+            "from pyflink.table import StreamTableEnvironment",
+            "env = StreamExecutionEnvironment.get_execution_environment()",
+            "table = t_env.from_data_stream(",
+            "    env.from_collection([",
+            "        (0, 3),",
+            "    ],",
+            "))",
+            "def test_run():",
+            "    result = run(table)",
+            "    assert result == 3",
+        ]
+    )
+    assert outline(python).kind == "code"
+    c_file = "\n".join(["/*", *(f" * Copyright line {n} of the licence." for n in range(40)), " */"])
+    c_file += "\n#include <stdio.h>\nstatic int count;\nint main(void) {\n  return count;\n}\n"
+    assert outline(c_file).kind == "code"
+
+
+def test_markdown_and_prose_without_an_extension_stay_what_they_are() -> None:
+    bullets = "\n".join(f"* step {n}: restart the service and check the dashboard" for n in range(20))
+    markdown = f"# Runbook\n\nWhen the alarm fires, page the on-call engineer.\n\n## Steps\n\n{bullets}\n"
+    assert outline(markdown).kind == "markdown"
+    prose = "\n".join(
+        [
+            "MASTER SERVICES AGREEMENT",
+            "The Supplier shall provide the Services described in each Statement of Work.",
+            "Fees are payable within thirty days of the invoice date.",
+            "Either party may terminate this Agreement for material breach.",
+            "Notices shall be given in writing to the addresses set out above.",
+            "This Agreement is governed by the laws of England and Wales.",
+        ]
+    )
+    assert outline(prose).kind == "text"
+
+
+def test_markdown_with_fenced_examples_and_bullets_is_markdown() -> None:
+    fence = "```"
+    example = "\n".join(["x = load()", "y = run(x)", "print(y)", "z = {", "}"])
+    bullets = "\n".join(f"- option {n}" for n in range(8))
+    markdown = (
+        f"# Tool\n\nRun it like this:\n\n{fence}python\n{example}\n{fence}\n\n## Options\n\n{bullets}\n"
+    )
+    assert outline(markdown).kind == "markdown"

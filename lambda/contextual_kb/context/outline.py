@@ -37,8 +37,10 @@ _NUMBERED_HEADING = re.compile(
 _CODE_SIGNAL = re.compile(
     r"^\s*(?:def |class |import |from \S+ import |fn |pub |use |impl|struct |enum |#include|#define|#if|"
     r"package |public |private |protected |static |return\b|if\s*\(|for\s*\(|while\s*\(|const |let |var |"
-    r"function\b|func |namespace |template\s*<|typedef |@\w+|elif |else:|try:|except\b|raise )|"
-    r"\bself\.|\)\s*;\s*$|=.*;\s*$|[{}]\s*$|\):\s*$"
+    r"function\b|func |namespace |template\s*<|typedef |@\w+|elif |else:|try:|except\b|raise |assert\b)|"
+    r"\bself\.|\)\s*;\s*$|=.*;\s*$|[{}]\s*$|\):\s*$|"
+    # Code without semicolons or braces (Python, shell): assignments, open or closing brackets at line ends.
+    r"^\s*[A-Za-z_][\w.]*(?:\[[^\]]*\])?\s*[-+*/|&]?=[^=]|[(\[\\]\s*$|^\s*[)\]]+[)\],;]*\s*$"
 )
 _MODIFIERS = (
     r"(?:(?:pub(?:\([^)]*\))?|export|default|async|unsafe|const|extern(?:\s+\"[^\"]*\")?|static|public|"
@@ -70,6 +72,7 @@ _CONSTRUCTOR = re.compile(
     r"^(?:(?:explicit|constexpr|inline)\s+)*(?P<name>(?:[A-Za-z_]\w*::)*~?(?P<type>[A-Za-z_]\w*))\s*\("
 )
 _CONSTRUCTOR_TYPES = frozenset(("class", "struct"))
+_COMMENTISH = re.compile(r"(?://|/\*|\*|#)")
 _ACCESS_LABEL = re.compile(r"^(?:public|private|protected)(?:\s+(?:slots|Q_SLOTS))?\s*:(?!:)")
 _IMPL_TARGET = re.compile(r"\bfor\s+(?P<name>[A-Za-z_]\w*)|^impl(?:<.*?>)?\s+(?P<own>[A-Za-z_]\w*)")
 _LICENSE = re.compile(r"copyright|licen[cs]e|spdx|permission is hereby|all rights reserved", re.IGNORECASE)
@@ -153,8 +156,19 @@ def detect_kind(lines: list[_Line], path: str | None) -> Kind:
     meaningful = [line for line in lines[:400] if line.stripped]
     if not meaningful:
         return "text"
-    code_share = sum(1 for line in meaningful if _CODE_SIGNAL.search(line.text[:200])) / len(meaningful)
-    if code_share >= 0.25:
+    signals = [bool(_CODE_SIGNAL.search(line.text[:200])) for line in meaningful]
+    # Comment-like lines (a licence block, `#` comments, Markdown bullets and headings) and fenced examples
+    # say nothing about what the document is: judged on the rest, unless that leaves almost nothing.
+    judged: list[bool] = []
+    fenced = False
+    for line, signal in zip(meaningful, signals, strict=True):
+        if _FENCE.match(line.text):
+            fenced = not fenced
+        elif not fenced and (signal or not _COMMENTISH.match(line.stripped)):
+            judged.append(signal)
+    if len(judged) < 3:
+        judged = signals
+    if sum(judged) / len(judged) >= 0.25:
         return "code"
     headings = sum(1 for line in meaningful if _ATX_HEADING.match(line.stripped))
     if headings >= 1 and not any(line.stripped.startswith(("#include", "#define")) for line in meaningful):
