@@ -4,7 +4,7 @@ OpenSearch Serverless: a VECTORSEARCH collection with its encryption, network an
 and the index as ``AWS::OpenSearchServerless::Index`` with the fields Bedrock expects. The chunk text field
 gets a code-aware analyzer built from OpenSearch's built-in names (the index resource takes no filter
 definitions): identifiers split on case, digits and underscores, lowercase, English stop words, stems.
-Measured on the codebase benchmark: Pass@10 88.98 over structural-context chunks against 90.73 for our
+Measured on the codebase benchmark: Pass@10 88.98 over structural-context chunks against 91.13 for our
 own analyzer, 86.61 over raw chunks (docs/BENCHMARKS.md).
 
 S3 Vectors: a vector bucket and index; Bedrock's text and metadata keys are non-filterable (filterable
