@@ -30,6 +30,9 @@ def runtime() -> tuple[Settings, ContextStrategy, S3BatchStore]:
 @metrics.log_metrics(capture_cold_start_metric=True)
 @tracer.capture_lambda_handler(capture_response=False)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    # With POWERTOOLS_METRICS_DISABLED, Powertools never clears what was added: a warm environment would carry
+    # the last invocation's metrics and dimensions over (and print them anyway once a metric has 100 values).
+    metrics.clear_metrics()
     bind_event_keys(event)
     try:
         settings, strategy, store = runtime()

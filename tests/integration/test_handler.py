@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aws_lambda_powertools.warnings import PowertoolsUserWarning
 
 from contextual_kb import handler
 from contextual_kb.errors import ContractError, StorageError
@@ -178,6 +180,21 @@ def test_metrics_are_emitted_per_strategy(s3: Any, captured: pytest.CaptureFixtu
     assert blob["ChunksIn"] == [8.0]
     assert blob["ChunksContextualized"] == [8.0]
     assert blob["ChunksPassedThrough"] == [0.0]
+
+
+def test_with_metrics_disabled_a_warm_invocation_starts_with_no_metrics(
+    s3: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
+    raw = stage(s3, "multi-batch")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PowertoolsUserWarning)  # "Dimension 'Strategy' has already been added"
+        for strategy in ("none", "structural"):
+            monkeypatch.setenv("CONTEXT_STRATEGY", strategy)
+            handler.runtime.cache_clear()
+            handler.lambda_handler(raw, LocalLambdaContext())
+    left = handler.metrics.serialize_metric_set()
+    assert left["Strategy"] == "structural" and left["Files"] == [1.0]  # this invocation's, not both
 
 
 def test_a_bad_setting_fails_the_invocation_naming_the_variable(
