@@ -211,6 +211,8 @@ def test_pathological_input_stays_fast_and_safe() -> None:
     # One 5 MB line of minified code and a deep run of unmatched braces: no hang, no error.
     outline("var a=function(b){return b};" * 180_000)
     outline("{\n" * 50_000 + "int f(int x) {\n" * 5_000)
+    # Each `public: ... {}` line is a definition and not an access label: once this took minutes (quadratic).
+    outline("class A {\n" + "public: A() {}\n" * 20_000 + "};\n", path="a.h")
     outline("")
 
 
@@ -264,3 +266,53 @@ def test_markdown_with_fenced_examples_and_bullets_is_markdown() -> None:
         f"# Tool\n\nRun it like this:\n\n{fence}python\n{example}\n{fence}\n\n## Options\n\n{bullets}\n"
     )
     assert outline(markdown).kind == "markdown"
+
+
+def test_only_bare_access_labels_stay_inside_a_scope() -> None:
+    python = (
+        "class Repo:\n    def is_public(self):\n        return True\n    private: bool = False  # MARKER\n"
+    )
+    assert labels_at(python, "# MARKER", path=None) == ["class Repo"]
+
+
+def test_calls_of_a_type_are_not_constructors() -> None:
+    cases = {
+        "m.py": "class Config:\n    pass\n\ndef main():\n    Config(\n        name='a',\n    ).validate()\n"
+        "    data = {'a': 1}\n",
+        "items.py": "class Item:\n    pass\n\nITEMS = [\n    Item('a', {'x': 1}),\n"
+        "    Item('b', {'x': 2}),\n]\n",
+        "m.rs": "struct Meters(f64);\n\nimpl Meters {\n    fn double(self) -> Meters {\n"
+        "        Meters(self.0 * 2.0)\n    }\n}\n",
+        "e.c": "int exists(const char *path) {\n    struct stat st;\n    if (path != NULL &&\n"
+        "        stat(path, &st) == 0) {\n        return 1;\n    }\n    return 0;\n}\n",
+        "p.cc": "struct Point { int x, y; };\nvoid draw() {\n    Point({1, 2});\n}\n",
+        "t.cc": "class Timer {\npublic:\n  Timer(std::function<void()> f);\n};\nvoid setup() {\n"
+        "  Timer([] {\n    tick();\n  });\n}\n",
+    }
+    expected = {
+        "m.py": ["class Config", "def main()"],
+        "items.py": ["class Item"],
+        "m.rs": ["struct Meters(f64);", "impl Meters", "fn double(self) -> Meters"],
+        "e.c": ["int exists(const char *path)", "struct stat st;"],  # a declaration read as one, as before
+        "p.cc": ["struct Point { int x, y; };", "void draw()"],
+        "t.cc": ["class Timer", "void setup()"],  # a prototype is not a definition either
+    }
+    for path, text in cases.items():
+        assert [s.label for s in outline(text, path=path).sections] == expected[path], path
+
+
+def test_dunder_methods_are_not_listed_as_defined() -> None:
+    text = "class A:\n    def __init__(self):\n        pass\n\n    def run(self):\n        pass\n"
+    assert outline(text, path="a.py").defined_in(0, len(text)) == ["A", "run"]
+
+
+def test_settings_and_open_sentences_without_an_extension_are_not_code() -> None:
+    settings = "# Settings\n\nSet the following options:\n\ntimeout = 30\nretries = 5\nregion = eu-west-1\n\n"
+    assert outline(settings + "Then restart the service.\n").kind == "markdown"
+    ini = "; Payment gateway\n[gateway]\nhost = pay.example.com\nport = 443\n[retry]\ncount = 3\n"
+    assert outline(ini).kind == "text"
+    prose = (
+        "The configuration file lists the following options (\nsee the table below for defaults):\n"
+        "- timeout\n- retries\nThe report [\ndraft] is attached.\n"
+    )
+    assert outline(prose).kind == "text"

@@ -35,12 +35,15 @@ _NUMBERED_HEADING = re.compile(
     r"(?P<wnum>[0-9IVXLC]+(?:\.[0-9]+)*)|(?P<num>[0-9]+(?:\.[0-9]+)*)\.?)[ \t]+(?P<title>[A-Z][^.]{1,80})$"
 )
 _CODE_SIGNAL = re.compile(
-    r"^\s*(?:def |class |import |from \S+ import |fn |pub |use |impl|struct |enum |#include|#define|#if|"
+    r"^\s*(?:def |class |import |from \S+ import |fn |pub |use |impl\b|struct |enum |#include|#define|#if|"
     r"package |public |private |protected |static |return\b|if\s*\(|for\s*\(|while\s*\(|const |let |var |"
-    r"function\b|func |namespace |template\s*<|typedef |@\w+|elif |else:|try:|except\b|raise |assert\b)|"
-    r"\bself\.|\)\s*;\s*$|=.*;\s*$|[{}]\s*$|\):\s*$|"
-    # Code without semicolons or braces (Python, shell): assignments, open or closing brackets at line ends.
-    r"^\s*[A-Za-z_][\w.]*(?:\[[^\]]*\])?\s*[-+*/|&]?=[^=]|[(\[\\]\s*$|^\s*[)\]]+[)\],;]*\s*$"
+    r"function\b|func |namespace |template\s*<|typedef |@\w+|elif |else:|try:|except\b|raise )|"
+    r"\bself\.|\)\s*;\s*$|=.*;\s*$|[{}]\s*$|\):\s*$"
+)
+# Code without semicolons or braces (Python, shell): `assert`, lower-case assignments, brackets left open or
+# closed alone. Prose has such lines too, so they count only where comments and fenced examples are set aside.
+_SCRIPT_SIGNAL = re.compile(
+    r"^\s*assert\b|^\s*[a-z_][\w.]*(?:\[[^\]]*\])?\s*[-+*/|&]?=\s*[^=\s]|[(\[\\]\s*$|^\s*[)\]]+[)\],;]*\s*$"
 )
 _MODIFIERS = (
     r"(?:(?:pub(?:\([^)]*\))?|export|default|async|unsafe|const|extern(?:\s+\"[^\"]*\")?|static|public|"
@@ -67,13 +70,17 @@ _GNU_TYPE = re.compile(r"^[A-Za-z_][\w\s*]*$")
 # C++ `enum class Name` / `enum struct Name`: the keyword after `enum` is not the name.
 _SCOPED_ENUM = re.compile(r"\benum\s+(?:class|struct)\s+(?P<name>[A-Za-z_]\w*)")
 # A C++ constructor or destructor has no return type, so _C_FUNCTION misses it: `Name(...)`, `~Name(...)`,
-# `Name::Name(...)`, accepted only where Name is a class or struct of the same file.
+# `Name::Name(...)`, accepted only where Name is a class or struct of the same file, with its whole parameter
+# list on the line, then only qualifiers and the start of an initializer list or a body, so that calls
+# (`Config(...)` in Python, `Meters(x)` in Rust, `Point({1, 2});`) are not taken for one.
 _CONSTRUCTOR = re.compile(
-    r"^(?:(?:explicit|constexpr|inline)\s+)*(?P<name>(?:[A-Za-z_]\w*::)*~?(?P<type>[A-Za-z_]\w*))\s*\("
+    r"^(?:(?:explicit|constexpr|inline)\s+)*(?P<name>(?:[A-Za-z_]\w*::)*~?(?P<type>[A-Za-z_]\w*))"
+    r"\s*\([^;{}()]*(?:\([^;{}()]*\)[^;{}()]*)*\)\s*(?:(?:noexcept|const|override|final)\b\s*)*(?P<rest>[:{].*)?$"
 )
 _CONSTRUCTOR_TYPES = frozenset(("class", "struct"))
 _COMMENTISH = re.compile(r"(?://|/\*|\*|#)")
-_ACCESS_LABEL = re.compile(r"^(?:public|private|protected)(?:\s+(?:slots|Q_SLOTS))?\s*:(?!:)")
+# A bare label line: `public: int f() {}` is a definition, and `private: bool = False` a Python field.
+_ACCESS_LABEL = re.compile(r"^(?:public|private|protected)(?:\s+(?:slots|Q_SLOTS))?\s*:(?!:)\s*(?://.*)?$")
 _IMPL_TARGET = re.compile(r"\bfor\s+(?P<name>[A-Za-z_]\w*)|^impl(?:<.*?>)?\s+(?P<own>[A-Za-z_]\w*)")
 _LICENSE = re.compile(r"copyright|licen[cs]e|spdx|permission is hereby|all rights reserved", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s")
@@ -110,7 +117,8 @@ class Outline:
     def defined_in(self, start: int, end: int) -> list[str]:
         """Names of the definitions that start within ``[start, end)``, in order, each once."""
         first, upto = bisect.bisect_left(self._starts, start), bisect.bisect_left(self._starts, end)
-        return list(dict.fromkeys(s.name for s in self.sections[first:upto] if s.name))
+        found = (s.name for s in self.sections[first:upto] if s.name and not _is_dunder(s.name))
+        return list(dict.fromkeys(found))
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,18 +165,22 @@ def detect_kind(lines: list[_Line], path: str | None) -> Kind:
     if not meaningful:
         return "text"
     signals = [bool(_CODE_SIGNAL.search(line.text[:200])) for line in meaningful]
-    # Comment-like lines (a licence block, `#` comments, Markdown bullets and headings) and fenced examples
-    # say nothing about what the document is: judged on the rest, unless that leaves almost nothing.
-    judged: list[bool] = []
+    if sum(signals) / len(meaningful) >= 0.25:
+        return "code"
+    # Extension-less code behind a long licence or `#` comment block, or without semicolons: judged again on
+    # the lines that are neither comment-like (as Markdown bullets and headings also are) nor fenced examples,
+    # with the looser signals too, and a higher bar.
+    judged = hits = strong = 0
     fenced = False
     for line, signal in zip(meaningful, signals, strict=True):
         if _FENCE.match(line.text):
             fenced = not fenced
         elif not fenced and (signal or not _COMMENTISH.match(line.stripped)):
-            judged.append(signal)
-    if len(judged) < 3:
-        judged = signals
-    if sum(judged) / len(judged) >= 0.25:
+            judged += 1
+            strong += signal
+            hits += signal or bool(_SCRIPT_SIGNAL.search(line.text[:200]))
+    # `key = value` settings or a sentence left open with "(" alone do not make code: two strong signals do.
+    if strong >= 2 and hits >= 3 and hits >= 0.5 * judged:
         return "code"
     headings = sum(1 for line in meaningful if _ATX_HEADING.match(line.stripped))
     if headings >= 1 and not any(line.stripped.startswith(("#include", "#define")) for line in meaningful):
@@ -364,10 +376,21 @@ def _constructors(lines: list[_Line], definitions: list[_Definition]) -> list[_D
         if index in taken or len(text) > MAX_DEFINITION_LINE_CHARS:
             continue
         match = _CONSTRUCTOR.match(text)
-        if match and match.group("type") in types and _opens_body(text, lines[index + 1 : index + 7]):
+        if not match or match.group("type") not in types:
+            continue
+        following = lines[index + 1 : index + 7]
+        if match.group("rest") is None:  # the body or the initializer list opens the next line
+            after = next((later.stripped for later in following if later.stripped), "")
+            if not after.startswith(("{", ":")):
+                continue
+        if _opens_body(text, following):
             name = match.group("name").rsplit("::", 1)[-1]
             found.append(_Definition(index, line.indent, "function", name, _label(text)))
     return found
+
+
+def _is_dunder(name: str) -> bool:
+    return name.startswith("__") and name.endswith("__")
 
 
 def _scope_end(lines: list[_Line], first: int, indent: int) -> int:
@@ -421,7 +444,7 @@ def _declared_names(definitions: list[_Definition]) -> tuple[str, ...]:
     )
     seen: dict[str, None] = {}
     for definition in ranked:
-        if not (definition.name.startswith("__") and definition.name.endswith("__")):
+        if not _is_dunder(definition.name):
             seen.setdefault(definition.name, None)
     return tuple(seen)
 
