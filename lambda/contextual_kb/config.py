@@ -33,7 +33,8 @@ class Settings(BaseModel):
     context_strategy: StrategyName = Field(default="claude", alias="CONTEXT_STRATEGY")
     # Upper bound on a structural context, in characters; it is prepended to every chunk.
     structural_max_chars: int = Field(default=480, ge=80, le=4000, alias="STRUCTURAL_MAX_CHARS")
-    # Declared names listed in a structural context (types first); 0 leaves them out.
+    # Names listed in a structural context: up to this many defined in the chunk, and as many declared by the
+    # file (types first); 0 leaves both out.
     structural_max_names: int = Field(default=6, ge=0, le=100, alias="STRUCTURAL_MAX_NAMES")
     # Output objects go under this prefix + the input key, so a retried call overwrites its own output.
     output_prefix: str = Field(default="contextual-kb/output/", alias="OUTPUT_PREFIX")
