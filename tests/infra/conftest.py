@@ -46,5 +46,15 @@ def only(template: dict[str, Any], kind: str) -> dict[str, Any]:
     return found[0]["Properties"]
 
 
+def flat(value: Any) -> str:
+    """The value as JSON text, to look for a name anywhere inside it."""
+    return json.dumps(value)
+
+
+def as_list(value: Any) -> list[Any]:
+    """IAM fields hold one value or a list of them."""
+    return value if isinstance(value, list) else [value]
+
+
 def write_json(path: Path, value: Any) -> None:
     path.write_text(json.dumps(value))

@@ -7,15 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.infra.conftest import STORES, only, resources
-
-
-def flat(value: Any) -> str:
-    return json.dumps(value)
-
-
-def as_list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else [value]
+from tests.infra.conftest import STORES, as_list, flat, only, resources
 
 
 def logical_id(template: dict[str, Any], kind: str, contains: str) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.infra.conftest import NO_BUNDLING, STORES, only, resources
+from tests.infra.conftest import NO_BUNDLING, STORES, flat, only, resources
 
 # Wildcard resources each role may hold, and why (the same reasons are acknowledged for cdk-nag in code).
 ALLOWED_WILDCARD_SUFFIXES = (
@@ -25,14 +25,6 @@ def statements(template: dict[str, Any]) -> list[dict[str, Any]]:
     for policy in resources(template, "AWS::IAM::Policy").values():
         found.extend(policy["Properties"]["PolicyDocument"]["Statement"])
     return found
-
-
-def flat(value: Any) -> str:
-    return json.dumps(value)
-
-
-def as_list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else [value]
 
 
 @pytest.mark.parametrize("store", STORES)
