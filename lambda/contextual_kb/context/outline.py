@@ -45,6 +45,7 @@ _CODE_SIGNAL = re.compile(
 _SCRIPT_SIGNAL = re.compile(
     r"^\s*assert\b|^\s*[a-z_][\w.]*(?:\[[^\]]*\])?\s*[-+*/|&]?=\s*[^=\s]|[(\[\\]\s*$|^\s*[)\]]+[)\],;]*\s*$"
 )
+_COMMENTISH = re.compile(r"(?://|/\*|\*|#)")
 _MODIFIERS = (
     r"(?:(?:pub(?:\([^)]*\))?|export|default|async|unsafe|const|extern(?:\s+\"[^\"]*\")?|static|public|"
     r"private|protected|internal|abstract|final|sealed|open|override|inline|virtual|partial|data|suspend|"
@@ -78,7 +79,6 @@ _CONSTRUCTOR = re.compile(
     r"\s*\([^;{}()]*(?:\([^;{}()]*\)[^;{}()]*)*\)\s*(?:(?:noexcept|const|override|final)\b\s*)*(?P<rest>[:{].*)?$"
 )
 _CONSTRUCTOR_TYPES = frozenset(("class", "struct"))
-_COMMENTISH = re.compile(r"(?://|/\*|\*|#)")
 # A bare label line: `public: int f() {}` is a definition, and `private: bool = False` a Python field.
 _ACCESS_LABEL = re.compile(r"^(?:public|private|protected)(?:\s+(?:slots|Q_SLOTS))?\s*:(?!:)\s*(?://.*)?$")
 _IMPL_TARGET = re.compile(r"\bfor\s+(?P<name>[A-Za-z_]\w*)|^impl(?:<.*?>)?\s+(?P<own>[A-Za-z_]\w*)")
@@ -346,15 +346,19 @@ def _opens_body(text: str, following: list[_Line]) -> bool:
 
 def _code_sections(lines: list[_Line], text_length: int) -> tuple[list[Section], tuple[str, ...]]:
     definitions: list[_Definition] = []
+    types: set[str] = set()  # classes and structs so far: a C++ constructor comes after its class
     for index, line in enumerate(lines):
-        found = _definition_at(line, lines[index + 1 : index + 7])
+        following = lines[index + 1 : index + 7]
+        found = _definition_at(line, following)
         if found is None and index and line.indent == 0:
-            found = _gnu_definition(lines[index - 1], line, lines[index + 1 : index + 7])
+            found = _gnu_definition(lines[index - 1], line, following)
+        if found is None and types:
+            found = _constructor_at(line, following, types)
         if found:
             found.line = index
             definitions.append(found)
-    definitions.extend(_constructors(lines, definitions))
-    definitions.sort(key=lambda d: d.line)
+            if found.kind in _CONSTRUCTOR_TYPES and found.name:
+                types.add(found.name)
     sections: list[Section] = []
     for definition in definitions:
         end_line = _scope_end(lines, definition.line, definition.indent)
@@ -365,28 +369,20 @@ def _code_sections(lines: list[_Line], text_length: int) -> tuple[list[Section],
     return sections, _declared_names(definitions)
 
 
-def _constructors(lines: list[_Line], definitions: list[_Definition]) -> list[_Definition]:
-    types = {d.name for d in definitions if d.kind in _CONSTRUCTOR_TYPES and d.name}
-    if not types:
-        return []
-    taken = {d.line for d in definitions}
-    found: list[_Definition] = []
-    for index, line in enumerate(lines):
-        text = line.stripped
-        if index in taken or len(text) > MAX_DEFINITION_LINE_CHARS:
-            continue
-        match = _CONSTRUCTOR.match(text)
-        if not match or match.group("type") not in types:
-            continue
-        following = lines[index + 1 : index + 7]
-        if match.group("rest") is None:  # the body or the initializer list opens the next line
-            after = next((later.stripped for later in following if later.stripped), "")
-            if not after.startswith(("{", ":")):
-                continue
-        if _opens_body(text, following):
-            name = match.group("name").rsplit("::", 1)[-1]
-            found.append(_Definition(index, line.indent, "function", name, _label(text)))
-    return found
+def _constructor_at(line: _Line, following: list[_Line], types: set[str]) -> _Definition | None:
+    text = line.stripped
+    if len(text) > MAX_DEFINITION_LINE_CHARS:
+        return None
+    match = _CONSTRUCTOR.match(text)
+    if not match or match.group("type") not in types:
+        return None
+    if match.group("rest") is None:  # the body or the initializer list opens the next line
+        after = next((later.stripped for later in following if later.stripped), "")
+        if not after.startswith(("{", ":")):
+            return None
+    if not _opens_body(text, following):
+        return None
+    return _Definition(0, line.indent, "function", match.group("name").rsplit("::", 1)[-1], _label(text))
 
 
 def _is_dunder(name: str) -> bool:
