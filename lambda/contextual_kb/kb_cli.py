@@ -250,12 +250,6 @@ def _progress_line(status: str, stats: dict[str, int]) -> str:
     return f"{status}: {scanned} scanned, {indexed} indexed, {failed} failed"
 
 
-def _progress_line(status: str, stats: dict[str, int]) -> str:
-    indexed = stats.get("numberOfNewDocumentsIndexed", 0) + stats.get("numberOfModifiedDocumentsIndexed", 0)
-    scanned, failed = stats.get("numberOfDocumentsScanned", 0), stats.get("numberOfDocumentsFailed", 0)
-    return f"{status}: {scanned} scanned, {indexed} indexed, {failed} failed"
-
-
 def _short(text: str, limit: int) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
