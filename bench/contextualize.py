@@ -22,11 +22,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,25 +31,6 @@ from corpus import DEFAULT_DATASET, load_documents, offline_environment  # bench
 
 BUCKET = "bench-intermediate"
 MODEL_ID = "global.anthropic.claude-haiku-4-5-20251001-v1:0"
-
-
-@contextmanager
-def standin_process(latency_ms: float, per_token_ms: float, rpm: int = 0) -> Iterator[str]:
-    """The stand-in in a child process on 127.0.0.1; yields its URL and stops it afterwards."""
-    command = [
-        sys.executable, "-m", "contextual_kb.local.bedrock_standin", "--port", "0",
-        "--latency-ms", str(latency_ms), "--per-token-ms", str(per_token_ms), "--rpm", str(rpm),
-    ]  # fmt: skip
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()  # "Bedrock stand-in at http://127.0.0.1:PORT; ..."
-        if "stand-in at " not in line:
-            raise RuntimeError(f"the stand-in did not start: {line!r}")
-        yield line.split("stand-in at ", 1)[1].split(";", 1)[0]
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 def standin_stats(url: str) -> dict[str, Any]:
@@ -186,6 +164,8 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     args = parser.parse_args()
     offline_environment(log_level="INFO")  # the handler's summary log line carries the accounting
+    from contextual_kb.local.bedrock_standin import standin_subprocess
+
     documents = load_documents(args.dataset)
     if args.documents:
         documents = documents[: args.documents]
@@ -199,7 +179,7 @@ def main() -> int:
     rows = []
     for mode in args.modes.split(","):
         rpm = args.rpm if mode == "quota" else 0
-        with standin_process(args.latency_ms, args.per_token_ms, rpm) as url:
+        with standin_subprocess(args.latency_ms, args.per_token_ms, rpm) as url:
             elapsed, summary, intact = run_mode(documents, MODES[mode], url)
             stats = standin_stats(url)
         result = row(

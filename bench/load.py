@@ -56,7 +56,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contextualize import standin_process, standin_stats  # bench/contextualize.py
+from contextualize import standin_stats  # bench/contextualize.py
 from corpus import offline_environment  # bench/corpus.py
 
 BUCKET = "load-intermediate"
@@ -351,7 +351,9 @@ def s3_server(mode: str) -> Iterator[tuple[str, int | None]]:
 
 
 def run_scenario(scenario: Scenario, args: argparse.Namespace, trace: bool) -> dict[str, Any]:
-    with standin_process(args.latency_ms, args.per_token_ms) as url, s3_server(args.s3) as (endpoint, pid):
+    from contextual_kb.local.bedrock_standin import standin_subprocess
+
+    with standin_subprocess(args.latency_ms, args.per_token_ms) as url, s3_server(args.s3) as (endpoint, pid):
         command = [sys.executable, __file__, "--worker", scenario.name, "--url", url, "--s3", args.s3]
         command += ["--s3-endpoint", endpoint, *(["--trace"] if trace else [])]
         done = subprocess.run(command, capture_output=True, text=True, timeout=WORKER_TIMEOUT, check=False)

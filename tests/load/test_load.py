@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import subprocess
-import sys
 import tracemalloc
 from collections.abc import Iterator
 from typing import Any
@@ -18,7 +16,7 @@ from typing import Any
 import pytest
 
 from contextual_kb import handler
-from contextual_kb.local.bedrock_standin import BedrockStandIn
+from contextual_kb.local.bedrock_standin import BedrockStandIn, standin_subprocess
 from contextual_kb.local.kb_staging import build_event, stage_file
 from contextual_kb.local.lambda_context import LocalLambdaContext
 from tests.integration.test_claude import BUCKET, assert_every_chunk_back, context_of, run, stage, summary
@@ -83,23 +81,14 @@ def _traced_peak(s3: Any, name: str, files: int, chunks: int, chars: int) -> int
 def standin_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """The stand-in (2 ms a call) in a child process, so that its memory is not counted as the handler's;
     the claude strategy pointed at it."""
-    command = [
-        sys.executable, "-m", "contextual_kb.local.bedrock_standin", "--port", "0",
-        "--latency-ms", "2", "--per-token-ms", "0",
-    ]  # fmt: skip
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()  # "Bedrock stand-in at http://127.0.0.1:PORT; ..."
-        assert "stand-in at " in line, f"the stand-in did not start: {line!r}"
-        monkeypatch.setenv("ANTHROPIC_BEDROCK_BASE_URL", line.split("stand-in at ", 1)[1].split(";", 1)[0])
+    with standin_subprocess(latency_ms=2, per_token_ms=0) as url:
+        monkeypatch.setenv("ANTHROPIC_BEDROCK_BASE_URL", url)
         monkeypatch.setenv("CONTEXT_STRATEGY", "claude")
         handler.runtime.cache_clear()
-        yield line
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-        handler.runtime.cache_clear()
+        try:
+            yield url
+        finally:
+            handler.runtime.cache_clear()
 
 
 def test_memory_does_not_grow_with_the_number_of_files(

@@ -25,6 +25,8 @@ import json
 import math
 import random
 import re
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -456,6 +458,26 @@ def running_standin(config: StandInConfig | None = None) -> Iterator[BedrockStan
         yield standin
     finally:
         standin.stop()
+
+
+@contextmanager
+def standin_subprocess(latency_ms: float, per_token_ms: float, rpm: int = 0) -> Iterator[str]:
+    """The stand-in in a child process on 127.0.0.1 (its memory and threads apart from the caller's); yields
+    its URL and stops it afterwards."""
+    command = [
+        sys.executable, "-m", "contextual_kb.local.bedrock_standin", "--port", "0",
+        "--latency-ms", str(latency_ms), "--per-token-ms", str(per_token_ms), "--rpm", str(rpm),
+    ]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()  # main()'s "Bedrock stand-in at http://127.0.0.1:PORT; ..."
+        if "stand-in at " not in line:
+            raise RuntimeError(f"the stand-in did not start: {line!r}")
+        yield line.split("stand-in at ", 1)[1].split(";", 1)[0]
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
 
 
 def main() -> None:
