@@ -12,8 +12,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from contextual_kb.evaluation import RRF_K
-from contextual_kb.local.offline_eval import Row
+from contextual_kb.evaluation import RRF_K, Difference
+from contextual_kb.local.offline_eval import Row, versus_raw
 from contextual_kb.terminal import plain
 
 console = Console()
@@ -82,7 +82,12 @@ def eval_command(
             errors.print(Text.assemble(("error:", "bold red"), " ", plain(str(exc))))
             raise typer.Exit(code=2) from None
     if as_json:
-        console.print_json(json.dumps([row.as_dict() for row in rows]))
+        gains = versus_raw(rows, compared_cutoff(cutoffs))
+        listed = [
+            row.as_dict() | ({"vs_raw": gain.as_dict()} if gain else {})
+            for row, gain in zip(rows, gains, strict=True)
+        ]
+        console.print_json(json.dumps(listed))
         return
     print_table(console, rows, cutoffs, title=f"{len(labelled)} queries, {len(documents)} documents")
 
@@ -91,6 +96,11 @@ _SHOWN = {
     "bm25 opensearch-builtin": "bm25 index",
     "hybrid opensearch-builtin+minilm": "hybrid index+minilm",
 }
+
+
+def compared_cutoff(cutoffs: list[int]) -> int:
+    """The cut-off at which configurations are compared with raw chunks: the middle one (10 of 5,10,20)."""
+    return cutoffs[len(cutoffs) // 2]
 
 
 def print_table(out: Console, rows: list[Row], cutoffs: list[int], *, title: str) -> None:
@@ -111,6 +121,25 @@ def print_table(out: Console, rows: list[Row], cutoffs: list[int], *, title: str
             f"{s.mrr:.2f}",
         )
     out.print(table)
+    # Below the table: a column would not fit 80 characters.
+    compared = compared_cutoff(cutoffs)
+    gains = [(row, gain) for row, gain in zip(rows, versus_raw(rows, compared), strict=True) if gain]
+    if gains:
+        out.print(
+            f"P@{compared} gained over raw chunks, same retrieval [95% interval], queries up/down:",
+            markup=False,
+            highlight=False,
+        )
+    for row, gain in gains:
+        label = f"{row.chunks}, {_SHOWN.get(row.retrieval, row.retrieval)}"
+        out.print(f"  {label:<36} {_gain(gain)}", markup=False, highlight=False)
+
+
+def _gain(gain: Difference) -> str:
+    said = f"{gain.points:+6.2f}"
+    if gain.margin is not None:
+        said += f" [{gain.points - gain.margin:+.2f}, {gain.points + gain.margin:+.2f}]"
+    return f"{said}  {gain.better} up, {gain.worse} down"
 
 
 def _deployed(

@@ -6,13 +6,17 @@ shared/datasets/codebase/README.md).
 - Pass@k: per query, the share of its golden chunks found in the top k; averaged over queries (x100).
 - Recall@k: the same share over all golden chunks pooled (a query with many golden chunks weighs more).
 - MRR: per query, 1 / the rank of the first golden chunk retrieved (0 if none); averaged over queries.
+- A paired difference: two configurations' Pass@k over the same queries, with a 95% interval, so that a
+  gain on a small labelled set can be told from noise (one query of 124 moves Pass@k by 0.81).
 """
 
 from __future__ import annotations
 
+import math
 import re
+import statistics
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 Match = Callable[
     [str, str], bool
@@ -63,6 +67,8 @@ class Scores:
     recall_at: dict[int, float]  # x100
     mrr: float  # x100
     queries: int
+    # Each query's Pass@k (0-1), in the order scored: what paired_difference compares.
+    per_query: dict[int, tuple[float, ...]] = field(default_factory=dict, repr=False, compare=False)
 
     def as_dict(self) -> dict[str, float | int]:
         out: dict[str, float | int] = {f"pass@{k}": round(v, 2) for k, v in self.pass_at.items()}
@@ -76,7 +82,7 @@ def score(
     runs: Iterable[tuple[Sequence[str], Sequence[str]]], ks: Sequence[int], match: Match = same_text
 ) -> Scores:
     """``runs``: per query, (golden chunk texts, retrieved chunk texts in rank order)."""
-    passes = dict.fromkeys(ks, 0.0)
+    passes: dict[int, list[float]] = {k: [] for k in ks}
     found = dict.fromkeys(ks, 0)
     golden_total, mrr, count = 0, 0.0, 0
     for golden, retrieved in runs:
@@ -85,15 +91,59 @@ def score(
         mrr += reciprocal_rank(golden, retrieved, match)
         for k in ks:
             hits = found_at_k(golden, retrieved, k, match)
-            passes[k] += hits / len(golden) if golden else 0.0
+            passes[k].append(hits / len(golden) if golden else 0.0)
             found[k] += hits
     if not count:
         return Scores(dict.fromkeys(ks, 0.0), dict.fromkeys(ks, 0.0), 0.0, 0)
     return Scores(
-        {k: 100 * v / count for k, v in passes.items()},
+        {k: 100 * sum(v) / count for k, v in passes.items()},
         {k: 100 * v / max(1, golden_total) for k, v in found.items()},
         100 * mrr / count,
         count,
+        {k: tuple(v) for k, v in passes.items()},
+    )
+
+
+Z_95 = 1.959964  # the standard normal's 97.5th percentile
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    """One configuration's Pass@k minus another's, over the same queries, in points (x100)."""
+
+    k: int
+    points: float
+    margin: float | None  # half-width of the 95% interval; None with fewer than 2 queries
+    better: int  # queries whose Pass@k rose
+    worse: int  # and fell
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        margin = None if self.margin is None else round(self.margin, 2)
+        return {
+            "k": self.k,
+            "points": round(self.points, 2),
+            "margin95": margin,
+            "better": self.better,
+            "worse": self.worse,
+        }
+
+
+def paired_difference(baseline: Scores, other: Scores, k: int) -> Difference:
+    """``other`` minus ``baseline`` at Pass@k. The interval is the normal approximation of the mean of the
+    per-query differences: pairing removes the spread between queries, which is most of the noise."""
+    before, after = baseline.per_query[k], other.per_query[k]
+    if len(before) != len(after):
+        raise ValueError(f"not the same queries: {len(before)} against {len(after)}")
+    deltas = [100 * (b - a) for a, b in zip(before, after, strict=True)]
+    if not deltas:
+        return Difference(k, 0.0, None, 0, 0)
+    margin = Z_95 * statistics.stdev(deltas) / math.sqrt(len(deltas)) if len(deltas) > 1 else None
+    return Difference(
+        k,
+        statistics.fmean(deltas),
+        margin,
+        sum(1 for d in deltas if d > 0),
+        sum(1 for d in deltas if d < 0),
     )
 
 

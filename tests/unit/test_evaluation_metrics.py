@@ -66,3 +66,54 @@ def _positions(text: str) -> list[tuple[int, str]]:
     import re
 
     return [(m.start(), m.group()) for m in re.finditer(r"\S+", text)]
+
+
+def test_scores_keep_each_querys_pass_at_k_in_order() -> None:
+    runs = [(["a", "b"], ["a", "x"]), (["c"], ["x", "y"]), (["d"], ["d"])]
+    assert score(runs, [1, 2]).per_query == {1: (0.5, 0.0, 1.0), 2: (0.5, 0.0, 1.0)}
+
+
+def test_paired_difference_hand_computed() -> None:
+    from contextual_kb.evaluation import paired_difference
+
+    golden = [["a"], ["b", "c"], ["d", "e"], ["f"]]
+    baseline = score(zip(golden, [["a"], ["b", "x"], ["x"], ["f"]], strict=True), [2])  # 1, 1/2, 0, 1
+    other = score(zip(golden, [["a"], ["b", "c"], ["d", "x"], ["x"]], strict=True), [2])  # 1, 1, 1/2, 0
+    gain = paired_difference(baseline, other, 2)
+    # Per query, in points: 0, +50, +50, -100. Mean 0; sample deviation sqrt((50² + 50² + 100²) / 3).
+    assert gain.points == pytest.approx(0.0)
+    assert gain.margin == pytest.approx(1.959964 * (15000 / 3) ** 0.5 / 2)
+    assert (gain.better, gain.worse) == (2, 1)
+    assert gain.as_dict() == {"k": 2, "points": 0.0, "margin95": 69.3, "better": 2, "worse": 1}
+    # The mean of the differences is the difference of the Pass@k figures.
+    lift = paired_difference(score(zip(golden, [[]] * 4, strict=True), [2]), other, 2)
+    assert lift.points == pytest.approx(other.pass_at[2]) and (lift.better, lift.worse) == (3, 0)
+
+
+def test_paired_difference_needs_the_same_queries_and_two_for_an_interval() -> None:
+    from contextual_kb.evaluation import paired_difference
+
+    one = score([(["a"], ["a"])], [1])
+    assert paired_difference(score([(["a"], ["x"])], [1]), one, 1).margin is None
+    assert paired_difference(one, one, 1).points == 0.0
+    with pytest.raises(ValueError, match="not the same queries"):
+        paired_difference(one, score([(["a"], ["a"]), (["b"], ["b"])], [1]), 1)
+
+
+def test_versus_raw_pairs_rows_by_retrieval() -> None:
+    from contextual_kb.local.offline_eval import Row, versus_raw
+
+    golden = [["a"], ["b"]]
+    raw = score(zip(golden, [["a"], ["x"]], strict=True), [1])
+    better = score(zip(golden, [["a"], ["b"]], strict=True), [1])
+    rows = [
+        Row("raw", "bm25 code-aware", raw),
+        Row("structural", "bm25 code-aware", better),
+        Row("structural", "dense minilm", better),  # no raw row with this retrieval
+        Row("raw", "bm25 opensearch-builtin", better),
+        Row("claude", "bm25 opensearch-builtin", raw),
+    ]
+    gains = versus_raw(rows, 1)
+    assert gains[0] is None and gains[2] is None and gains[3] is None
+    assert gains[1] is not None and gains[1].points == pytest.approx(50.0) and gains[1].better == 1
+    assert gains[4] is not None and gains[4].points == pytest.approx(-50.0) and gains[4].worse == 1

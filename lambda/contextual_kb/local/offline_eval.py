@@ -19,7 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from contextual_kb.evaluation import RRF_K, Scores, reciprocal_rank_fusion, score
+from contextual_kb.evaluation import (
+    RRF_K,
+    Difference,
+    Scores,
+    paired_difference,
+    reciprocal_rank_fusion,
+    score,
+)
 
 BUCKET = "ckb-eval-intermediate"
 CHUNKS_PER_BATCH = 8
@@ -100,6 +107,18 @@ class Row:
 
     def as_dict(self) -> dict[str, Any]:
         return {"chunks": self.chunks, "retrieval": self.retrieval, **self.scores.as_dict()}
+
+
+def versus_raw(rows: Sequence[Row], k: int) -> list[Difference | None]:
+    """Per row, its Pass@k minus that of the raw chunks under the same retrieval (None for raw rows, or
+    where no raw row has that retrieval): what the context bought, with its 95% interval. Pure."""
+    raw = {row.retrieval: row.scores for row in rows if row.chunks == "raw"}
+    return [
+        paired_difference(raw[row.retrieval], row.scores, k)
+        if row.chunks != "raw" and row.retrieval in raw
+        else None
+        for row in rows
+    ]
 
 
 RETRIEVALS = ("bm25", "dense", "hybrid")
