@@ -61,6 +61,8 @@ def eval_command(
 
     try:
         cutoffs = sorted({int(part) for part in k.split(",") if part.strip()})
+        if not cutoffs or cutoffs[0] < 1:
+            raise ValueError(f"--k {k!r}: expected positive cut-offs, comma-separated, such as 5,10,20")
         documents, labelled = load_corpus(corpus), load_queries(queries)
     except ValueError as exc:
         errors.print(Text.assemble(("error:", "bold red"), " ", plain(str(exc))))
@@ -99,7 +101,8 @@ _SHOWN = {
 
 
 def compared_cutoff(cutoffs: list[int]) -> int:
-    """The cut-off at which configurations are compared with raw chunks: the middle one (10 of 5,10,20)."""
+    """The cut-off at which configurations are compared with raw chunks: the middle one (10 of 5,10,20; the
+    upper of two)."""
     return cutoffs[len(cutoffs) // 2]
 
 
@@ -124,22 +127,24 @@ def print_table(out: Console, rows: list[Row], cutoffs: list[int], *, title: str
     # Below the table: a column would not fit 80 characters.
     compared = compared_cutoff(cutoffs)
     gains = [(row, gain) for row, gain in zip(rows, versus_raw(rows, compared), strict=True) if gain]
-    if gains:
-        out.print(
-            f"P@{compared} gained over raw chunks, same retrieval [95% interval], queries up/down:",
-            markup=False,
-            highlight=False,
-        )
-    for row, gain in gains:
-        label = f"{row.chunks}, {_SHOWN.get(row.retrieval, row.retrieval)}"
-        out.print(f"  {label:<36} {_gain(gain)}", markup=False, highlight=False)
+    if not gains:
+        return
+    out.print(
+        f"P@{compared} gain over raw chunks [95% interval], queries up/down (sign-test p):",
+        markup=False,
+        highlight=False,
+    )
+    labels = [f"{row.chunks}, {_SHOWN.get(row.retrieval, row.retrieval)}" for row, _ in gains]
+    width = max(map(len, labels))
+    for label, (_, gain) in zip(labels, gains, strict=True):
+        out.print(f"  {label:<{width}}  {_gain(gain)}", markup=False, highlight=False)
 
 
 def _gain(gain: Difference) -> str:
-    said = f"{gain.points:+6.2f}"
-    if gain.margin is not None:
-        said += f" [{gain.points - gain.margin:+.2f}, {gain.points + gain.margin:+.2f}]"
-    return f"{said}  {gain.better} up, {gain.worse} down"
+    interval = (
+        "" if gain.margin is None else f"[{gain.points - gain.margin:+.2f}, {gain.points + gain.margin:+.2f}]"
+    )
+    return f"{gain.points:+6.2f} {interval:<16}  {gain.better} up, {gain.worse} down (p {gain.p_value:.2g})"
 
 
 def _deployed(

@@ -94,7 +94,7 @@ def score(
             passes[k].append(hits / len(golden) if golden else 0.0)
             found[k] += hits
     if not count:
-        return Scores(dict.fromkeys(ks, 0.0), dict.fromkeys(ks, 0.0), 0.0, 0)
+        return Scores(dict.fromkeys(ks, 0.0), dict.fromkeys(ks, 0.0), 0.0, 0, {k: () for k in ks})
     return Scores(
         {k: 100 * sum(v) / count for k, v in passes.items()},
         {k: 100 * v / max(1, golden_total) for k, v in found.items()},
@@ -113,9 +113,10 @@ class Difference:
 
     k: int
     points: float
-    margin: float | None  # half-width of the 95% interval; None with fewer than 2 queries
+    margin: float | None  # half-width of the 95% interval; None where the approximation cannot give one
     better: int  # queries whose Pass@k rose
     worse: int  # and fell
+    p_value: float  # two-sided sign test on better against worse
 
     def as_dict(self) -> dict[str, float | int | None]:
         margin = None if self.margin is None else round(self.margin, 2)
@@ -125,26 +126,43 @@ class Difference:
             "margin95": margin,
             "better": self.better,
             "worse": self.worse,
+            "p_value": round(self.p_value, 4),
         }
 
 
 def paired_difference(baseline: Scores, other: Scores, k: int) -> Difference:
-    """``other`` minus ``baseline`` at Pass@k. The interval is the normal approximation of the mean of the
-    per-query differences: pairing removes the spread between queries, which is most of the noise."""
+    """``other`` minus ``baseline`` at Pass@k, the two scored on the same queries in the same order.
+
+    The interval is the normal approximation of the mean per-query difference (pairing removes the spread
+    between queries, which is most of the noise). It is too sure when only a handful of queries change, so
+    the sign test's p-value comes with it: exact however few change."""
     before, after = baseline.per_query[k], other.per_query[k]
     if len(before) != len(after):
         raise ValueError(f"not the same queries: {len(before)} against {len(after)}")
     deltas = [100 * (b - a) for a, b in zip(before, after, strict=True)]
+    better, worse = sum(1 for d in deltas if d > 0), sum(1 for d in deltas if d < 0)
     if not deltas:
-        return Difference(k, 0.0, None, 0, 0)
-    margin = Z_95 * statistics.stdev(deltas) / math.sqrt(len(deltas)) if len(deltas) > 1 else None
-    return Difference(
-        k,
-        statistics.fmean(deltas),
-        margin,
-        sum(1 for d in deltas if d > 0),
-        sum(1 for d in deltas if d < 0),
+        return Difference(k, 0.0, None, 0, 0, 1.0)
+    spread = statistics.stdev(deltas) if len(deltas) > 1 else 0.0
+    margin = None  # one query, or every query moved alike: no spread to go on (none moved: exactly zero)
+    if len(deltas) > 1 and (spread or not (better or worse)):
+        margin = Z_95 * spread / math.sqrt(len(deltas))
+    return Difference(k, statistics.fmean(deltas), margin, better, worse, sign_test(better, worse))
+
+
+def sign_test(up: int, down: int) -> float:
+    """Two-sided exact sign test: the chance of a split at least this lopsided if up and down were equally
+    likely (ties left out). Pure."""
+    n = up + down
+    if not n:
+        return 1.0
+    # Binomial terms in logs: exact integers (math.comb over 2**n) take seconds at tens of thousands.
+    log_half_n = n * math.log(2.0)
+    tail = sum(
+        math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) - log_half_n)
+        for i in range(max(up, down), n + 1)
     )
+    return min(1.0, 2 * tail)
 
 
 RRF_K = 60  # the constant of Cormack et al. (2009), also OpenSearch's default for its RRF processor

@@ -64,16 +64,27 @@ def test_eval_local_prints_each_configuration(labelled: tuple[Path, Path]) -> No
         assert 0 < row["mrr"] <= 100.0 and row["pass@1"] <= row["pass@3"]
     # Contextualized rows say what they gained over raw chunks at the middle cut-off (3 of 1,3): nothing.
     assert ["vs_raw" in row for row in rows] == [False, False, True, True]
-    assert rows[3]["vs_raw"] == {"k": 3, "points": 0.0, "margin95": 0.0, "better": 0, "worse": 0}
+    assert rows[3]["vs_raw"] == {
+        "k": 3,
+        "points": 0.0,
+        "margin95": 0.0,
+        "better": 0,
+        "worse": 0,
+        "p_value": 1.0,
+    }
     table = runner.invoke(app, args)
     assert table.exit_code == 0, table.output
     assert "P@1" in table.output and "structural" in table.output and "code-aware" in table.output
-    assert "P@3 gained over raw chunks" in table.output
+    assert "P@3 gain over raw chunks" in table.output
     assert "structural, bm25 code-aware" in table.output and "0 up, 0 down" in table.output
 
 
 def test_eval_refuses_bad_input(labelled: tuple[Path, Path], tmp_path: Path) -> None:
-    corpus, _ = labelled
+    corpus, queries = labelled
+    no_cutoff = runner.invoke(
+        app, ["eval", "--local", "--corpus", str(corpus), "--queries", str(queries), "--k", ","]
+    )
+    assert no_cutoff.exit_code == 2 and "expected positive cut-offs" in no_cutoff.output
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "no query field"}\n')
     refused = runner.invoke(app, ["eval", "--local", "--corpus", str(corpus), "--queries", str(bad)])

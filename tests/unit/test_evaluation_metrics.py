@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from contextual_kb.evaluation import pass_at_k, reciprocal_rank, score
@@ -84,7 +86,14 @@ def test_paired_difference_hand_computed() -> None:
     assert gain.points == pytest.approx(0.0)
     assert gain.margin == pytest.approx(1.959964 * (15000 / 3) ** 0.5 / 2)
     assert (gain.better, gain.worse) == (2, 1)
-    assert gain.as_dict() == {"k": 2, "points": 0.0, "margin95": 69.3, "better": 2, "worse": 1}
+    assert gain.as_dict() == {
+        "k": 2,
+        "points": 0.0,
+        "margin95": 69.3,
+        "better": 2,
+        "worse": 1,
+        "p_value": 1.0,  # 2 up, 1 down: 2 * P(X >= 2 | n=3, 1/2) = 2 * 4/8, capped at 1
+    }
     # The mean of the differences is the difference of the Pass@k figures.
     lift = paired_difference(score(zip(golden, [[]] * 4, strict=True), [2]), other, 2)
     assert lift.points == pytest.approx(other.pass_at[2]) and (lift.better, lift.worse) == (3, 0)
@@ -96,6 +105,19 @@ def test_paired_difference_needs_the_same_queries_and_two_for_an_interval() -> N
     one = score([(["a"], ["a"])], [1])
     assert paired_difference(score([(["a"], ["x"])], [1]), one, 1).margin is None
     assert paired_difference(one, one, 1).points == 0.0
+    # Every query moved alike: no spread, but not a certain gain, so no interval; none moved: exactly 0.
+    golden = [["a"], ["b"], ["c"]]
+    missed, found = (
+        score(zip(golden, [["x"]] * 3, strict=True), [1]),
+        score(zip(golden, golden, strict=True), [1]),
+    )
+    alike = paired_difference(missed, found, 1)
+    assert (alike.points, alike.margin, alike.better) == (100.0, None, 3)
+    assert alike.p_value == pytest.approx(2 / 8)
+    assert paired_difference(found, found, 1).margin == 0.0
+    # No queries: nothing to compare, no error.
+    none = paired_difference(score([], [1]), score([], [1]), 1)
+    assert (none.points, none.margin, none.better, none.worse, none.p_value) == (0.0, None, 0, 0, 1.0)
     with pytest.raises(ValueError, match="not the same queries"):
         paired_difference(one, score([(["a"], ["a"]), (["b"], ["b"])], [1]), 1)
 
@@ -117,3 +139,14 @@ def test_versus_raw_pairs_rows_by_retrieval() -> None:
     assert gains[0] is None and gains[2] is None and gains[3] is None
     assert gains[1] is not None and gains[1].points == pytest.approx(50.0) and gains[1].better == 1
     assert gains[4] is not None and gains[4].points == pytest.approx(-50.0) and gains[4].worse == 1
+
+
+def test_sign_test_hand_computed() -> None:
+    from contextual_kb.evaluation import sign_test
+
+    assert sign_test(6, 0) == pytest.approx(2 / 64)  # both all-up and all-down splits of 6
+    assert sign_test(4, 1) == pytest.approx(2 * (5 + 1) / 32)  # 4 or 5 of 5 either way
+    assert sign_test(0, 4) == pytest.approx(2 / 16)
+    assert sign_test(3, 3) == 1.0 and sign_test(0, 0) == 1.0 and sign_test(1, 0) == 1.0
+    # In logs, so large sets stay fast and exact enough: 60 up, 40 down against the integer computation.
+    assert sign_test(60, 40) == pytest.approx(2 * sum(math.comb(100, i) for i in range(60, 101)) / 2**100)
