@@ -10,14 +10,12 @@ import typer
 from rich import box
 from rich.console import Console
 from rich.table import Table
-from rich.text import Text
 
 from contextual_kb.evaluation import RRF_K, Difference
+from contextual_kb.kb_cli import _fail
 from contextual_kb.local.offline_eval import Row, versus_raw
-from contextual_kb.terminal import plain
 
 console = Console()
-errors = Console(stderr=True)
 DATASET = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "codebase"
 
 
@@ -65,8 +63,7 @@ def eval_command(
             raise ValueError(f"--k {k!r}: expected positive cut-offs, comma-separated, such as 5,10,20")
         documents, labelled = load_corpus(corpus), load_queries(queries)
     except ValueError as exc:
-        errors.print(Text.assemble(("error:", "bold red"), " ", plain(str(exc))))
-        raise typer.Exit(code=2) from None
+        raise _fail(str(exc), code=2) from None
     if not local:
         rows = _deployed(documents, labelled, cutoffs, stack, region, state, skip_sync)
     else:
@@ -81,8 +78,7 @@ def eval_command(
                 rrf_k=rrf_k,
             )
         except (ValueError, DenseUnavailableError) as exc:
-            errors.print(Text.assemble(("error:", "bold red"), " ", plain(str(exc))))
-            raise typer.Exit(code=2) from None
+            raise _fail(str(exc), code=2) from None
     if as_json:
         gains = versus_raw(rows, compared_cutoff(cutoffs))
         listed = [
@@ -162,7 +158,7 @@ def _deployed(
     from contextual_kb import aws_clients
     from contextual_kb.deployed_eval import run_queries, score_deployed, upload_corpus
     from contextual_kb.ingestion import IngestionError
-    from contextual_kb.kb_cli import _deployment, _fail, _ingestion, _retriever
+    from contextual_kb.kb_cli import _deployment, _ingestion, _retriever
     from contextual_kb.retrieval import DEFAULT_RERANKER, RetrievalError
 
     deployment = _deployment(stack, region)

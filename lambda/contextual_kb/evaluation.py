@@ -104,7 +104,7 @@ def score(
     )
 
 
-Z_95 = 1.959964  # the standard normal's 97.5th percentile
+Z_95 = statistics.NormalDist().inv_cdf(0.975)  # 1.96
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,10 +143,11 @@ def paired_difference(baseline: Scores, other: Scores, k: int) -> Difference:
     better, worse = sum(1 for d in deltas if d > 0), sum(1 for d in deltas if d < 0)
     if not deltas:
         return Difference(k, 0.0, None, 0, 0, 1.0)
-    spread = statistics.stdev(deltas) if len(deltas) > 1 else 0.0
     margin = None  # one query, or every query moved alike: no spread to go on (none moved: exactly zero)
-    if len(deltas) > 1 and (spread or not (better or worse)):
-        margin = Z_95 * spread / math.sqrt(len(deltas))
+    if len(deltas) > 1:
+        spread = statistics.stdev(deltas)
+        if spread or not (better or worse):
+            margin = Z_95 * spread / math.sqrt(len(deltas))
     return Difference(k, statistics.fmean(deltas), margin, better, worse, sign_test(better, worse))
 
 
@@ -156,6 +157,7 @@ def sign_test(up: int, down: int) -> float:
     n = up + down
     if not n:
         return 1.0
+    # Our own, not scipy's binomtest: scipy comes only with the dense extra (torch); this runs without it.
     # Binomial terms in logs: exact integers (math.comb over 2**n) take seconds at tens of thousands.
     log_half_n = n * math.log(2.0)
     tail = sum(

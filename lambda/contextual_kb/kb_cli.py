@@ -26,9 +26,9 @@ Stack = Annotated[str, typer.Option(envvar="CKB_STACK", help="The deployed stack
 Region = Annotated[str | None, typer.Option(help="AWS region [default: AWS_REGION].")]
 
 
-def _fail(message: str) -> typer.Exit:
+def _fail(message: str, code: int = 1) -> typer.Exit:
     errors.print(Text.assemble(("error:", "bold red"), " ", plain(message)))
-    return typer.Exit(code=1)
+    return typer.Exit(code=code)
 
 
 def _deployment(stack: str, region: str | None) -> Deployment:
