@@ -23,6 +23,10 @@ OnModelError = Literal["fallback", "fail"]
 DEFAULT_MODEL_ID = "global.anthropic.claude-haiku-4-5-20251001-v1:0"
 
 
+# Variables whose empty value is itself a setting: CONTEXT_MEMORY_PREFIX="" turns remembering off.
+EMPTY_IS_A_VALUE = frozenset({"CONTEXT_MEMORY_PREFIX"})
+
+
 class ConfigurationError(TransformationError):
     """An environment variable holds a value the transformation cannot use."""
 
@@ -89,9 +93,13 @@ class Settings(BaseModel):
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """An empty variable means the default (a console leaves empty values behind), except where the
+        empty value is a setting of its own (``EMPTY_IS_A_VALUE``)."""
         env = os.environ if environ is None else environ
         names = {f.alias for f in cls.model_fields.values() if f.alias}
-        values = {name: env[name] for name in names if env.get(name, "") != ""}
+        values = {
+            name: env[name] for name in names if name in env and (env[name] != "" or name in EMPTY_IS_A_VALUE)
+        }
         try:
             return cls.model_validate(values)
         except ValidationError as exc:

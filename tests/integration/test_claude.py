@@ -317,7 +317,9 @@ def test_a_file_of_5000_chunks_in_grouped_mode(
     assert all(context_of(i).startswith("This chunk is from") for i in items)
     assert standin.stats.answered == 100
     assert standin.stats.cache_writes == 1
-    assert summary(captured)["model"]["fallbacks"] == {}
+    log = summary(captured)
+    assert log["model"]["fallbacks"] == {}
+    assert_nothing_remembered(s3, event, log)
 
 
 @pytest.mark.long
@@ -336,3 +338,11 @@ def test_a_50_mb_document_is_windowed_and_every_chunk_comes_back(
     log = summary(captured)
     assert log["model"]["windowed_documents"] == 1
     assert log["model"]["fallbacks"] == {}
+    assert_nothing_remembered(s3, event, log)
+
+
+def assert_nothing_remembered(s3: Any, event: dict[str, Any], log: dict[str, Any]) -> None:
+    """CONTEXT_MEMORY_PREFIX="" turns remembering off: no contexts written, under any prefix."""
+    assert log["model"]["contexts_remembered_written"] == 0
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=event["bucketName"]).get("Contents", [])]
+    assert not [k for k in keys if "contexts/" in k], keys

@@ -85,6 +85,9 @@ def test_malformed_answers(fresh_standin: BedrockStandIn) -> None:
 def test_cache_entries_expiring_mid_run(fresh_standin: BedrockStandIn) -> None:
     outcome = run("cache expiring mid-run", fresh_standin)
     assert outcome.degraded == 0
+    # Remembering is off (CONTEXT_MEMORY_PREFIX=""), so the cache's expiry is what every call meets.
+    assert outcome.model["contexts_remembered_written"] == 0 and outcome.model["chunks_remembered"] == 0
+    assert outcome.remembered_objects == 0
     assert outcome.standin["cache_writes"] > 4  # some prefixes written again after expiring
     assert outcome.model["cache_write_tokens"] == outcome.standin["cache_write_tokens"]
 

@@ -27,6 +27,16 @@ def test_values_are_read_and_blank_means_default() -> None:
     assert settings.output_prefix == "contextual-kb/output/"
 
 
+def test_an_empty_memory_prefix_turns_remembering_off() -> None:
+    """CONTEXT_MEMORY_PREFIX="" is a setting of its own (README), not "use the default"."""
+    from contextual_kb.context.claude import ClaudeStrategy
+
+    settings = Settings.from_env({"CONTEXT_MEMORY_PREFIX": ""})
+    assert settings.context_memory_prefix == ""
+    assert not ClaudeStrategy(settings).remembering
+    assert ClaudeStrategy(Settings.from_env({})).remembering
+
+
 @pytest.mark.parametrize(
     ("name", "value"),
     [

@@ -76,6 +76,7 @@ class Outcome:
     standin: dict[str, Any] = field(default_factory=dict)  # what the stand-in saw
     put_attempts: int = 0
     put_failures: int = 0
+    remembered_objects: int = 0  # remembered-context objects in the bucket after the run
     error: str = ""  # the exception, for a scenario expected to fail
     error_logged: bool = False  # an ERROR log line with the exception, and TransformationErrors = 1
 
@@ -254,6 +255,10 @@ def run(scenario: Scenario, standin: BedrockStandIn) -> Outcome:
                 chaos.join(timeout=5)
             handler.runtime.cache_clear()
     outcome.put_attempts, outcome.put_failures = counter.attempts, counter.failures
+    listed = s3.list_objects_v2(
+        Bucket=BUCKET, Prefix=settings.context_memory_prefix or "contextual-kb/contexts/"
+    )
+    outcome.remembered_objects = listed.get("KeyCount", 0)
     outcome.standin = standin.stats.as_dict()
     if result is not None:
         outcome.seconds = result.seconds
