@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
@@ -11,17 +13,22 @@ from stacks.config import load
 from stacks.nag import acknowledge
 from stacks.stack import ContextualKbStack
 
-# CDK behaviours this app relies on, whatever cdk.json holds.
-FEATURE_FLAGS = {
-    # Server access logs delivered through a bucket policy, not the legacy LogDeliveryWrite ACL.
-    "@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy": True,
-}
+CDK_JSON = Path(__file__).resolve().parent.parent / "cdk.json"
+
+
+def feature_flags() -> dict[str, Any]:
+    """The CDK feature flags of cdk.json (AWS's recommended values, as `cdk init` writes them; among them
+    server access logs delivered by bucket policy, not the legacy ACL). Read here too, so that tests and
+    `cdk synth` build the same templates."""
+    context = json.loads(CDK_JSON.read_text())["context"]
+    return {name: value for name, value in context.items() if name.startswith("@aws-cdk")}
 
 
 def build_app(
     context: dict[str, Any] | None = None, *, code: object | None = None
 ) -> tuple[cdk.App, ContextualKbStack]:
-    app = cdk.App(context={**FEATURE_FLAGS, **(context or {})})
+    # Context from the CDK CLI (cdk.json, -c) takes precedence over these, as CDK documents.
+    app = cdk.App(context={**feature_flags(), **(context or {})})
     config = load({key: app.node.try_get_context(key) for key in _context_keys()})
     stack = ContextualKbStack(app, config.stack_name, config=config, code=code)  # type: ignore[arg-type]
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))

@@ -8,6 +8,9 @@ CDK uses when this returns False (no pip).
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -21,6 +24,7 @@ from aws_cdk import aws_lambda as lambda_
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "lambda" / "contextual_kb"
 PYTHON_VERSION = "3.13"
+BUNDLE_CACHE = ROOT / "cdk.out" / ".bundles"
 PLATFORMS = {"arm64": "manylinux2014_aarch64", "x86_64": "manylinux2014_x86_64"}
 
 
@@ -41,14 +45,35 @@ def pip_command(target: Path, architecture: str) -> list[str]:
     return [*command, *runtime_requirements()]
 
 
+def bundle_key(architecture: str) -> str:
+    """What the bundle is made of: the pip command (pins, platform, Python), the constraints and every file
+    of the package. Equal keys, equal bundles."""
+    digest = hashlib.sha256(json.dumps(pip_command(Path("<target>"), architecture)).encode())
+    constraints = ROOT / "constraints.txt"
+    if constraints.exists():
+        digest.update(constraints.read_bytes())
+    for path in sorted(PACKAGE.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+            digest.update(path.relative_to(PACKAGE).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:32]
+
+
 def build(target: Path, architecture: str) -> None:
-    subprocess.run(pip_command(target, architecture), check=True)
-    shutil.copytree(
-        PACKAGE,
-        target / "contextual_kb",
-        dirs_exist_ok=True,
-        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
-    )
+    """The bundle into ``target``; built once per content (``make synth`` synthesizes two stores, and each
+    synth bundled the same asset again), kept in cdk.out/.bundles."""
+    cached = BUNDLE_CACHE / bundle_key(architecture)
+    if not cached.is_dir():
+        building = BUNDLE_CACHE / f"{cached.name}.building-{os.getpid()}"
+        shutil.rmtree(building, ignore_errors=True)
+        subprocess.run(pip_command(building, architecture), check=True)
+        shutil.copytree(
+            PACKAGE,
+            building / "contextual_kb",
+            dirs_exist_ok=True,
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+        )
+        building.replace(cached)  # published whole, or not at all
+    shutil.copytree(cached, target, dirs_exist_ok=True)
 
 
 @jsii.implements(ILocalBundling)

@@ -118,7 +118,10 @@ def load(context: dict[str, Any]) -> StackConfig:
         if name in context and context[name] is not None:
             value = context[name]
             if isinstance(value, str) and name in {"functionEnvironment"}:
-                value = json.loads(value)
+                try:
+                    value = json.loads(value)
+                except ValueError as exc:
+                    raise ConfigError(f"CDK context {name}: not JSON ({exc})") from None
             values[name] = value
     try:
         return StackConfig.model_validate(values)

@@ -27,12 +27,18 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
     folder = tmp_path_factory.mktemp("templates")
     for store in STORES:
         app, stack = build_app({**NO_BUNDLING, "vectorStore": store})
-        app.synth()  # runs the cdk-nag validation: an unacknowledged finding raises here
+        assembly = app.synth()  # runs the cdk-nag validation: an unacknowledged finding raises here
         template = Template.from_stack(stack)
         as_json = template.to_json()
         path = folder / f"{store}.template.json"
         path.write_text(json.dumps(as_json))
-        out[store] = {"template": template, "json": as_json, "path": path, "stack": stack}
+        out[store] = {
+            "template": template,
+            "json": as_json,
+            "path": path,
+            "stack": stack,
+            "assembly": Path(assembly.directory),
+        }
     yield out
 
 

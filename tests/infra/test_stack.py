@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import ROOT
 from tests.infra.conftest import NO_BUNDLING, STORES, flat, only, resources
 
 # Wildcard resources each role may hold, and why (the same reasons are acknowledged for cdk-nag in code).
@@ -297,3 +299,49 @@ def test_a_kms_key_encrypts_the_buckets_and_is_given_to_the_data_source_and_coll
         check=False,
     )
     assert linted.returncode == 0, linted.stdout
+
+
+# Flags the CDK CLI no longer reports (its FlagOperations.OBSOLETE_FLAGS).
+OBSOLETE_FLAGS = {
+    "@aws-cdk/core:enableStackNameDuplicates",
+    "@aws-cdk/aws-s3:grantWriteWithoutAcl",
+    "@aws-cdk/aws-kms:defaultKeyPolicies",
+}
+
+
+def test_every_recommended_feature_flag_is_configured(synthesized: dict[str, Any]) -> None:
+    """`cdk synth` warns "N feature flags are not configured" for each flag the user left unset whose
+    default differs from AWS's recommendation (the CLI's own rule, read from the assembly's flag report):
+    cdk.json sets them all, as `cdk init` does, and the tests synthesize with the same flags."""
+    manifest = json.loads((synthesized["opensearch"]["assembly"] / "manifest.json").read_text())
+    report = manifest["artifacts"]["aws-cdk-lib/feature-flag-report"]["properties"]["flags"]
+    unconfigured = [
+        name
+        for name, flag in report.items()
+        if name not in OBSOLETE_FLAGS
+        and "userValue" not in flag
+        and flag.get("unconfiguredBehavesLike", {}).get("v2", False) != flag["recommendedValue"]
+    ]
+    assert unconfigured == []
+
+
+def test_a_bad_setting_fails_synth_in_one_line() -> None:
+    env = {
+        **os.environ,
+        "CDK_CONTEXT_JSON": json.dumps({"vectorStore": "foo"}),
+        "CDK_OUTDIR": "/tmp/ckb-nowhere",
+    }
+    done = subprocess.run(
+        [sys.executable, "app.py"],
+        check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        "error: CDK context vectorStore: Input should be 'opensearch' or 's3vectors'"
+    )
+    assert "Traceback" not in done.stderr
