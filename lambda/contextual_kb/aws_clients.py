@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 import boto3
+from botocore.exceptions import NoRegionError
 
 from contextual_kb.retrieval import CLIENT_CONFIG
 
@@ -18,7 +19,7 @@ def region(given: str | None = None) -> str:
         or boto3.Session().region_name
     )
     if not found:
-        raise ValueError("no AWS region: pass --region or set AWS_REGION")
+        raise NoRegionError()  # the command line's boundary says what to do
     return found
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import boto3
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
 from contextual_kb.retrieval import CLIENT_CONFIG
 
@@ -37,8 +37,6 @@ class Deployment:
                 f"stack {stack} in {region}: {message} "
                 "(deploy it with `make deploy`, or pass --stack / --region)"
             ) from None
-        except BotoCoreError as exc:
-            raise DeploymentError(f"stack {stack} in {region}: {exc}") from None
         outputs = {o["OutputKey"]: o["OutputValue"] for o in described[0].get("Outputs", [])}
         needed = ("KnowledgeBaseId", "DataSourceId", "SourceBucketName")
         missing = [name for name in needed if name not in outputs]

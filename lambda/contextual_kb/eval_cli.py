@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -11,59 +11,114 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from contextual_kb.cli_errors import CliError, usage
 from contextual_kb.evaluation import RRF_K, Difference
-from contextual_kb.kb_cli import _fail
 from contextual_kb.local.offline_eval import Row, versus_raw
+from contextual_kb.terminal import console, write_json
 
-console = Console()
 DATASET = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "codebase"
 
 
+SHOWN_DATASET = "../shared/datasets/codebase"
+STRATEGY_NAMES = ("none", "structural", "claude")
+
+
+def names(option: str, value: str, allowed: Sequence[str], kind: str) -> list[str]:
+    """A comma-separated option's names, each checked: a usage error naming the option otherwise. Pure."""
+    given = [part.strip() for part in value.split(",") if part.strip()]
+    unknown = [name for name in given if name not in allowed]
+    if unknown or not given:
+        what = f"unknown {kind} {', '.join(map(repr, unknown))}" if unknown else f"no {kind} given"
+        raise usage(option, what, f"Choose from {', '.join(allowed)}, comma-separated")
+    return list(dict.fromkeys(given))
+
+
+def cutoffs_of(value: str) -> list[int]:
+    """``--k``: positive cut-offs, comma-separated, sorted. Pure."""
+    try:
+        found = sorted({int(part) for part in value.split(",") if part.strip()})
+    except ValueError:
+        found = []
+    if not found or found[0] < 1:
+        raise usage("--k", f"{value!r}: expected positive cut-offs, comma-separated, such as 5,10,20")
+    return found
+
+
 def eval_command(
-    queries: Annotated[Path, typer.Option(help="Labelled queries (JSONL).", exists=True)] = DATASET
-    / "evaluation_dev.jsonl",
-    corpus: Annotated[Path, typer.Option(help="The corpus, pre-chunked (JSON).", exists=True)] = DATASET
-    / "codebase_chunks.json",
-    k: Annotated[str, typer.Option("--k", help="Cut-offs, comma-separated.")] = "5,10,20",
+    queries: Annotated[
+        Path,
+        typer.Option(
+            help="Labelled queries (JSONL).",
+            exists=True,
+            dir_okay=False,
+            metavar="FILE",
+            show_default=f"{SHOWN_DATASET}/evaluation_dev.jsonl",
+        ),
+    ] = DATASET / "evaluation_dev.jsonl",
+    corpus: Annotated[
+        Path,
+        typer.Option(
+            help="The corpus, pre-chunked (JSON).",
+            exists=True,
+            dir_okay=False,
+            metavar="FILE",
+            show_default=f"{SHOWN_DATASET}/codebase_chunks.json",
+        ),
+    ] = DATASET / "codebase_chunks.json",
+    k: Annotated[str, typer.Option("--k", help="Cut-offs, comma-separated.", metavar="K,K")] = "5,10,20",
     local: Annotated[bool, typer.Option("--local", help="Offline: the real handler, BM25 here.")] = False,
-    strategies: Annotated[str, typer.Option(help="none (raw), structural, claude; comma-separated.")] = (
-        "none,structural"
-    ),
+    strategies: Annotated[
+        str, typer.Option(help="none (raw), structural, claude; comma-separated.", metavar="NAMES")
+    ] = "none,structural",
     analyzers: Annotated[
-        str, typer.Option(help="opensearch-builtin (the deployed index's), code-aware, plain.")
+        str,
+        typer.Option(
+            help="opensearch-builtin (the deployed index's), code-aware, plain; comma-separated.",
+            metavar="NAMES",
+        ),
     ] = "opensearch-builtin,code-aware",
     retrieval: Annotated[
         str,
         typer.Option(
             help="Offline: bm25, dense, hybrid (RRF of the two); comma-separated. dense/hybrid need the "
-            "dense extra (torch)."
+            "dense extra (torch).",
+            metavar="NAMES",
         ),
     ] = "bm25",
-    rrf_k: Annotated[int, typer.Option(help="Offline hybrid: the RRF constant.", min=1)] = RRF_K,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the table as JSON.")] = False,
+    rrf_k: Annotated[int, typer.Option(help="Offline hybrid: the RRF constant.", min=1, metavar="N")] = RRF_K,
+    bedrock: Annotated[
+        bool,
+        typer.Option(
+            "--bedrock",
+            help="Offline, with claude: call Amazon Bedrock with your AWS credentials (paid) instead of the "
+            "local stand-in.",
+        ),
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print only the rows, as JSON.")] = False,
     stack: Annotated[
-        str, typer.Option(envvar="CKB_STACK", help="Deployed: the stack's name.")
+        str, typer.Option(envvar="CKB_STACK", help="Deployed: the stack's name.", metavar="NAME")
     ] = "ContextualKb",
-    region: Annotated[str | None, typer.Option(help="Deployed: AWS region [default: AWS_REGION].")] = None,
-    state: Annotated[Path, typer.Option(help="Deployed: results kept here, so a rerun resumes.")] = Path(
-        ".ckb-eval-state.jsonl"
-    ),
+    region: Annotated[
+        str | None, typer.Option(help="Deployed: AWS region.", show_default="AWS_REGION", metavar="REGION")
+    ] = None,
+    state: Annotated[
+        Path, typer.Option(help="Deployed: results kept here, so a rerun resumes.", metavar="FILE")
+    ] = Path(".ckb-eval-state.jsonl"),
     skip_sync: Annotated[
         bool, typer.Option("--skip-sync", help="Deployed: the KB is already synced.")
     ] = False,
 ) -> None:
     """Pass@k (as Anthropic's guide defines it), Recall@k and MRR of each configuration, side by side:
     offline with --local, else against the deployed Knowledge Base (upload, sync, query, score)."""
+    from contextual_kb.lexical import ANALYZERS
     from contextual_kb.local.dense import DenseUnavailableError
-    from contextual_kb.local.offline_eval import evaluate, load_corpus, load_queries
+    from contextual_kb.local.offline_eval import RETRIEVALS, evaluate, load_corpus, load_queries
 
-    try:
-        cutoffs = sorted({int(part) for part in k.split(",") if part.strip()})
-        if not cutoffs or cutoffs[0] < 1:
-            raise ValueError(f"--k {k!r}: expected positive cut-offs, comma-separated, such as 5,10,20")
-        documents, labelled = load_corpus(corpus), load_queries(queries)
-    except ValueError as exc:
-        raise _fail(str(exc), code=2) from None
+    cutoffs = cutoffs_of(k)
+    chosen = names("--strategies", strategies, STRATEGY_NAMES, "strategy")
+    chosen_analyzers = names("--analyzers", analyzers, list(ANALYZERS), "analyzer")
+    retrievals = names("--retrieval", retrieval, RETRIEVALS, "retrieval")
+    documents, labelled = load_corpus(corpus), load_queries(queries)
     if not local:
         rows = _deployed(documents, labelled, cutoffs, stack, region, state, skip_sync)
     else:
@@ -71,23 +126,25 @@ def eval_command(
             rows = evaluate(
                 documents,
                 labelled,
-                strategies=[s.strip() for s in strategies.split(",") if s.strip()],
-                analyzers=[a.strip() for a in analyzers.split(",") if a.strip()],
+                strategies=chosen,
+                analyzers=chosen_analyzers,
                 ks=cutoffs,
-                retrievals=[r.strip() for r in retrieval.split(",") if r.strip()],
+                retrievals=retrievals,
                 rrf_k=rrf_k,
+                bedrock=bedrock,
             )
-        except (ValueError, DenseUnavailableError) as exc:
-            raise _fail(str(exc), code=2) from None
+        except DenseUnavailableError as exc:
+            raise usage("--retrieval", str(exc)) from None
     if as_json:
         gains = versus_raw(rows, compared_cutoff(cutoffs))
-        listed = [
-            row.as_dict() | ({"vs_raw": gain.as_dict()} if gain else {})
-            for row, gain in zip(rows, gains, strict=True)
-        ]
-        console.print_json(json.dumps(listed))
+        write_json(
+            [
+                row.as_dict() | ({"vs_raw": gain.as_dict()} if gain else {})
+                for row, gain in zip(rows, gains, strict=True)
+            ]
+        )
         return
-    print_table(console, rows, cutoffs, title=f"{len(labelled)} queries, {len(documents)} documents")
+    print_table(console(), rows, cutoffs, title=f"{len(labelled)} queries, {len(documents)} documents")
 
 
 _SHOWN = {
@@ -113,13 +170,15 @@ def print_table(out: Console, rows: list[Row], cutoffs: list[int], *, title: str
     for row in rows:
         s = row.scores
         table.add_row(
-            row.chunks,
+            row_label(row),
             _SHOWN.get(row.retrieval, row.retrieval),
             *(f"{s.pass_at[k]:.2f}" for k in cutoffs),
             f"{s.recall_at[deepest]:.2f}",
             f"{s.mrr:.2f}",
         )
     out.print(table)
+    for note in model_notes(rows):
+        out.print(note, markup=False, highlight=False)
     # Below the table: a column would not fit 80 characters.
     compared = compared_cutoff(cutoffs)
     gains = [(row, gain) for row, gain in zip(rows, versus_raw(rows, compared), strict=True) if gain]
@@ -130,10 +189,50 @@ def print_table(out: Console, rows: list[Row], cutoffs: list[int], *, title: str
         markup=False,
         highlight=False,
     )
-    labels = [f"{row.chunks}, {_SHOWN.get(row.retrieval, row.retrieval)}" for row, _ in gains]
+    labels = [f"{row_label(row)}, {_SHOWN.get(row.retrieval, row.retrieval)}" for row, _ in gains]
     width = max(map(len, labels))
     for label, (_, gain) in zip(labels, gains, strict=True):
         out.print(f"  {label:<{width}}  {_gain(gain)}", markup=False, highlight=False)
+
+
+def row_label(row: Row) -> str:
+    """The chunks column: a model-backed row says where its contexts came from, and never passes structural
+    fallbacks off as the model's."""
+    if row.model is None:
+        return row.chunks
+    if row.model.mostly_fallback:
+        return f"{row.chunks} (fell back)"
+    return f"{row.chunks} ({row.model.endpoint})"
+
+
+def model_notes(rows: Sequence[Row]) -> list[str]:
+    """One note per model-backed strategy: its calls, its fallbacks, and what its contexts are."""
+    notes: dict[str, str] = {}
+    for row in rows:
+        use = row.model
+        if use is None or row.chunks in notes:
+            continue
+        fell = ", ".join(f"{reason} {count:,}" for reason, count in sorted(use.fallbacks.items()))
+        note = (
+            f"{row.chunks}: {use.calls:,} model calls to {_ENDPOINTS.get(use.endpoint, use.endpoint)}; "
+            f"{use.fell_back:,} of {use.chunks:,} chunks fell back to the structural context"
+            + (f" ({fell})" if fell else "")
+        )
+        if use.mostly_fallback:
+            note += ": these rows measure structural contexts, not the model's"
+        elif use.endpoint == "stand-in":
+            note += (
+                ": the stand-in's contexts have a model's shape, not its judgement (--bedrock for Claude's)"
+            )
+        notes[row.chunks] = note
+    return list(notes.values())
+
+
+_ENDPOINTS = {
+    "stand-in": "the local Bedrock stand-in",
+    "custom endpoint": "ANTHROPIC_BEDROCK_BASE_URL",
+    "Bedrock": "Amazon Bedrock",
+}
 
 
 def _gain(gain: Difference) -> str:
@@ -153,38 +252,30 @@ def _deployed(
     skip_sync: bool,
 ) -> list[Row]:
     """Upload the corpus, sync, query every question with and without reranking, score."""
-    from botocore.exceptions import BotoCoreError, ClientError
-
     from contextual_kb import aws_clients
     from contextual_kb.deployed_eval import run_queries, score_deployed, upload_corpus
-    from contextual_kb.ingestion import IngestionError
-    from contextual_kb.kb_cli import _deployment, _ingestion, _retriever
-    from contextual_kb.retrieval import DEFAULT_RERANKER, RetrievalError
+    from contextual_kb.kb_cli import deployment_of, ingestion_of, retriever_of
+    from contextual_kb.retrieval import DEFAULT_RERANKER
 
-    deployment = _deployment(stack, region)
+    out = console()
+    deployment = deployment_of(stack, region)
     s3 = aws_clients.client("s3", deployment.region)
-    try:
-        uploaded = upload_corpus(s3, deployment.source_bucket, documents)
-    except (ClientError, BotoCoreError) as exc:
-        raise _fail(f"cannot upload the corpus to s3://{deployment.source_bucket}: {exc}") from None
-    console.print(f"{uploaded} of {len(documents)} document(s) uploaded (the rest were there already)")
+    uploaded = upload_corpus(s3, deployment.source_bucket, documents)
+    out.print(f"{uploaded} of {len(documents)} document(s) uploaded (the rest were there already)")
     if not skip_sync:
-        ingestion = _ingestion(deployment)
-        try:
-            states = list(ingestion.follow(ingestion.start()))
-            job = states[-1]
-        except IngestionError as exc:
-            raise _fail(str(exc)) from None
+        ingestion = ingestion_of(deployment)
+        job = list(ingestion.follow(ingestion.start()))[-1]
         if job.status != "COMPLETE":
-            raise _fail(f"ingestion job {job.job_id} ended {job.status}: {'; '.join(job.failure_reasons)}")
+            raise CliError(
+                f"ingestion job {job.job_id} ended {job.status}",
+                "; ".join(job.failure_reasons) or "no reason given",
+                "ckb sync shows the documents that failed",
+            )
     rows = []
     for reranker in (DEFAULT_RERANKER, "none"):
-        retriever = _retriever(deployment, reranker, False, "hybrid")
+        retriever = retriever_of(deployment, reranker, False, "hybrid")
         label = f"{deployment.knowledge_base_id}|{retriever.search_type}|{reranker}"
-        try:
-            retrieved = run_queries(retriever, labelled, max(cutoffs), state, label)
-        except RetrievalError as exc:
-            raise _fail(str(exc)) from None
+        retrieved = run_queries(retriever, labelled, max(cutoffs), state, label)
         name = f"{retriever.search_type.lower()} + {'no rerank' if reranker == 'none' else 'rerank'}"
         rows.append(Row("deployed KB", name, score_deployed(documents, labelled, retrieved, cutoffs)))
     return rows

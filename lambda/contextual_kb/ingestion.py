@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import boto3
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
 from contextual_kb.retrieval import CLIENT_CONFIG
 
@@ -109,8 +109,6 @@ class Ingestion:
             raise IngestionError(
                 f"{api} failed: {error.get('Code', 'Unknown')}: {error.get('Message', '')}"
             ) from None
-        except BotoCoreError as exc:
-            raise IngestionError(f"{api} failed: {exc}") from None
 
 
 def _job(raw: dict[str, Any], *, joined: bool = False) -> Job:

@@ -8,47 +8,44 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from boto3.exceptions import S3UploadFailedError
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 from rich.table import Table
 from rich.text import Text
 
 from contextual_kb import aws_clients
-from contextual_kb.deployment import DEFAULT_STACK, Deployment, DeploymentError
-from contextual_kb.ingestion import Ingestion, IngestionError
-from contextual_kb.retrieval import DEFAULT_RERANKER, Result, RetrievalError, Retriever
-from contextual_kb.terminal import plain
+from contextual_kb.cli_errors import CliError, choice, usage
+from contextual_kb.deployment import DEFAULT_STACK, Deployment
+from contextual_kb.ingestion import Ingestion
+from contextual_kb.retrieval import DEFAULT_RERANKER, RERANKERS, Result, Retriever
+from contextual_kb.terminal import console, plain, write_json
 
-console = Console()
-errors = Console(stderr=True)
+MODEL_ACCESS_TODO = (
+    "On AccessDenied: submit Anthropic's use-case form once per account and allow aws-marketplace:Subscribe "
+    "and ViewSubscriptions (README, Before the first deploy)"
+)
 
-Stack = Annotated[str, typer.Option(envvar="CKB_STACK", help="The deployed stack's name.")]
-Region = Annotated[str | None, typer.Option(help="AWS region [default: AWS_REGION].")]
-
-
-def _fail(message: str, code: int = 1) -> typer.Exit:
-    errors.print(Text.assemble(("error:", "bold red"), " ", plain(message)))
-    return typer.Exit(code=code)
+Stack = Annotated[str, typer.Option(envvar="CKB_STACK", help="The deployed stack's name.", metavar="NAME")]
+Region = Annotated[str | None, typer.Option(help="AWS region.", show_default="AWS_REGION", metavar="REGION")]
 
 
-def _deployment(stack: str, region: str | None) -> Deployment:
-    try:
-        where = aws_clients.region(region)
-        return Deployment.from_stack(stack, where, aws_clients.client("cloudformation", where))
-    except (DeploymentError, ValueError) as exc:
-        raise _fail(str(exc)) from None
+def deployment_of(stack: str, region: str | None) -> Deployment:
+    where = aws_clients.region(region)
+    return Deployment.from_stack(stack, where, aws_clients.client("cloudformation", where))
 
 
 def upload(
     paths: Annotated[
-        list[Path], typer.Argument(help="Files or folders (recursively) to upload.", exists=True)
+        list[Path],
+        typer.Argument(help="Files or folders (recursively) to upload.", exists=True, metavar="PATH"),
     ],
-    prefix: Annotated[str, typer.Option(help="Key prefix in the source bucket.")] = "",
+    prefix: Annotated[str, typer.Option(help="Key prefix in the source bucket.", metavar="PREFIX")] = "",
     stack: Stack = DEFAULT_STACK,
     region: Region = None,
 ) -> None:
     """Upload documents to the Knowledge Base's source bucket, with progress."""
-    deployment = _deployment(stack, region)
+    deployment = deployment_of(stack, region)
     files: list[tuple[Path, str]] = []
     for path in paths:
         if path.is_dir():
@@ -58,56 +55,56 @@ def upload(
         else:
             files.append((path, prefix + path.name))
     if not files:
-        raise _fail("no files to upload")
+        raise CliError("nothing to upload", "the folders given hold no files")
     s3 = aws_clients.client("s3", deployment.region)
     total = sum(f.stat().st_size for f, _ in files)
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
-    with Progress(*columns, console=console, transient=True) as progress:
+    out = console()
+    with Progress(*columns, console=out, transient=True) as progress:
         task = progress.add_task(f"uploading {len(files)} file(s)", total=total)
         for path, key in files:
             try:
                 s3.upload_file(
                     str(path), deployment.source_bucket, key, Callback=lambda n: progress.advance(task, n)
                 )
-            except Exception as exc:
-                raise _fail(
-                    f"{path}: cannot upload to s3://{deployment.source_bucket}/{key} ({exc})"
-                ) from None
-    console.print(
+            except S3UploadFailedError as exc:  # the transfer manager's own wrapper: say which file
+                raise CliError(
+                    f"{path}: cannot upload to s3://{deployment.source_bucket}/{key}", str(exc)
+                ) from exc
+    out.print(
         f"uploaded {len(files)} file(s), {total:,} bytes, to s3://{deployment.source_bucket}/{prefix}; "
         "run `ckb sync` to ingest them"
     )
 
 
 def sync(
-    interval: Annotated[float, typer.Option(help="Seconds between status checks.")] = 5.0,
+    interval: Annotated[
+        float, typer.Option(help="Seconds between status checks.", min=0, metavar="SECONDS")
+    ] = 5.0,
     stack: Stack = DEFAULT_STACK,
     region: Region = None,
 ) -> None:
     """Start an ingestion job (or follow the one already running) until it ends; report what failed."""
-    deployment = _deployment(stack, region)
-    ingestion = _ingestion(deployment)
-    try:
-        job = ingestion.start()
-        if job.joined:
-            console.print(
-                f"ingestion job {job.job_id} is already {job.status}: following it, not starting another"
-            )
-        else:
-            console.print(f"started ingestion job {job.job_id}")
-        with console.status("ingesting…") as status:
-            for state in ingestion.follow(job, interval=interval):
-                job = state
-                status.update(_progress_line(job.status, job.statistics))
-        failed = ingestion.failed_documents() if job.statistics.get("numberOfDocumentsFailed") else []
-    except IngestionError as exc:
-        raise _fail(str(exc)) from None
+    deployment = deployment_of(stack, region)
+    ingestion = ingestion_of(deployment)
+    out = console()
+    job = ingestion.start()
+    if job.joined:
+        out.print(f"ingestion job {job.job_id} is already {job.status}: following it, not starting another")
+    else:
+        out.print(f"started ingestion job {job.job_id}")
+    with out.status("ingesting…") as status:
+        for state in ingestion.follow(job, interval=interval):
+            job = state
+            status.update(_progress_line(job.status, job.statistics))
+    failed = ingestion.failed_documents() if job.statistics.get("numberOfDocumentsFailed") else []
     table = Table(title=f"Ingestion job {job.job_id}: {job.status}")
     table.add_column("statistic")
     table.add_column("count", justify="right")
     for name, value in sorted(job.statistics.items()):
         table.add_row(name, str(value))
-    console.print(table)
+    out.print(table)
+    errors = Console(stderr=True, soft_wrap=True, highlight=False)
     for reason in job.failure_reasons:
         errors.print(Text.assemble(("job failure:", "red"), " ", plain(reason)))
     for document in failed:
@@ -116,24 +113,22 @@ def sync(
         raise typer.Exit(code=1)
 
 
-def _ingestion(deployment: Deployment) -> Ingestion:
+def ingestion_of(deployment: Deployment) -> Ingestion:
     client = aws_clients.client("bedrock-agent", deployment.region)
     return Ingestion(deployment.knowledge_base_id, deployment.data_source_id, deployment.region, client)
 
 
-def _retriever(deployment: Deployment, reranker: str, no_rerank: bool, search: str) -> Retriever:
-    try:
-        retriever = Retriever(
-            deployment.knowledge_base_id,
-            deployment.region,
-            reranker=None if no_rerank or reranker == "none" else reranker,
-            search_type="SEMANTIC" if search.lower() == "semantic" else "HYBRID",
-            client=aws_clients.client("bedrock-agent-runtime", deployment.region),
-        )
-    except RetrievalError as exc:
-        raise _fail(str(exc)) from None
+def retriever_of(deployment: Deployment, reranker: str, no_rerank: bool, search: str) -> Retriever:
+    retriever = Retriever(
+        deployment.knowledge_base_id,
+        deployment.region,
+        reranker=None if no_rerank or reranker == "none" else reranker,
+        search_type="SEMANTIC" if search.lower() == "semantic" else "HYBRID",
+        client=aws_clients.client("bedrock-agent-runtime", deployment.region),
+    )
     if deployment.vector_store == "s3vectors":
         retriever.use_semantic_only("S3 Vectors has no lexical index")
+    errors = Console(stderr=True, soft_wrap=True, highlight=False)
     for notice in retriever.notices:
         errors.print(Text.assemble(("note:", "yellow"), " ", plain(notice)))
     return retriever
@@ -149,35 +144,50 @@ def _search(
     search: str,
     metadata_filter: str | None,
 ) -> tuple[Deployment, list[Result]]:
-    deployment = _deployment(stack, region)
-    retriever = _retriever(deployment, reranker, no_rerank, search)
-    try:
-        return deployment, retriever.search(text, k=k, filter=_filter(metadata_filter))
-    except RetrievalError as exc:
-        raise _fail(str(exc)) from None
+    where = filter_of(metadata_filter)  # a bad filter is the user's first mistake to hear about
+    deployment = deployment_of(stack, region)
+    retriever = retriever_of(deployment, reranker, no_rerank, search)
+    return deployment, retriever.search(text, k=k, filter=where)
 
 
-def _filter(raw: str | None) -> dict[str, Any] | None:
+def filter_of(raw: str | None) -> dict[str, Any] | None:
     if not raw:
         return None
+    example = '{"equals": {"key": "team", "value": "payments"}}'
     try:
         value = json.loads(raw)
     except ValueError as exc:
-        raise _fail(f"--filter is not JSON: {exc}") from None
+        raise usage("--filter", f"not JSON ({exc})", f"Give a Retrieve filter such as {example}") from None
     if not isinstance(value, dict):
-        raise _fail('--filter must be a JSON object, e.g. {"equals": {"key": "team", "value": "payments"}}')
+        raise usage("--filter", "not a JSON object", f"Give a Retrieve filter such as {example}")
     return value
 
 
-Reranker = Annotated[str, typer.Option(help="cohere.rerank-v3-5:0, amazon.rerank-v1:0 or none.")]
+Reranker = Annotated[
+    str,
+    typer.Option(
+        help="cohere.rerank-v3-5:0, amazon.rerank-v1:0 or none.",
+        callback=choice([*RERANKERS, "none"]),
+        metavar="MODEL",
+    ),
+]
 NoRerank = Annotated[bool, typer.Option("--no-rerank", help="Keep the retrieval order.")]
-Search = Annotated[str, typer.Option(help="hybrid (vectors + BM25) or semantic.")]
-Filter = Annotated[str | None, typer.Option("--filter", help="A Retrieve metadata filter, as JSON.")]
+Search = Annotated[
+    str,
+    typer.Option(
+        help="hybrid (vectors + BM25) or semantic.",
+        callback=choice(["hybrid", "semantic"], case_sensitive=False),
+        metavar="TYPE",
+    ),
+]
+Filter = Annotated[
+    str | None, typer.Option("--filter", help="A Retrieve metadata filter, as JSON.", metavar="JSON")
+]
 
 
 def query(
-    text: Annotated[str, typer.Argument(help="What to search for.")],
-    k: Annotated[int, typer.Option(help="Results to show (1-100).")] = 20,
+    text: Annotated[str, typer.Argument(help="What to search for.", metavar="TEXT")],
+    k: Annotated[int, typer.Option(help="Results to show (1-100).", min=1, max=100, metavar="N")] = 20,
     no_rerank: NoRerank = False,
     reranker: Reranker = DEFAULT_RERANKER,
     search: Search = "hybrid",
@@ -189,10 +199,11 @@ def query(
     """Retrieve wide (hybrid), rerank, and show the top K chunks with their contexts and sources."""
     _, results = _search(text, k, stack, region, reranker, no_rerank, search, metadata_filter)
     if as_json:
-        console.print_json(json.dumps([r.as_dict() for r in results]))
+        write_json([r.as_dict() for r in results])
         return
+    out = console()
     if not results:
-        console.print("no results")
+        out.print("no results")
         return
     table = Table(show_lines=True)
     for name in ("#", "rerank", "retrieval", "source", "context", "chunk"):
@@ -206,14 +217,19 @@ def query(
             plain(_short(r.context, 200)),
             plain(_short(r.text, 300)),
         )
-    console.print(table)
+    out.print(table)
 
 
 def ask(
-    question: Annotated[str, typer.Argument(help="The question.")],
-    k: Annotated[int, typer.Option(help="Chunks given to the model.")] = 10,
+    question: Annotated[str, typer.Argument(help="The question.", metavar="QUESTION")],
+    k: Annotated[
+        int, typer.Option(help="Chunks given to the model (1-100).", min=1, max=100, metavar="N")
+    ] = 10,
     model: Annotated[
-        str | None, typer.Option(help="Model or inference profile [default: MODEL_ID or Haiku 4.5].")
+        str | None,
+        typer.Option(
+            help="Model or inference profile.", show_default="MODEL_ID, or Claude Haiku 4.5", metavar="ID"
+        ),
     ] = None,
     no_rerank: NoRerank = False,
     reranker: Reranker = DEFAULT_RERANKER,
@@ -229,19 +245,20 @@ def ask(
 
     deployment, results = _search(question, k, stack, region, reranker, no_rerank, search, metadata_filter)
     if not results:
-        raise _fail("nothing in the knowledge base matches the question")
+        raise CliError("no answer", "nothing in the knowledge base matches the question")
     client = ClaudeClient(region=deployment.region, timeout_seconds=120, max_retries=4, max_connections=1)
     model_id = model or os.environ.get("MODEL_ID") or DEFAULT_MODEL_ID
     try:
         reply = client.invoke(answer_request(model_id, question, results))
     except ModelCallError as exc:
-        raise _fail(f"the model call failed: {exc}") from None
+        raise CliError(f"the call to {model_id} failed", str(exc), MODEL_ACCESS_TODO) from None
     finally:
         client.close()
-    console.print(plain(reply.text.strip()))
-    console.print()
+    out = console()
+    out.print(plain(reply.text.strip()))
+    out.print()
     for r in results:
-        console.print(plain(f"[{r.rank}] {r.source}"))
+        out.print(plain(f"[{r.rank}] {r.source}"))
 
 
 def _progress_line(status: str, stats: dict[str, int]) -> str:

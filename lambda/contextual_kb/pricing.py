@@ -48,6 +48,15 @@ MIN_CACHE_TOKENS: dict[str, int] = {
     "claude-3-7-sonnet": 1024,
 }
 DEFAULT_MIN_CACHE_TOKENS = 1024
+# How people name the models, for messages.
+MODEL_LABELS: dict[str, str] = {
+    "claude-haiku-4-5": "Claude Haiku 4.5",
+    "claude-3-haiku": "Claude 3 Haiku",
+    "claude-sonnet-4-5": "Claude Sonnet 4.5",
+    "claude-sonnet-4-6": "Claude Sonnet 4.6",
+    "claude-opus-4-5": "Claude Opus 4.5",
+    "claude-opus-4-6": "Claude Opus 4.6",
+}
 _GEOGRAPHIC_PREFIXES = ("us.", "eu.", "apac.", "jp.", "au.", "ca.", "us-gov.")
 GEOGRAPHIC_MARKUP = 1.10
 
@@ -62,6 +71,11 @@ def min_cache_tokens(model_id: str, override: int = 0) -> int:
         return override
     family = _family(model_id, MIN_CACHE_TOKENS)  # type: ignore[arg-type]
     return MIN_CACHE_TOKENS[family] if family else DEFAULT_MIN_CACHE_TOKENS
+
+
+def model_label(model_id: str) -> str:
+    family = _family(model_id, MODEL_LABELS)  # type: ignore[arg-type]
+    return MODEL_LABELS[family] if family else model_id
 
 
 def prices_for(model_id: str, overrides: str = "") -> Prices | None:

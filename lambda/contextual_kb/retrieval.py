@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
 from contextual_kb.enrichment import BODY_SEPARATOR, ELLIPSIS
 
@@ -174,8 +174,6 @@ class Retriever:
             raise RetrievalError(
                 f"{api} failed: {code}: {message}" + (f" ({hint})" if hint else "")
             ) from None
-        except BotoCoreError as exc:
-            raise RetrievalError(f"{api} failed: {exc}") from None
 
     def _result(self, item: dict[str, Any]) -> Result:
         body = item.get("content", {}).get("text", "")

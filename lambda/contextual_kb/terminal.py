@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
+import sys
 
+from rich.console import Console
 from rich.text import Text
 
 # C0 and C1 controls but newline and tab, and the bidirectional embeddings, overrides and isolates (which
@@ -21,3 +24,14 @@ def plain(value: str) -> Text:
     """``value`` as it is: never read as Rich markup (``[/docs]`` in a chunk would crash the command,
     ``[link=...]`` hide a link), and cleaned of control characters."""
     return Text(clean(value))
+
+
+def console() -> Console:
+    """Standard output: wrapped to the terminal when it is one; never hard-wrapped when piped or redirected,
+    so the lines a script reads stay whole."""
+    return Console(soft_wrap=not sys.stdout.isatty(), highlight=False)
+
+
+def write_json(value: object) -> None:
+    """JSON alone on standard output, whatever the terminal."""
+    sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")

@@ -47,20 +47,63 @@ def test_demo_runs_offline_and_checks_every_chunk() -> None:
     assert "Within: class TokenBucket" in result.output or "Declares: RateLimitExceeded" in result.output
 
 
-def test_demo_without_aws_credentials_uses_the_bedrock_standin(monkeypatch: pytest.MonkeyPatch) -> None:
-    from contextual_kb.local import model_endpoint
-
+def test_demo_uses_the_standin_even_with_aws_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo never makes a paid call unless asked (--bedrock): AWS credentials are present here
+    (conftest), and the calls still go to the stand-in; it says what they would cost on Bedrock."""
     monkeypatch.delenv("ANTHROPIC_BEDROCK_BASE_URL")
-    monkeypatch.setattr(model_endpoint, "_has_aws_credentials", lambda: False)
-    result = runner.invoke(app, ["demo", "--show", "1"])
+    monkeypatch.delenv("AWS_DEFAULT_REGION")  # the stand-in needs none from the user either
+    monkeypatch.delenv("CONTEXT_STRATEGY")
+    result = runner.invoke(app, ["demo", "--show", "1", "--no-eval"])
     assert result.exit_code == 0, result.output
-    assert "no AWS credentials: the local Bedrock stand-in at http://127.0.0.1:" in " ".join(
-        result.output.split()
-    )
-    assert "strategy claude" in result.output
-    assert "every chunk back exactly once, in order, original text intact: yes" in result.output
-    assert "This chunk is from" in result.output  # the stand-in's contexts, in front of the chunks
-    assert "cache writes" in result.output
+    text = " ".join(result.output.split())
+    assert "the local Bedrock stand-in at http://127.0.0.1:" in text and "no paid call" in text
+    assert "Amazon Bedrock (" not in text
+    assert "strategy claude" in text
+    assert "every chunk back exactly once, in order, original text intact: yes" in text
+    assert "This chunk is from" in text  # the stand-in's contexts, in front of the chunks
+    assert ".." not in text.replace("...", "")  # its sentences end once
+    assert "model calls 18 (stand-in)" in text
+    assert "would cost about $" in text and "Claude Haiku 4.5" in text
+    # These documents are below Haiku 4.5's cacheable minimum: the demo says why nothing was cached.
+    assert "under Claude Haiku 4.5's 4,096-token cacheable minimum" in text
+    # The context is labelled in text, not only in colour.
+    assert "context: This chunk is from" in text and "chunk: " in text
+
+
+def test_demo_with_bedrock_and_no_credentials_says_how_to_configure_them(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: object
+) -> None:
+    for name in (
+        "ANTHROPIC_BEDROCK_BASE_URL",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", f"{tmp_path}/none")
+    monkeypatch.setenv("AWS_CONFIG_FILE", f"{tmp_path}/none")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    result = runner.invoke(app, ["demo", "--bedrock", "--strategy", "claude", "--no-eval"])
+    assert result.exit_code == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: no AWS credentials") and "aws configure" in line
+
+
+def test_demo_eval_table_includes_its_own_strategy_labelled_with_its_endpoint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from contextual_kb.eval_cli import DATASET
+
+    if not (DATASET / "codebase_chunks.json").exists():
+        pytest.skip("the codebase benchmark is not beside the repository")
+    monkeypatch.delenv("ANTHROPIC_BEDROCK_BASE_URL")
+    monkeypatch.delenv("CONTEXT_STRATEGY")
+    result = runner.invoke(app, ["demo", "--show", "0"])
+    assert result.exit_code == 0, result.output
+    rows = [line.split() for line in result.output.splitlines() if "bm25 index" in line]
+    assert [row[0] for row in rows[:3]] == ["raw", "structural", "claude"]
+    assert "claude (stand-in)" in result.output
+    assert "737 model calls to the local Bedrock stand-in" in " ".join(result.output.split())
 
 
 def test_transform_with_claude_against_a_given_endpoint(standin: object) -> None:

@@ -88,9 +88,7 @@ def test_eval_refuses_bad_input(labelled: tuple[Path, Path], tmp_path: Path) -> 
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "no query field"}\n')
     refused = runner.invoke(app, ["eval", "--local", "--corpus", str(corpus), "--queries", str(bad)])
-    assert refused.exit_code == 2 and "expected {query, golden_chunk_uuids" in " ".join(
-        refused.output.split()
-    )
+    assert refused.exit_code == 2 and "expected labelled queries" in " ".join(refused.output.split())
 
 
 class _BagOfWords:
@@ -145,3 +143,47 @@ def test_eval_dense_without_its_extra_says_how_to_install(
     assert refused.exit_code == 2 and "pip install -e '.[dense]'" in " ".join(refused.output.split())
     unknown = runner.invoke(app, [*args, "--retrieval", "sparse"])
     assert unknown.exit_code == 2 and "unknown retrieval" in unknown.output
+
+
+def test_eval_claude_runs_against_the_standin_and_says_so(
+    labelled: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Offline claude calls the stand-in as `ckb demo` does, with no region or endpoint from the user, and
+    every model-backed row says what it measured."""
+    monkeypatch.delenv("ANTHROPIC_BEDROCK_BASE_URL")
+    monkeypatch.delenv("AWS_DEFAULT_REGION")
+    corpus, queries = labelled
+    args = ["eval", "--local", "--corpus", str(corpus), "--queries", str(queries), "--k", "1,3"]
+    chosen = ["--strategies", "none,structural,claude", "--analyzers", "code-aware"]
+    result = runner.invoke(app, [*args, *chosen, "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["chunks"]: r for r in json.loads(result.stdout)}
+    claude = rows["claude"]
+    assert claude["endpoint"] == "stand-in" and claude["model_calls"] == 12
+    assert claude["fallbacks"] == {} and claude["mostly_fallback"] is False
+    assert "model_calls" not in rows["structural"] and "endpoint" not in rows["raw"]
+    table = runner.invoke(app, [*args, *chosen])
+    text = " ".join(table.output.split())
+    assert "claude (stand-in)" in text
+    assert "claude: 12 model calls to the local Bedrock stand-in; 0 of 12 chunks fell back" in text
+
+
+def test_eval_flags_a_claude_row_that_mostly_fell_back(
+    labelled: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model that cannot be reached gives structural contexts: the row says so, never passing them off
+    as the model's."""
+    monkeypatch.setenv("ANTHROPIC_BEDROCK_BASE_URL", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setenv("MODEL_MAX_RETRIES", "0")
+    monkeypatch.setenv("BREAKER_COOLDOWN_SECONDS", "0")
+    corpus, queries = labelled
+    args = ["eval", "--local", "--corpus", str(corpus), "--queries", str(queries), "--k", "1,3"]
+    chosen = ["--strategies", "claude", "--analyzers", "code-aware"]
+    result = runner.invoke(app, [*args, *chosen, "--json"])
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)
+    assert row["endpoint"] == "custom endpoint" and row["mostly_fallback"] is True
+    assert sum(row["fallbacks"].values()) == 12
+    table = " ".join(runner.invoke(app, [*args, *chosen]).output.split())
+    assert "claude (fell back)" in table
+    assert "these rows measure structural contexts, not the model's" in table

@@ -134,5 +134,6 @@ def test_eval_reports_an_upload_failure_in_one_line(
     with mock_aws():  # the source bucket does not exist: S3 answers NoSuchBucket
         result = runner.invoke(app, [*args, "--state", str(tmp_path / "state.jsonl")])
     assert result.exit_code == 1
-    assert f"cannot upload the corpus to s3://{BUCKET}" in " ".join(result.output.split())
+    line = " ".join(result.output.split())
+    assert "error: PutObject failed: NoSuchBucket" in line and f"(bucket {BUCKET})" in line
     assert "NoSuchBucket" in result.output and "Traceback" not in result.output

@@ -367,8 +367,9 @@ def _title(document: str) -> str:
 
 
 def _summary(chunk: str) -> str:
+    """The chunk's first words, without the closing punctuation of its own (the sentence adds a full stop)."""
     words = _WORD.findall(_MARKER.sub("", chunk))[:24]
-    return " ".join(words)[:200] or "nothing readable"
+    return " ".join(words)[:200].rstrip(" .!?;:,") or "nothing readable"
 
 
 def _contexts(document: str, question: str) -> str:

@@ -13,13 +13,17 @@ from pathlib import Path
 import boto3
 from rich.console import Console
 
+from contextual_kb import handler
+from contextual_kb.context.windows import estimate_tokens
 from contextual_kb.documents import assemble
 from contextual_kb.enrichment import BODY_SEPARATOR
 from contextual_kb.local import runner, s3server
+from contextual_kb.local.inputs import InputFileError
 from contextual_kb.local.kb_chunking import fixed_size_chunks
 from contextual_kb.local.kb_staging import build_event, stage_file
 from contextual_kb.local.model_endpoint import ModelEndpoint
 from contextual_kb.local.render import print_chunks, print_summary
+from contextual_kb.pricing import min_cache_tokens, model_label
 
 SOURCE_BUCKET = "contextual-kb-source-demo"
 INTERMEDIATE_BUCKET = "contextual-kb-intermediate-demo"
@@ -37,10 +41,12 @@ def run_demo(
 ) -> bool:
     paths = sorted(p for p in documents.iterdir() if p.is_file())
     if not paths:
-        raise SystemExit(f"no documents in {documents}")
-    console.rule("[bold]contextual-kb demo (offline)")
+        raise InputFileError(
+            f"{documents}: no documents in this folder; give --documents a folder of text files"
+        )
+    console.rule("contextual-kb demo (offline)")
     console.print(
-        f"strategy [bold]{os.environ.get('CONTEXT_STRATEGY', 'claude')}[/] · fixed-size chunking "
+        f"strategy {os.environ.get('CONTEXT_STRATEGY', 'claude')} · fixed-size chunking "
         f"{max_tokens} tokens, {overlap}% overlap · {chunks_per_batch} chunks per batch object"
     )
     if endpoint is not None:
@@ -73,13 +79,9 @@ def run_demo(
         result = runner.invoke(event)
 
     print_summary(console, result)
-    if endpoint is not None and endpoint.standin is not None:
-        stats = endpoint.standin.stats
-        console.print(
-            f"  model calls {stats.answered} (stand-in) · cache writes {stats.cache_writes}, reads "
-            f"{stats.cache_reads} · tokens: {stats.input_tokens:,} input, {stats.cache_write_tokens:,} "
-            f"cache-write, {stats.cache_read_tokens:,} cache-read, {stats.output_tokens:,} output"
-        )
+    if endpoint is not None:
+        for line in model_lines(result, endpoint, [assemble(f.chunks).text for f in staged]):
+            console.print(f"  {line}")
     for f in staged:
         rebuilt = assemble(f.chunks).text
         console.print(
@@ -87,11 +89,46 @@ def run_demo(
             f"the rebuilt document {len(rebuilt):,} (overlaps joined once)"
         )
     intact = _every_chunk_back_once(result)
-    mark = "[bold green]yes[/]" if intact else "[bold red]NO[/]"
-    console.print(f"\nevery chunk back exactly once, in order, original text intact: {mark}\n")
+    console.print(
+        f"\nevery chunk back exactly once, in order, original text intact: {'yes' if intact else 'NO'}\n",
+        style="bold green" if intact else "bold red",
+    )
     if show:
         print_chunks(console, result, show)
     return intact
+
+
+def model_lines(result: runner.RunResult, endpoint: ModelEndpoint, documents: list[str]) -> list[str]:
+    """What the model calls were, what they would cost on Bedrock, and why the cache was (not) used."""
+    summary = result.summary()
+    model = summary.get("model", {})
+    settings = handler.runtime()[0]
+    label = model_label(settings.model_id)
+    calls = int(model.get("calls", 0))
+    lines = [
+        f"model calls {calls} ({endpoint.kind}) · cache writes {model.get('cache_writes', 0)} · tokens: "
+        f"{model.get('input_tokens', 0):,} input, {model.get('cache_write_tokens', 0):,} cache-write, "
+        f"{model.get('cache_read_tokens', 0):,} cache-read, {model.get('output_tokens', 0):,} output"
+    ]
+    cost = model.get("estimated_cost_usd")
+    if calls and cost is not None:
+        where = "cost" if endpoint.kind == "Bedrock" else "would cost"
+        lines.append(
+            f"on Amazon Bedrock these calls {where} about ${cost:.4f} ({label}, {settings.model_id})"
+        )
+    minimum = min_cache_tokens(settings.model_id, settings.min_cache_tokens)
+    largest = max((estimate_tokens(text) for text in documents), default=0)
+    if calls and not model.get("cache_writes") and largest < minimum:
+        lines.append(
+            f"no prompt caching: every document is under {label}'s {minimum:,}-token cacheable minimum (the "
+            f"largest is about {largest:,} tokens), so each call sends its document uncached; a longer "
+            "document is written to the cache once and read by its other calls at a tenth of the price"
+        )
+    fallbacks = model.get("fallbacks") or {}
+    if fallbacks:
+        reasons = ", ".join(f"{reason} {count}" for reason, count in sorted(fallbacks.items()))
+        lines.append(f"chunks given the structural context instead of the model's: {reasons}")
+    return lines
 
 
 def _every_chunk_back_once(result: runner.RunResult) -> bool:

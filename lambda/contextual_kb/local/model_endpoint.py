@@ -1,7 +1,8 @@
-"""Where local runs send model calls: a configured endpoint, Amazon Bedrock, or the local stand-in.
+"""Where local runs send model calls: a configured endpoint, the local stand-in, or Amazon Bedrock if asked.
 
-Order: ``ANTHROPIC_BEDROCK_BASE_URL`` when set; else Amazon Bedrock when AWS credentials are found; else the
-Bedrock stand-in on 127.0.0.1 (50 ms + 1 ms per output token), so `make demo` runs with no AWS account.
+Order: ``ANTHROPIC_BEDROCK_BASE_URL`` when set (a custom endpoint); else Amazon Bedrock only when the user
+asks for it (``--bedrock``: paid calls, with their AWS credentials); else the Bedrock stand-in on 127.0.0.1
+(50 ms + 1 ms per output token), so local runs never spend money by accident, AWS credentials or not.
 """
 
 from __future__ import annotations
@@ -10,44 +11,75 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Literal
 
 from contextual_kb.local.bedrock_standin import BedrockStandIn, StandInConfig
 
 ENV = "ANTHROPIC_BEDROCK_BASE_URL"
+STANDIN_REGION = "us-east-1"  # any region: the SDK needs one to sign, the stand-in ignores it
+Kind = Literal["stand-in", "custom endpoint", "Bedrock"]
 
 
 @dataclass
 class ModelEndpoint:
+    kind: Kind
     description: str
     standin: BedrockStandIn | None = None
 
 
-def _has_aws_credentials() -> bool:
+def _aws_credentials() -> object | None:
     import boto3
 
     try:
-        return boto3.Session().get_credentials() is not None
+        return boto3.Session().get_credentials()
     except Exception:
-        return False
+        return None
+
+
+def _region() -> str:
+    return (
+        os.environ.get("MODEL_REGION")
+        or os.environ.get("AWS_REGION")
+        or os.environ.get("AWS_DEFAULT_REGION", "")
+    )
 
 
 @contextmanager
-def model_endpoint(*, latency_ms: float = 50.0, per_token_ms: float = 1.0) -> Iterator[ModelEndpoint]:
+def model_endpoint(
+    *, bedrock: bool = False, latency_ms: float = 50.0, per_token_ms: float = 1.0
+) -> Iterator[ModelEndpoint]:
     if os.environ.get(ENV):
-        yield ModelEndpoint(f"model endpoint {os.environ[ENV]}")
-        return
-    if _has_aws_credentials():
-        region = (
-            os.environ.get("MODEL_REGION")
-            or os.environ.get("AWS_REGION")
-            or os.environ.get("AWS_DEFAULT_REGION", "?")
+        yield ModelEndpoint(
+            "custom endpoint", f"the model endpoint {os.environ[ENV]} (ANTHROPIC_BEDROCK_BASE_URL)"
         )
-        yield ModelEndpoint(f"Amazon Bedrock ({region}) with your AWS credentials")
+        return
+    if bedrock:
+        from botocore.exceptions import NoCredentialsError, NoRegionError
+
+        if _aws_credentials() is None:
+            raise NoCredentialsError()
+        region = _region()
+        if not region:
+            raise NoRegionError()
+        yield ModelEndpoint("Bedrock", f"Amazon Bedrock ({region}) with your AWS credentials: paid calls")
         return
     standin = BedrockStandIn(StandInConfig(latency_ms=latency_ms, per_token_ms=per_token_ms)).start()
-    os.environ[ENV] = standin.url
+    # The SDK signs every call, so it needs a region and credentials: local ones where the user has none.
+    defaults = {ENV: standin.url, "MODEL_REGION": _region() or STANDIN_REGION}
+    if _aws_credentials() is None:
+        defaults |= {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
+    saved = {name: os.environ.get(name) for name in defaults}
+    os.environ.update(defaults)
     try:
-        yield ModelEndpoint(f"no AWS credentials: the local Bedrock stand-in at {standin.url}", standin)
+        yield ModelEndpoint(
+            "stand-in",
+            f"the local Bedrock stand-in at {standin.url} (no paid call; --bedrock for Amazon Bedrock)",
+            standin,
+        )
     finally:
-        os.environ.pop(ENV, None)
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         standin.stop()

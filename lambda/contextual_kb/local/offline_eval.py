@@ -12,12 +12,11 @@ original_index, content}]}]`` and queries JSONL ``{query, golden_chunk_uuids: [[
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from contextual_kb.evaluation import (
     RRF_K,
@@ -27,24 +26,36 @@ from contextual_kb.evaluation import (
     reciprocal_rank_fusion,
     score,
 )
+from contextual_kb.local.inputs import InputFileError, read_json, read_jsonl
+
+if TYPE_CHECKING:
+    from contextual_kb.local.model_endpoint import ModelEndpoint
 
 BUCKET = "ckb-eval-intermediate"
 CHUNKS_PER_BATCH = 8
 ChunkId = tuple[str, int]
 
 
+CORPUS = (
+    "a corpus: [{original_uuid, content, chunks: [{original_index, content}]}] (the codebase benchmark's)"
+)
+QUERIES = "labelled queries, one JSON object a line: {query, golden_chunk_uuids: [[doc_uuid, index]]}"
+
+
 def load_corpus(path: Path) -> list[dict[str, Any]]:
-    documents = json.loads(path.read_text())
-    if not isinstance(documents, list) or not all("chunks" in d and "original_uuid" in d for d in documents):
-        raise ValueError(f"{path}: expected [{{original_uuid, chunks: [{{original_index, content}}]}}]")
+    documents = read_json(path, CORPUS)
+    if not isinstance(documents, list) or not all(
+        isinstance(d, dict) and "chunks" in d and "original_uuid" in d for d in documents
+    ):
+        raise InputFileError(f"{path}: not the expected shape; expected {CORPUS}")
     return documents
 
 
 def load_queries(path: Path) -> list[dict[str, Any]]:
-    queries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    queries = read_jsonl(path, QUERIES)
     for number, query in enumerate(queries, 1):
-        if "query" not in query or "golden_chunk_uuids" not in query:
-            raise ValueError(f"{path}:{number}: expected {{query, golden_chunk_uuids: [[doc_uuid, index]]}}")
+        if not isinstance(query, dict) or "query" not in query or "golden_chunk_uuids" not in query:
+            raise InputFileError(f"{path}:{number}: not the expected shape; expected {QUERIES}")
     return queries
 
 
@@ -65,8 +76,38 @@ def stage_corpus(s3: Any, bucket: str, documents: Sequence[dict[str, Any]]) -> l
     ]
 
 
-def contextualized_bodies(documents: list[dict[str, Any]], strategy: str) -> dict[ChunkId, str]:
-    """(doc uuid, chunk index) -> the body the real handler wrote, with ``strategy``."""
+@dataclass(frozen=True, slots=True)
+class ModelUse:
+    """What a model-backed row really measured: where its calls went, and how many chunks fell back."""
+
+    endpoint: str  # "stand-in", "custom endpoint" or "Bedrock"
+    calls: int
+    chunks: int
+    fallbacks: dict[str, int]
+
+    @property
+    def fell_back(self) -> int:
+        return sum(self.fallbacks.values())
+
+    @property
+    def mostly_fallback(self) -> bool:
+        """Most chunks got the structural context: the row measures that, not the model's contexts."""
+        return 2 * self.fell_back > self.chunks
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "endpoint": self.endpoint,
+            "model_calls": self.calls,
+            "fallbacks": dict(self.fallbacks),
+            "mostly_fallback": self.mostly_fallback,
+        }
+
+
+def contextualized_bodies(
+    documents: list[dict[str, Any]], strategy: str, endpoint: ModelEndpoint | None = None
+) -> tuple[dict[ChunkId, str], ModelUse | None]:
+    """(doc uuid, chunk index) -> the body the real handler wrote, with ``strategy``; and, for a model-backed
+    strategy, what the model did (from the handler's summary line)."""
     import boto3
     from moto import mock_aws
 
@@ -85,6 +126,17 @@ def contextualized_bodies(documents: list[dict[str, Any]], strategy: str) -> dic
             staged = stage_corpus(s3, BUCKET, documents)
             # runner.invoke keeps the handler's logs and metrics off our stdout, and reads the outputs back.
             result = runner.invoke(build_event(BUCKET, staged))
+            model = result.summary().get("model")
+            use = (
+                ModelUse(
+                    endpoint.kind if endpoint is not None else "Bedrock",
+                    int(model.get("calls", 0)),
+                    int(result.summary().get("chunks_in", 0)),
+                    {str(k): int(v) for k, v in (model.get("fallbacks") or {}).items()},
+                )
+                if strategy == "claude" and isinstance(model, dict)
+                else None
+            )
             for doc, produced in zip(documents, result.response["outputFiles"], strict=True):
                 refs = produced["contentBatches"]
                 items = [item for ref in refs for item in result.after[ref["key"]].file_contents]
@@ -96,7 +148,7 @@ def contextualized_bodies(documents: list[dict[str, Any]], strategy: str) -> dic
             os.environ.pop("CONTEXT_STRATEGY", None)
         else:
             os.environ["CONTEXT_STRATEGY"] = previous
-    return bodies
+    return bodies, use
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,9 +156,11 @@ class Row:
     chunks: str  # raw, or the strategy's name
     retrieval: str  # e.g. "bm25 opensearch-builtin", "dense minilm", "hybrid code-aware+minilm"
     scores: Scores
+    model: ModelUse | None = None  # for a model-backed strategy: what its contexts really were
 
     def as_dict(self) -> dict[str, Any]:
-        return {"chunks": self.chunks, "retrieval": self.retrieval, **self.scores.as_dict()}
+        out = {"chunks": self.chunks, "retrieval": self.retrieval, **self.scores.as_dict()}
+        return out | (self.model.as_dict() if self.model is not None else {})
 
 
 def versus_raw(rows: Sequence[Row], k: int) -> list[Difference | None]:
@@ -209,12 +263,29 @@ def evaluate(
     ks: Sequence[int],
     retrievals: Sequence[str] = ("bm25",),
     rrf_k: int = RRF_K,
+    endpoint: ModelEndpoint | None = None,
+    bedrock: bool = False,
 ) -> list[Row]:
     """One row per (strategy, retrieval): BM25 once per analyzer, dense once, hybrid (RRF of BM25 and dense)
-    once per analyzer."""
+    once per analyzer. The claude strategy calls ``endpoint`` when given, else what ``model_endpoint`` picks
+    (the local stand-in unless ``bedrock`` or ANTHROPIC_BEDROCK_BASE_URL)."""
     unknown = set(retrievals) - set(RETRIEVALS)
     if unknown:
         raise ValueError(f"unknown retrieval {sorted(unknown)}; choose from {', '.join(RETRIEVALS)}")
+    if "claude" in strategies and endpoint is None:
+        from contextual_kb.local.model_endpoint import model_endpoint
+
+        with model_endpoint(bedrock=bedrock) as started:
+            return evaluate(
+                documents,
+                queries,
+                strategies=strategies,
+                analyzers=analyzers,
+                ks=ks,
+                retrievals=retrievals,
+                rrf_k=rrf_k,
+                endpoint=started,
+            )
     depth = max(*ks, FUSION_DEPTH if "hybrid" in retrievals else 0)
     wants_lexical, wants_dense = (
         bool({"bm25", "hybrid"} & set(retrievals)),
@@ -222,7 +293,7 @@ def evaluate(
     )
     rows = []
     for strategy in strategies:
-        bodies = contextualized_bodies(documents, strategy)
+        bodies, model = contextualized_bodies(documents, strategy, endpoint)
         name = "raw" if strategy == "none" else strategy
         lexical = {
             analyzer: bm25_rankings(documents, queries, bodies, analyzer, depth)
@@ -231,11 +302,13 @@ def evaluate(
         dense = dense_rankings(documents, queries, bodies, depth) if wants_dense else []
         if "bm25" in retrievals:
             for analyzer, rankings in lexical.items():
-                rows.append(Row(name, f"bm25 {analyzer}", scored(documents, queries, rankings, ks)))
+                rows.append(Row(name, f"bm25 {analyzer}", scored(documents, queries, rankings, ks), model))
         if "dense" in retrievals:
-            rows.append(Row(name, "dense minilm", scored(documents, queries, dense, ks)))
+            rows.append(Row(name, "dense minilm", scored(documents, queries, dense, ks), model))
         if "hybrid" in retrievals:
             for analyzer, rankings in lexical.items():
                 fused = [reciprocal_rank_fusion(pair, rrf_k) for pair in zip(rankings, dense, strict=True)]
-                rows.append(Row(name, f"hybrid {analyzer}+minilm", scored(documents, queries, fused, ks)))
+                rows.append(
+                    Row(name, f"hybrid {analyzer}+minilm", scored(documents, queries, fused, ks), model)
+                )
     return rows

@@ -17,6 +17,7 @@ from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
 from contextual_kb import handler
+from contextual_kb.local.inputs import InputFileError, read_json
 from contextual_kb.local.lambda_context import LocalLambdaContext
 from contextual_kb.models import BatchObject
 from contextual_kb.observability import logger
@@ -41,6 +42,16 @@ class RunResult:
     event: dict[str, Any]
     log: str  # what the handler printed: JSON log lines and EMF metrics, as CloudWatch would get them
     seconds: float = 0.0  # the handler's own wall time
+
+    def summary(self) -> dict[str, Any]:
+        """The handler's "transformation complete" log line (empty if it logged none)."""
+        for line in reversed(self.log.splitlines()):
+            if line.startswith("{") and '"transformation complete"' in line:
+                with contextlib.suppress(ValueError):
+                    found = json.loads(line)
+                    if found.get("message") == "transformation complete":
+                        return dict(found)
+        return {}
 
     def response_inputs(self) -> list[list[str]]:
         """The input batch keys of each file, in the event's order (the response's order)."""
@@ -85,6 +96,9 @@ def invoke(
     previous = log_handler.stream if isinstance(log_handler, logging.StreamHandler) else None
     if isinstance(log_handler, logging.StreamHandler):
         log_handler.stream = printed
+    # The summary line is INFO: captured always (what the caller prints of it is its own business).
+    level = logger.log_level
+    logger.setLevel(min(level, logging.INFO))
     try:
         with contextlib.redirect_stdout(printed):
             started = time.perf_counter()
@@ -93,6 +107,7 @@ def invoke(
     except Exception as exc:
         raise HandlerError(exc, printed.getvalue()) from exc
     finally:
+        logger.setLevel(level)
         if previous is not None and isinstance(log_handler, logging.StreamHandler):
             log_handler.stream = previous
     after = {key: _read(s3, bucket, key) for key in _keys(response["outputFiles"])}
@@ -121,13 +136,13 @@ def invoke(
     return RunResult(response, files, before, after, event, printed.getvalue(), seconds)
 
 
+EVENT = "a Knowledge Base custom-transformation event, a JSON object like events/markdown/event.json"
+
+
 def load_event(path: Path) -> dict[str, Any]:
-    try:
-        event = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not JSON ({exc})") from exc
+    event = read_json(path, EVENT)
     if not isinstance(event, dict):
-        raise ValueError(f"{path}: the event must be a JSON object")
+        raise InputFileError(f"{path}: a JSON {type(event).__name__}, not an object; expected {EVENT}")
     return event
 
 
