@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-long lint format bench bench-contextualize bench-load bench-reliability eval-dense synth deploy destroy clean
+.PHONY: demo test test-long lint format bench bench-contextualize bench-load bench-reliability bench-structural eval-dense synth deploy destroy clean
 
 # The CDK CLI, pinned: the 3.x CLI rejects this app's cloud assembly.
 CDK := npx --yes aws-cdk@2.1148.1
@@ -46,6 +46,9 @@ bench-contextualize: $(STAMP)  ## claude strategy speed and cost vs the publishe
 
 bench-reliability: $(STAMP)  ## fault injection at full size: a 429 storm, 5xx, hangs, deadline, S3 (~5 min)
 	$(BIN)/python bench/reliability.py --scale full
+
+bench-structural: $(STAMP)  ## the structural pass on a heading-dense manual of 1, 4 and 20 MB (~10 s)
+	$(BIN)/python bench/structural.py
 
 bench-load: $(STAMP)  ## a 50 MB document, 10,000 chunks, 10/40/160 files: time, peak memory (~10 min)
 	$(BIN)/python bench/load.py

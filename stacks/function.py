@@ -15,6 +15,7 @@ from constructs import Construct
 
 from stacks.bundling import function_code
 from stacks.config import StackConfig
+from stacks.storage import OUTPUT_PREFIX
 
 HANDLER = "contextual_kb.handler.lambda_handler"
 ARCHITECTURE = "arm64"
@@ -102,10 +103,18 @@ class TransformFunction(Construct):
             role=self.role,
             tracing=lambda_.Tracing.ACTIVE,
         )
-        # Batch objects in, outputs and remembered contexts out: no deleting.
+        # Batch objects in, outputs and remembered contexts out.
         self.role.add_to_policy(
             iam.PolicyStatement(
                 actions=["s3:GetObject", "s3:PutObject"], resources=[intermediate.arn_for_objects("*")]
+            )
+        )
+        # Deleting, only outputs: a failed call takes back the outputs it wrote (no response names them).
+        self.output_prefix = environment.get("OUTPUT_PREFIX", OUTPUT_PREFIX)
+        self.role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["s3:DeleteObject"],
+                resources=[intermediate.arn_for_objects(f"{self.output_prefix}*")],
             )
         )
         # Without ListBucket, S3 answers a missing key with 403, not 404: every document not yet remembered

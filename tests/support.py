@@ -27,6 +27,10 @@ class MemoryStore:
         self.objects[f"{bucket}/{key}"] = body
         self.writes.append(key)
 
+    def delete(self, bucket: str, keys: list[str]) -> None:
+        for key in keys:
+            self.objects.pop(f"{bucket}/{key}", None)
+
     def put_json(self, bucket: str, key: str, value: Any) -> None:
         self.objects[f"{bucket}/{key}"] = json.dumps(value).encode("utf-8")
 

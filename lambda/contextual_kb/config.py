@@ -53,6 +53,8 @@ class Settings(BaseModel):
     prefetch_max_bytes: int = Field(default=8 * 1024 * 1024, ge=0, alias="PREFETCH_MAX_BYTES")
     # Attempts per S3 request (the SDK's standard retry mode: backoff with jitter, up to 20 s a wait).
     s3_max_attempts: int = Field(default=8, ge=1, le=20, alias="S3_MAX_ATTEMPTS")
+    # S3 reads (while validating) and writes of batch objects at once.
+    s3_max_concurrency: int = Field(default=16, ge=1, le=64, alias="S3_MAX_CONCURRENCY")
 
     # --- the claude strategy (README, "Settings") ---
     model_id: str = Field(default=DEFAULT_MODEL_ID, min_length=1, alias="MODEL_ID")
@@ -83,8 +85,9 @@ class Settings(BaseModel):
     # Consecutive failed calls that open the breaker, and how long it stays open before one probe call.
     breaker_threshold: int = Field(default=5, ge=1, alias="BREAKER_THRESHOLD")
     breaker_cooldown_seconds: float = Field(default=20.0, ge=0, alias="BREAKER_COOLDOWN_SECONDS")
-    # Time kept back from the Lambda's remaining time to write every output object and return.
-    deadline_reserve_seconds: float = Field(default=30.0, ge=1, alias="DEADLINE_RESERVE_SECONDS")
+    # Kept back from the Lambda's remaining time as a margin, besides the estimated time of what is left to do
+    # once the model stops (structural contexts, S3 reads and writes): measured as the invocation goes.
+    deadline_reserve_seconds: float = Field(default=10.0, ge=1, alias="DEADLINE_RESERVE_SECONDS")
     on_model_error: OnModelError = Field(default="fallback", alias="ON_MODEL_ERROR")
     # Contexts remembered in the intermediate bucket under this prefix; empty turns remembering off.
     context_memory_prefix: str = Field(default="contextual-kb/contexts/", alias="CONTEXT_MEMORY_PREFIX")

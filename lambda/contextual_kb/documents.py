@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-# Joins two chunks that neither overlap nor meet on white space: the KB's chunkers strip chunk edges, and
-# a line break keeps a heading or a declaration that starts the next chunk at the start of a line.
+# Joins two chunks that neither overlap nor meet on a line break: the KB's chunkers strip chunk edges, and
+# a line break keeps a heading or a declaration that starts the next chunk at the start of a line (a space
+# at the edge is not enough: "text. ## Install" would hide the heading).
 SEPARATOR = "\n"
 
 
@@ -87,7 +88,12 @@ def assemble(chunks: Sequence[str], *, min_overlap: int = 8) -> Document:
 
 
 def _meets_on_blank(previous: str, following: str) -> bool:
-    return not previous or not following or previous[-1].isspace() or following[0].isspace()
+    """The chunks already meet on a line break (in the white space ending one or starting the other)."""
+    if not previous or not following:
+        return True
+    trailing = previous[len(previous.rstrip()) :]
+    leading = following[: len(following) - len(following.lstrip())]
+    return "\n" in trailing or "\n" in leading
 
 
 def _non_blank(text: str) -> int:

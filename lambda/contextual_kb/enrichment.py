@@ -10,6 +10,7 @@ left out when the user has a key of the same name.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,15 @@ ELLIPSIS = "…"
 METADATA_LIMIT_BYTES = 2048
 # Left for the keys the KB adds itself (source URI, data source id, ...): our copy never takes it.
 KB_RESERVE_BYTES = 512
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def valid_unicode(text: str) -> str:
+    """``text`` with its lone surrogates (legal in JSON as ``\\ud83d``, not encodable as UTF-8) replaced by
+    U+FFFD. Python joins a well-formed pair when it parses JSON: any surrogate left in a ``str`` is lone."""
+    return _SURROGATE.sub("\ufffd", text) if _SURROGATE.search(text) else text
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +57,9 @@ def enrich(
     """
     if context is None or not context.text or not item.is_text:
         return Enriched(item, contextualized=False)
+    text = valid_unicode(context.text)  # a structural context quotes the document, which may hold any text
     fields = item.dump()
-    fields["contentBody"] = context.text + BODY_SEPARATOR + item.content_body
+    fields["contentBody"] = text + BODY_SEPARATOR + item.content_body
     truncated = False
     if max_bytes > 0:
         user = {**(file_metadata or {}), **(item.content_metadata or {})}
@@ -59,11 +70,11 @@ def enrich(
             # Our key and value as they add to the JSON: `,"key":"value"`; escapes are counted below.
             overhead = _json_bytes({metadata_key: ""}) - 2 + (1 if user else 0)
             room = min(max_bytes, budget - _json_bytes(user) - overhead)
-            value, truncated = cap_utf8(context.text, room)
+            value, truncated = cap_utf8(text, room)
             # Quotes, backslashes and control characters take more room escaped: cut again until it fits.
             while value and (excess := _json_bytes({**user, metadata_key: value}) - budget) > 0:
                 room -= excess
-                value, truncated = cap_utf8(context.text, room)
+                value, truncated = cap_utf8(text, room)
             if value and value != ELLIPSIS:
                 fields["contentMetadata"] = {**(item.content_metadata or {}), metadata_key: value}
     return Enriched(ContentItem.model_validate(fields), contextualized=True, metadata_truncated=truncated)

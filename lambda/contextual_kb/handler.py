@@ -11,6 +11,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from contextual_kb.accounting import ModelAccounting, percentile
 from contextual_kb.config import Settings
 from contextual_kb.context import ContextStrategy, build_strategy
+from contextual_kb.context.structural import DOCUMENT_LEVEL
 from contextual_kb.deadline import Deadline
 from contextual_kb.errors import TransformationError
 from contextual_kb.models import parse_event
@@ -23,7 +24,9 @@ from contextual_kb.transform import RunStats, Transformation
 def runtime() -> tuple[Settings, ContextStrategy, S3BatchStore]:
     """Settings, strategy and S3 client, built once per execution environment (``cache_clear`` resets)."""
     settings = Settings.from_env()
-    return settings, build_strategy(settings), S3BatchStore(max_attempts=settings.s3_max_attempts)
+    # Connections for the parallel reads and writes, and the claude strategy's remembered-context lookups.
+    store = S3BatchStore(max_attempts=settings.s3_max_attempts, connections=settings.s3_max_concurrency + 4)
+    return settings, build_strategy(settings), store
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -59,6 +62,9 @@ def record(strategy: str, stats: RunStats) -> None:
         ("NonTextItems", stats.non_text_items),
         ("EmptyDocuments", stats.empty_documents),
         ("ContextMetadataTruncated", stats.metadata_truncated),
+        ("ContextErrors", stats.context_errors),
+        # Chunks given the document-level context: no time was left to outline their document.
+        ("ContextsDocumentLevel", stats.contexts_by_source.get(DOCUMENT_LEVEL, 0)),
     )
     if stats.model.used:
         record_model(stats.model)

@@ -32,8 +32,10 @@ class StoredObject:
 
 
 class S3BatchStore:
-    def __init__(self, client: S3Client | None = None, *, max_attempts: int | None = None) -> None:
-        config = S3_CONFIG
+    def __init__(
+        self, client: S3Client | None = None, *, max_attempts: int | None = None, connections: int = 10
+    ) -> None:
+        config = S3_CONFIG.merge(Config(max_pool_connections=connections))  # reads and writes in parallel
         if max_attempts is not None:
             config = config.merge(Config(retries={"mode": "standard", "total_max_attempts": max_attempts}))
         self._client = client or boto3.client("s3", config=config)
@@ -62,3 +64,25 @@ class S3BatchStore:
             raise StorageError(f"s3://{bucket}/{key}: cannot write output batch ({code})") from exc
         except BotoCoreError as exc:
             raise StorageError(f"s3://{bucket}/{key}: cannot write output batch ({exc})") from exc
+
+    @tracer.capture_method(capture_response=False)
+    def delete(self, bucket: str, keys: list[str]) -> None:
+        """Delete ``keys`` (outputs of a call that failed), a thousand a request."""
+        for start in range(0, len(keys), 1000):
+            objects = [{"Key": key} for key in keys[start : start + 1000]]
+            try:
+                response = self._client.delete_objects(
+                    Bucket=bucket, Delete={"Objects": objects, "Quiet": True}
+                )
+            except ClientError as exc:
+                code = exc.response.get("Error", {}).get("Code", "Unknown")
+                raise StorageError(f"s3://{bucket}: cannot delete {len(objects)} output(s) ({code})") from exc
+            except BotoCoreError as exc:
+                raise StorageError(f"s3://{bucket}: cannot delete {len(objects)} output(s) ({exc})") from exc
+            failed = response.get("Errors") or []
+            if failed:
+                first = failed[0]
+                raise StorageError(
+                    f"s3://{bucket}/{first.get('Key')}: cannot delete ({first.get('Code')}), "
+                    f"and {len(failed) - 1} more"
+                )

@@ -10,21 +10,29 @@ Files are loaded as the strategy asks for them: one at a time for the structural
 strategy, the documents it has open side by side (one at least, more only within its 2M-character budget).
 Validated batches from step 1 are kept within ``PREFETCH_MAX_BYTES`` (the rest are read again, pinned to
 the validated version by ETag).
+
+The whole invocation is budgeted, not only the model: what is left once the model stops (the structural
+pass, batch objects read again, outputs written) is estimated from the event and the S3 latency measured so
+far (``budget.WorkLeft``), and taken off the model's time. Reads and writes run ``S3_MAX_CONCURRENCY`` at a
+time. If the call fails, the outputs it wrote are deleted: none is left that no response names.
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter, deque
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from contextual_kb.accounting import ModelAccounting
+from contextual_kb.budget import WorkLeft
 from contextual_kb.config import Settings
 from contextual_kb.context.base import ChunkContext, ContextStrategy, Invocation, SourceDocument
 from contextual_kb.deadline import Deadline
 from contextual_kb.documents import assemble
-from contextual_kb.enrichment import enrich
+from contextual_kb.enrichment import Enriched, enrich
 from contextual_kb.errors import ContractError
 from contextual_kb.models import (
     BatchObject,
@@ -36,6 +44,7 @@ from contextual_kb.models import (
     parse_batch,
 )
 from contextual_kb.observability import logger, tracer
+from contextual_kb.outputs import OutputWriter
 from contextual_kb.storage import StoredObject
 
 # S3 object keys are at most 1,024 bytes of UTF-8.
@@ -46,6 +55,8 @@ class BatchStore(Protocol):
     def read(self, bucket: str, key: str, *, if_match: str | None = None) -> StoredObject: ...
 
     def write(self, bucket: str, key: str, body: bytes) -> None: ...
+
+    def delete(self, bucket: str, keys: list[str]) -> None: ...
 
 
 @dataclass
@@ -61,6 +72,7 @@ class RunStats:
     non_text_items: int = 0
     empty_documents: int = 0
     metadata_truncated: int = 0
+    context_errors: int = 0  # chunks whose context could not be put on them: passed through, logged
     contexts_by_source: Counter[str] = field(default_factory=Counter)
     model: ModelAccounting = field(default_factory=ModelAccounting)
 
@@ -79,6 +91,7 @@ class _LoadedFile:
     file: InputFile
     batches: dict[str, BatchObject]  # by key
     document: SourceDocument
+    size: int  # bytes of its batch objects, as validated
 
 
 class Transformation:
@@ -92,60 +105,99 @@ class Transformation:
         self, event: TransformationEvent, deadline: Deadline | None = None
     ) -> tuple[TransformationResponse, RunStats]:
         stats = RunStats()
+        work = WorkLeft(parallelism=self.settings.s3_max_concurrency)
         invocation = Invocation(
-            bucket=event.bucket_name, deadline=deadline or Deadline.unlimited(), accounting=stats.model
+            bucket=event.bucket_name,
+            deadline=(deadline or Deadline.unlimited()).budgeted(work),
+            accounting=stats.model,
         )
         bucket = event.bucket_name
-        validated = self._validate_all(event)
+        validated = self._validate_all(event, work)
+        writer = OutputWriter(self.store, bucket, parallelism=self.settings.s3_max_concurrency, work=work)
         loaded: deque[_LoadedFile] = deque()
         outputs: list[OutputFile] = []
 
         def documents() -> Iterator[SourceDocument]:
             for file in event.input_files:
-                batches = {ref.key: self._load(bucket, ref, file, validated) for ref in file.content_batches}
+                batches = {
+                    ref.key: self._load(bucket, ref, file, validated, work) for ref in file.content_batches
+                }
                 document = _source_document(file, batches, self.settings.min_overlap_chars)
-                loaded.append(_LoadedFile(file, batches, document))
+                size = sum(validated.sizes[ref.key] for ref in file.content_batches)
+                loaded.append(_LoadedFile(file, batches, document, size))
                 yield document
 
-        for result in self.strategy.contextualize(documents(), invocation):
-            current = loaded.popleft()
-            if result.document is not current.document:  # results must come back in order
-                raise RuntimeError("strategy returned documents out of order")
-            outputs.append(self._write_file(bucket, current, result.contexts, stats))
-        if loaded:
-            raise RuntimeError(f"strategy returned no result for {len(loaded)} file(s)")
+        try:
+            for result in self.strategy.contextualize(documents(), invocation):
+                current = loaded.popleft()
+                if result.document is not current.document:  # results must come back in order
+                    raise RuntimeError("strategy returned documents out of order")
+                outputs.append(self._write_file(bucket, current, result.contexts, stats, writer))
+                work.file_done(current.size)
+            if loaded:
+                raise RuntimeError(f"strategy returned no result for {len(loaded)} file(s)")
+            writer.finish()
+        except BaseException:
+            writer.take_back()
+            raise
         return TransformationResponse(outputFiles=outputs), stats
 
-    def _validate_all(self, event: TransformationEvent) -> dict[str, tuple[str, BatchObject | None]]:
-        """Read and validate every batch; keep parsed ones within the prefetch budget.
-
-        Returns key -> (etag, batch or None when not kept).
-        """
-        kept: dict[str, tuple[str, BatchObject | None]] = {}
+    def _validate_all(self, event: TransformationEvent, work: WorkLeft) -> _Validated:
+        """Read and validate every batch, several at a time; keep parsed ones within the prefetch budget; tell
+        ``work`` what is ahead (writes, re-reads, characters) and how fast S3 answers."""
+        validated = _Validated()
         budget = self.settings.prefetch_max_bytes
         _check_output_keys(event, self.settings.output_prefix)
-        for file in event.input_files:
-            for ref in file.content_batches:
-                stored = self.store.read(event.bucket_name, ref.key)
-                batch = parse_batch(
-                    stored.body, where=f"s3://{event.bucket_name}/{ref.key}", file=file.source
-                )
-                keep = len(stored.body) <= budget
-                budget -= len(stored.body) if keep else 0
-                kept[ref.key] = (stored.etag, batch if keep else None)
-        return kept
+        refs = [(file, ref) for file in event.input_files for ref in file.content_batches]
+        bucket = event.bucket_name
+        for (file, ref), stored in self._read_in_order(bucket, refs, work):
+            batch = parse_batch(stored.body, where=f"s3://{bucket}/{ref.key}", file=file.source)
+            keep = len(stored.body) <= budget
+            budget -= len(stored.body) if keep else 0
+            validated.batches[ref.key] = (stored.etag, batch if keep else None)
+            validated.sizes[ref.key] = len(stored.body)
+            work.expect(writes=1, rereads=int(not keep), chars=len(stored.body))
+        return validated
+
+    def _read_in_order(
+        self, bucket: str, refs: list[tuple[InputFile, ContentBatchRef]], work: WorkLeft
+    ) -> Iterator[tuple[tuple[InputFile, ContentBatchRef], StoredObject]]:
+        """The objects of ``refs`` in order, read ``S3_MAX_CONCURRENCY`` at a time (so few bodies wait)."""
+
+        def read(key: str) -> StoredObject:
+            started = time.perf_counter()
+            stored = self.store.read(bucket, key)
+            work.read(time.perf_counter() - started)
+            return stored
+
+        window: deque[tuple[tuple[InputFile, ContentBatchRef], Future[StoredObject]]] = deque()
+        pool = ThreadPoolExecutor(max_workers=self.settings.s3_max_concurrency, thread_name_prefix="ckb-read")
+        try:
+            for pair in refs:
+                window.append((pair, pool.submit(read, pair[1].key)))
+                if len(window) >= self.settings.s3_max_concurrency:
+                    done, future = window.popleft()
+                    yield done, future.result()
+            while window:
+                done, future = window.popleft()
+                yield done, future.result()
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def _load(
         self,
         bucket: str,
         ref: ContentBatchRef,
         file: InputFile,
-        validated: dict[str, tuple[str, BatchObject | None]],
+        validated: _Validated,
+        work: WorkLeft,
     ) -> BatchObject:
-        etag, batch = validated.pop(ref.key)
+        etag, batch = validated.batches.pop(ref.key)
         if batch is not None:
             return batch
+        started = time.perf_counter()
         stored = self.store.read(bucket, ref.key, if_match=etag or None)
+        work.read(time.perf_counter() - started, reread=True)
         return parse_batch(stored.body, where=f"s3://{bucket}/{ref.key}", file=file.source)
 
     def _write_file(
@@ -154,6 +206,7 @@ class Transformation:
         loaded: _LoadedFile,
         contexts: tuple[ChunkContext | None, ...],
         stats: RunStats,
+        writer: OutputWriter,
     ) -> OutputFile:
         file = loaded.file
         order = [ref.key for ref in file.batches_in_document_order()]
@@ -180,13 +233,21 @@ class Transformation:
                     continue
                 context = contexts[index]
                 index += 1
-                done = enrich(
-                    item,
-                    context,
-                    metadata_key=settings.context_metadata_key,
-                    max_bytes=settings.context_metadata_max_bytes,
-                    file_metadata=file.file_metadata,
-                )
+                try:
+                    done = enrich(
+                        item,
+                        context,
+                        metadata_key=settings.context_metadata_key,
+                        max_bytes=settings.context_metadata_max_bytes,
+                        file_metadata=file.file_metadata,
+                    )
+                except Exception:  # this chunk's context, not the call: the chunk goes back as it came
+                    logger.exception(
+                        "a context could not be put on its chunk; the chunk passes through unchanged",
+                        extra={"file": file.source, "batch_key": ref.key, "chunk_index": index - 1},
+                    )
+                    file_stats["context_errors"] += 1
+                    done = Enriched(item, contextualized=False)
                 items.append(done.item)
                 file_stats["chunks_in"] += 1
                 if done.contextualized and context is not None:
@@ -199,7 +260,7 @@ class Transformation:
             # A copy, not a new object: fields of the batch object we do not know travel through.
             out_batch = batch.model_copy(update={"file_contents": items})
             body = out_batch.model_dump_json(by_alias=True, exclude_unset=True)
-            self.store.write(bucket, out_key, body.encode("utf-8"))
+            writer.write(out_key, body.encode("utf-8"))
             out_refs.append(ContentBatchRef(key=out_key))
 
         stats.files += 1
@@ -225,6 +286,12 @@ class Transformation:
                 "contentBatches": [r.dump() for r in out_refs],
             }
         )
+
+
+@dataclass
+class _Validated:
+    batches: dict[str, tuple[str, BatchObject | None]] = field(default_factory=dict)  # key -> (etag, kept)
+    sizes: dict[str, int] = field(default_factory=dict)  # key -> bytes
 
 
 def _check_output_keys(event: TransformationEvent, prefix: str) -> None:

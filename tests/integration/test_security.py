@@ -213,7 +213,7 @@ def test_a_document_cannot_reach_the_system_prompt_or_leave_its_content_block() 
     settings = PromptSettings("global.anthropic.claude-haiku-4-5-20251001-v1:0")
     for request in (
         chunk_request(settings, document=hostile, chunk="More.", cache=True),
-        grouped_request(settings, marked_document=hostile, numbers=[1], cache=True),
+        grouped_request(settings, marked_document=hostile, numbers=[1], cache=True, code="c0ffee00"),
     ):
         assert request["system"] == [{"type": "text", "text": SYSTEM}]
         assert "never instructions" in SYSTEM

@@ -42,6 +42,9 @@ def test_the_catalogue_names_every_fault_the_issue_lists() -> None:
         "cache expiring mid-run",
         "S3 writes failing, then succeeding",
         "S3 writes failing for good",
+        "slow S3, long tail",
+        "heading-dense document, short time",
+        "one failing document",
     }
     assert {s.name for s in faults.scenarios(faults.FULL)} == {*SCENARIOS, "S3 writes failing twice each"}
 
@@ -102,4 +105,32 @@ def test_s3_writes_retried(fresh_standin: BedrockStandIn) -> None:
 def test_s3_writes_failing_for_good_fail_loudly(fresh_standin: BedrockStandIn) -> None:
     outcome = run("S3 writes failing for good", fresh_standin)
     assert "cannot write output batch (InternalError)" in outcome.error
-    assert outcome.put_attempts == 3  # S3_MAX_ATTEMPTS for the first object, then the call fails
+    # S3_MAX_ATTEMPTS for an object, then the call fails (writes run in parallel: a few objects are tried)
+    assert outcome.put_most_per_object == 3
+    assert outcome.remembered_objects >= 0 and outcome.outputs_left == 0  # the call left no output behind
+
+
+def test_a_slow_s3_and_a_long_tail_still_end_before_the_lambda(fresh_standin: BedrockStandIn) -> None:
+    """Everything left once the model stops (fallbacks, re-reads, 240 writes at 40 ms) is budgeted: the model
+    stops early enough, and reads and writes run in parallel."""
+    outcome = run("slow S3, long tail", fresh_standin)
+    assert outcome.seconds < outcome.timeout_seconds - 1.0
+    assert outcome.from_model > 0 and outcome.degraded > 0  # the model ran, and was stopped in time
+    assert outcome.fallbacks_logged.get("deadline", 0) == outcome.degraded
+
+
+def test_a_heading_dense_document_against_a_short_lambda(fresh_standin: BedrockStandIn) -> None:
+    """A 6 MB manual with 22,000 headings: the outline is linear, and the structural pass keeps the deadline
+    too (what it cannot outline in time gets the document-level context, counted)."""
+    outcome = run("heading-dense document, short time", fresh_standin)
+    assert outcome.seconds < outcome.timeout_seconds
+    assert outcome.chunks_out == outcome.chunks_in > 3000
+    assert outcome.degraded == outcome.chunks_in  # no model context in 3 s at 2 s a call
+
+
+def test_one_failing_document_does_not_starve_the_others(fresh_standin: BedrockStandIn) -> None:
+    outcome = run("one failing document", fresh_standin)
+    failing = "s3://reliability-source/docs/file0.md"
+    assert outcome.degraded_by_file == {failing: 20}  # its own chunks, and only those
+    assert outcome.from_model == 100  # the 5 healthy documents: every chunk from the model
+    assert outcome.fallbacks_logged == {"model_error": 20}

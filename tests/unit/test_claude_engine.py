@@ -134,7 +134,7 @@ def test_grouped_chunks_starting_at_the_same_place_both_get_a_marker() -> None:
             "\n".join(
                 f'<context chunk="{n}">Context {n}.</context>'
                 for n in numbers
-                if f"⟪chunk {n}⟫" in document_text
+                if re.search(rf"⟪chunk {n} [0-9a-f]{{8}}⟫", document_text)
             )
         )
 
@@ -165,4 +165,4 @@ def test_a_remembered_object_that_is_not_ours_is_ignored(s3: Any) -> None:
             with pytest.raises(Exception, match="cannot read remembered contexts"):
                 memory.load("memory-bucket", "k.json")
         else:
-            assert memory.load("memory-bucket", "k.json") == {}
+            assert not memory.load("memory-bucket", "k.json")

@@ -219,6 +219,32 @@ def test_an_abandoned_probe_lets_another_probe_go() -> None:
     assert not breaker.allows()
 
 
+def test_failures_of_one_document_among_others_do_not_open_the_breaker() -> None:
+    clock = FakeClock(0.0)
+    breaker = Breaker(threshold=3, cooldown=10.0, clock=clock)
+    for _ in range(10):
+        breaker.on_failure("500", source=7, alone=False)
+    assert breaker.open_until is None and breaker.allows()
+    breaker.on_failure("500", source=8, alone=False)  # a second document fails too: the model, likely
+    assert breaker.open_until == 10.0 and not breaker.allows()
+
+
+def test_failures_of_the_only_document_with_work_open_the_breaker() -> None:
+    breaker = Breaker(threshold=3, cooldown=10.0, clock=FakeClock(0.0))
+    for _ in range(3):
+        breaker.on_failure("500", source=7, alone=True)
+    assert breaker.open_until is not None
+
+
+def test_a_success_forgets_the_documents_of_the_failures() -> None:
+    breaker = Breaker(threshold=2, cooldown=10.0, clock=FakeClock(0.0))
+    breaker.on_failure("500", source=1, alone=False)
+    breaker.on_success()
+    breaker.on_failure("500", source=2, alone=False)
+    breaker.on_failure("500", source=2, alone=False)
+    assert breaker.open_until is None
+
+
 # --- Deadline ---
 
 
@@ -241,6 +267,29 @@ def test_a_reserve_larger_than_the_time_left_stops_at_once() -> None:
     assert deadline.hard_stop == 500.0
     assert deadline.passed()
     assert not deadline.can_start(0.0)
+
+
+class FixedTail:
+    def __init__(self, seconds: float, io_seconds: float) -> None:
+        self._seconds, self._io = seconds, io_seconds
+
+    def seconds(self) -> float:
+        return self._seconds
+
+    def io_seconds(self) -> float:
+        return self._io
+
+
+def test_the_tail_comes_off_the_model_time_and_its_io_part_off_the_compute_time() -> None:
+    clock = FakeClock(0.0)
+    deadline = Deadline.from_remaining(100.0, reserve_seconds=10.0, clock=clock).budgeted(
+        FixedTail(30.0, 5.0)
+    )
+    assert deadline.hard_stop == 90.0
+    assert deadline.remaining() == 60.0 and deadline.compute_remaining() == 85.0
+    assert deadline.can_start(59.0) and not deadline.can_start(60.0)
+    clock.advance(60.0)
+    assert deadline.passed() and deadline.compute_remaining() == 25.0
 
 
 def test_can_start_compares_the_expected_time_with_what_remains() -> None:

@@ -2,6 +2,10 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from contextual_kb.context.outline import outline
 
 
@@ -316,3 +320,59 @@ def test_settings_and_open_sentences_without_an_extension_are_not_code() -> None
         "- timeout\n- retries\nThe report [\ndraft] is attached.\n"
     )
     assert outline(prose).kind == "text"
+
+
+# --- the outline in linear time: the same answers as a scan of every section ---
+
+LINE = st.sampled_from(
+    [
+        "# Title",
+        "## Part",
+        "### Detail",
+        "#### Deep",
+        "text line",
+        "",
+        "```",
+        "Setext",
+        "------",
+        "class Thing:",
+        "    def method(self):",
+        "        return 1",
+        "def helper():",
+        "    pass",
+        "}",
+        "int f(int x) {",
+        "ARTICLE 2 Terms",
+        "2.1 Payment Due",
+    ]
+)
+
+
+@given(st.lists(LINE, max_size=60), st.sampled_from([None, "a.md", "a.py", "a.c", "a.txt"]))
+@settings(max_examples=300, deadline=None)
+def test_path_at_equals_the_scan_of_every_section(lines: list[str], path: str | None) -> None:
+    text = "\n".join(lines)
+    info = outline(text, path=path)
+    for offset in range(0, len(text) + 1, 3):
+        scanned = sorted(
+            (s for s in info.sections if s.start <= offset < s.end), key=lambda s: (s.depth, s.start)
+        )
+        assert info.path_at(offset) == scanned
+
+
+def test_heading_sections_end_at_the_next_heading_of_their_level_or_above() -> None:
+    text = "# A\nx\n## B\ny\n### C\nz\n## D\nw\n# E\n"
+    ends = {s.label: text[s.start : s.end] for s in outline(text, path="t.md").sections}
+    assert ends["A"] == "# A\nx\n## B\ny\n### C\nz\n## D\nw\n"
+    assert ends["B"] == "## B\ny\n### C\nz\n"
+    assert ends["C"] == "### C\nz\n" and ends["D"] == "## D\nw\n" and ends["E"] == "# E\n"
+
+
+def test_an_outline_that_runs_out_of_time_stops() -> None:
+    from contextual_kb.context.outline import OutlineTimeoutError
+    from contextual_kb.local.corpora import heading_dense_manual
+
+    text = heading_dense_manual(500_000)
+    with pytest.raises(OutlineTimeoutError):
+        outline(text, path="m.md", expired=lambda: True)
+    assert outline(text, path="m.md", expired=lambda: False).sections

@@ -103,7 +103,9 @@ def test_known_older_models_get_zero_temperature(model_id: str) -> None:
 def test_unknown_or_newer_models_get_no_temperature(model_id: str) -> None:
     for request in (
         chunk_request(PromptSettings(model_id), document=DOCUMENT, chunk=CHUNK, cache=True),
-        grouped_request(PromptSettings(model_id), marked_document=DOCUMENT, numbers=[1], cache=True),
+        grouped_request(
+            PromptSettings(model_id), marked_document=DOCUMENT, numbers=[1], cache=True, code="c0ffee00"
+        ),
     ):
         assert request["extra_body"] == {"anthropic_version": BEDROCK_ANTHROPIC_VERSION}
         assert "temperature" not in request
@@ -128,7 +130,9 @@ def test_custom_instruction_replaces_the_default() -> None:
     question = blocks(chunk_request(settings, document=DOCUMENT, chunk=CHUNK, cache=True))[1]["text"]
     assert question.endswith("Say which section this chunk is in.")
     assert DEFAULT_INSTRUCTION not in question
-    grouped = blocks(grouped_request(settings, marked_document=DOCUMENT, numbers=[1, 2], cache=True))[1]
+    grouped = blocks(
+        grouped_request(settings, marked_document=DOCUMENT, numbers=[1, 2], cache=True, code="c0ffee00")
+    )[1]
     assert "Say which section this chunk is in." in grouped["text"]
     assert DEFAULT_GROUPED_INSTRUCTION not in grouped["text"]
 
@@ -137,17 +141,20 @@ def test_custom_instruction_replaces_the_default() -> None:
 
 
 def test_grouped_request_lists_the_numbers_and_caches_the_marked_document() -> None:
-    marked = "⟪chunk 3⟫Alpha text. ⟪chunk 4⟫Beta text. ⟪chunk 7⟫Gamma text."
+    marked = "⟪chunk 3 c0ffee00⟫Alpha text. ⟪chunk 4 c0ffee00⟫Beta text. ⟪chunk 7 c0ffee00⟫Gamma text."
     settings = PromptSettings(HAIKU)
-    request = grouped_request(settings, marked_document=marked, numbers=[3, 4, 7], cache=True)
+    request = grouped_request(
+        settings, marked_document=marked, numbers=[3, 4, 7], cache=True, code="c0ffee00"
+    )
     document_block, question_block = blocks(request)
     assert document_block["text"] == f"<document>\n{marked}\n</document>"
     assert document_block["cache_control"] == {"type": "ephemeral", "ttl": "5m"}
     assert "Chunks: 3, 4, 7." in question_block["text"]
     assert DEFAULT_GROUPED_INSTRUCTION in question_block["text"]
     assert '<context chunk="N">' in question_block["text"]
+    assert "⟪chunk N c0ffee00⟫" in question_block["text"]  # the model is told which markers are ours
     assert request["system"] == [{"type": "text", "text": SYSTEM}]
-    uncached = grouped_request(settings, marked_document=marked, numbers=[3], cache=False)
+    uncached = grouped_request(settings, marked_document=marked, numbers=[3], cache=False, code="c0ffee00")
     assert "cache_control" not in blocks(uncached)[0]
 
 
@@ -156,7 +163,9 @@ def test_grouped_max_tokens_scales_with_the_number_of_chunks() -> None:
 
     def max_tokens(count: int) -> int:
         numbers = list(range(1, count + 1))
-        return grouped_request(settings, marked_document="d", numbers=numbers, cache=False)["max_tokens"]
+        return grouped_request(settings, marked_document="d", numbers=numbers, cache=False, code="c0ffee00")[
+            "max_tokens"
+        ]
 
     one, two, twelve = max_tokens(1), max_tokens(2), max_tokens(12)
     assert one >= 100
@@ -259,3 +268,12 @@ def test_fingerprint_ignores_the_cache_ttl_and_glossary_edge_whitespace() -> Non
         PromptSettings(HAIKU, glossary="g").fingerprint()
         == PromptSettings(HAIKU, glossary=" g\n").fingerprint()
     )
+
+
+def test_the_marker_code_is_the_documents_own_and_stable() -> None:
+    from contextual_kb.context.prompts import marker_code
+
+    assert marker_code("a document") == marker_code("a document")
+    assert marker_code("a document") != marker_code("a document.")
+    assert len(marker_code("x" * 3_000_000)) == 8
+    assert marker_code("lone \ud83d surrogate")  # hashed, not refused

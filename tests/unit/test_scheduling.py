@@ -74,20 +74,24 @@ def test_a_later_document_runs_while_an_earlier_one_waits_on_its_first_call() ->
     assert drain(planner) == earlier[1:]
 
 
-def test_again_puts_the_job_back_in_front_with_one_more_failure() -> None:
+def test_again_puts_the_job_at_the_back_with_one_more_failure() -> None:
     planner = Planner()
     unit_jobs = jobs(0, 0, 3)
     planner.add(0, [(False, unit_jobs)])
     a, b, c = drain(planner)
     planner.again(b)
-    assert b.failures == 1
+    assert b.failures == 1 and planner.failing(0) == 1
+    assert planner.next_job() is None  # a failing document: one call at a time, and two still run
+    planner.dropped(a)
+    planner.dropped(c)
     assert planner.next_job() is b
+    assert planner.next_job() is None
     planner.again(b)
-    assert b.failures == 2
+    assert b.failures == 2 and planner.failing(0) == 2
     assert a.failures == 0 and c.failures == 0
 
 
-def test_again_goes_in_front_of_jobs_not_yet_started() -> None:
+def test_again_goes_behind_jobs_not_yet_started() -> None:
     planner = Planner()
     unit_jobs = jobs(0, 0, 3)
     planner.add(0, [(True, unit_jobs)])
@@ -97,10 +101,13 @@ def test_again_goes_in_front_of_jobs_not_yet_started() -> None:
     second = planner.next_job()
     assert second is unit_jobs[1]
     planner.again(second)
-    assert drain(planner) == [unit_jobs[1], unit_jobs[2]]
+    assert planner.next_job() is unit_jobs[2]
+    planner.finished(unit_jobs[2])  # a success: the document is healthy again
+    assert planner.failing(0) == 0
+    assert drain(planner) == [unit_jobs[1]]
 
 
-def test_a_failed_first_call_is_retried_as_the_first() -> None:
+def test_a_failed_first_call_goes_to_the_back_and_the_next_job_writes_the_cache() -> None:
     planner = Planner()
     unit_jobs = jobs(0, 0, 3)
     planner.add(0, [(True, unit_jobs)])
@@ -108,9 +115,31 @@ def test_a_failed_first_call_is_retried_as_the_first() -> None:
     assert first is unit_jobs[0]
     planner.again(first)
     assert first.failures == 1
-    retried = planner.next_job()
-    assert retried is first and retried.first is True
+    following = planner.next_job()
+    assert following is unit_jobs[1] and following.first is True
     assert planner.next_job() is None  # still cold: still alone
+    planner.finished(following)
+    assert drain(planner) == [unit_jobs[2], first]
+    assert first.first is False
+
+
+def test_a_failing_document_goes_after_healthy_ones_one_call_at_a_time() -> None:
+    """The earliest document's calls keep failing: it no longer takes every slot, nor every turn."""
+    planner = Planner()
+    bad, good = jobs(0, 0, 5), jobs(1, 0, 5, start=10)
+    planner.add(0, [(False, bad)])
+    planner.add(1, [(False, good)])
+    taken = [planner.next_job() for _ in range(3)]
+    assert taken == bad[:3]  # nothing known yet: earliest first
+    for job in taken:
+        assert job is not None
+        planner.again(job)
+    order = drain(planner)
+    assert order[:5] == good  # the healthy document first, all of it
+    assert order[5:] == [bad[3]]  # then the failing one, a single call
+    assert planner.others_busy(0) and planner.others_busy(1)
+    planner.failed(bad[3])
+    assert planner.failing(0) == 4
 
 
 def test_a_dropped_first_call_makes_the_next_job_of_the_cold_unit_first() -> None:
@@ -136,9 +165,11 @@ def test_a_job_taken_again_in_a_warm_unit_is_not_first() -> None:
     first = planner.next_job()
     assert first is not None
     planner.finished(first)
-    planner.again(first)  # e.g. its chunks asked again after a throttle
+    second = planner.next_job()
+    assert second is unit_jobs[1]
+    planner.again(second)
     again = planner.next_job()
-    assert again is first and again.first is False
+    assert again is second and again.first is False
 
 
 def test_dropped_frees_the_unit() -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from contextual_kb.enrichment import valid_unicode
+
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _WRAPPER = re.compile(r"^\s*<(context|answer)[^>]*>(.*)</\1>\s*$", re.DOTALL | re.IGNORECASE)
 _SPACE = re.compile(r"\s+")
@@ -28,9 +30,16 @@ class Verdict:
     reason: str = ""  # why it was rejected or changed: empty, echo, capped
 
 
-def check_answer(answer: str, *, chunk: str, normalized_document: str, max_chars: int) -> Verdict:
-    """``normalized_document`` is ``normalize(what the model was shown)``, computed once per document."""
-    text = _CONTROL.sub("", answer).strip()
+def check_answer(
+    answer: str, *, chunk: str, normalized_document: str, max_chars: int, truncated: bool = False
+) -> Verdict:
+    """``normalized_document`` is ``normalize(what the model was shown)``, computed once per document.
+    ``truncated``: the model stopped at ``max_tokens``, mid-sentence: what it wrote is kept as a capped
+    context (cut at a word, with an ellipsis), never as if it were whole.
+
+    The one door for context text from outside (the model's answers, remembered contexts read back): it
+    leaves as valid Unicode (a lone surrogate, legal in JSON, could not be encoded later)."""
+    text = _CONTROL.sub("", valid_unicode(answer)).strip()
     wrapped = _WRAPPER.match(text)
     if wrapped:
         text = wrapped.group(2).strip()
@@ -40,6 +49,8 @@ def check_answer(answer: str, *, chunk: str, normalized_document: str, max_chars
         return Verdict(None, "echo")
     if len(text) > max_chars:
         return Verdict(_cut(text, max_chars), "capped")
+    if truncated:
+        return Verdict(_cut(text, len(text)), "capped")
     return Verdict(text)
 
 
@@ -59,6 +70,7 @@ def _is_echo(text: str, chunk: str, normalized_document: str) -> bool:
 
 
 def _cut(text: str, limit: int) -> str:
+    """At most ``limit`` characters, cut at a word, ending in an ellipsis."""
     room = limit - len(ELLIPSIS)
     cut = text[:room]
     space = cut.rfind(" ")

@@ -68,9 +68,12 @@ class ContextStrategy(ABC):
     def contextualize(
         self, documents: Iterable[SourceDocument], invocation: Invocation | None = None
     ) -> Iterator[DocumentContexts]:
+        deadline = invocation.deadline if invocation is not None else None
         for document in documents:
-            yield DocumentContexts(document, tuple(self.contexts_for(document)))
+            yield DocumentContexts(document, tuple(self.contexts_for(document, deadline)))
 
     @abstractmethod
-    def contexts_for(self, document: SourceDocument) -> list[ChunkContext | None]:
-        """One context (or None) per chunk of ``document``."""
+    def contexts_for(
+        self, document: SourceDocument, deadline: Deadline | None = None
+    ) -> list[ChunkContext | None]:
+        """One context (or None) per chunk of ``document``, within ``deadline`` when given."""

@@ -10,6 +10,11 @@ The engine, per invocation:
   throttled waits (with backoff) at the back of its queue, one still failing is tried again; a breaker stops
   calling a model that keeps failing (``flow_control``);
 - no call starts unless it can end before the deadline; at the deadline calls still running are abandoned;
+- a document whose own calls keep failing is contained: it goes after healthy ones, one call at a time, its
+  failures alone do not open the breaker, and after ``DOCUMENT_FAILURE_LIMIT`` failures in a row it is
+  given up on (its chunks get the fallback) while the others carry on;
+- what comes back is checked as untrusted text, remembered contexts read back as strictly as answers, and a
+  failure on one chunk's context is that chunk's fallback, never the call's;
 - every chunk left without a model context gets the structural context, counted by reason and logged with
   its file and batch keys; with ``ON_MODEL_ERROR=fail`` a model failure raises instead.
 """
@@ -37,16 +42,19 @@ from contextual_kb.context.base import (
 )
 from contextual_kb.context.flow_control import AdaptiveLimit, Breaker
 from contextual_kb.context.prompts import (
+    GROUPED_PROMPT_VERSION,
     MARKER,
     PromptSettings,
     chunk_request,
     grouped_request,
+    marker_code,
     parse_grouped,
 )
 from contextual_kb.context.scheduling import Job, Planner
 from contextual_kb.context.structural import StructuralStrategy
 from contextual_kb.context.windows import Unit, estimate_tokens, plan_units
-from contextual_kb.context_memory import ContextMemory, chunk_key, document_key
+from contextual_kb.context_memory import ContextMemory, Remembered, document_key, place_key
+from contextual_kb.deadline import Deadline
 from contextual_kb.errors import ModelError, TransformationError
 from contextual_kb.observability import logger
 from contextual_kb.pricing import min_cache_tokens, prices_for
@@ -72,6 +80,9 @@ MAX_THROTTLED_CALLS = 12
 _THROTTLE_PAUSE = 1.0
 _MAX_THROTTLE_PAUSE = 30.0
 _RECENT_CALLS = 200  # the expected duration of a call is the p95 of this many recent ones
+# A document whose calls failed this many times in a row (each after the SDK's retries), while others
+# succeed, is given up on: its chunks get the fallback, and its calls no longer take the model's time.
+DOCUMENT_FAILURE_LIMIT = 2 * MAX_JOB_ATTEMPTS
 # Fallback reasons that are model failures (``ON_MODEL_ERROR=fail`` raises on them).
 MODEL_FAILURES = frozenset({"model_error", "model_rejected", "model_unavailable", "model_throttled"})
 
@@ -95,6 +106,7 @@ class ClaudeStrategy(ContextStrategy):
         self.fingerprint = self.prompt.fingerprint(
             settings.context_mode,
             settings.group_size if self.grouped else 0,
+            GROUPED_PROMPT_VERSION if self.grouped else "",
             settings.max_document_tokens,
             settings.window_tokens,
             settings.opening_tokens,
@@ -135,8 +147,11 @@ class ClaudeStrategy(ContextStrategy):
     ) -> Iterator[DocumentContexts]:
         return _Run(self, invocation or Invocation(bucket="")).execute(documents)
 
-    def contexts_for(self, document: SourceDocument) -> list[ChunkContext | None]:
-        (result,) = list(self.contextualize([document]))  # drained, so its remembered contexts are saved
+    def contexts_for(
+        self, document: SourceDocument, deadline: Deadline | None = None
+    ) -> list[ChunkContext | None]:
+        invocation = Invocation(bucket="", deadline=deadline or Deadline.unlimited())
+        (result,) = list(self.contextualize([document], invocation))  # drained: its contexts are saved
         return list(result.contexts)
 
 
@@ -149,8 +164,9 @@ class _Open:
     units: list[Unit]
     contexts: list[ChunkContext | None]
     memory_key: str = ""
-    remembered: dict[str, str] = field(default_factory=dict)
-    learned: dict[str, str] = field(default_factory=dict)  # new model contexts, by chunk key
+    remembered: Remembered = field(default_factory=Remembered)
+    learned: dict[str, str] = field(default_factory=dict)  # new model contexts, by place key
+    code: str = ""  # grouped mode: the code of this document's chunk markers
     fallback: dict[int, str] = field(default_factory=dict)  # chunk index -> reason
     scheduled: bool = False
     cacheable: list[bool] = field(default_factory=list)
@@ -188,7 +204,7 @@ class _Run:
         pool = ThreadPoolExecutor(max_workers=self.s.concurrency, thread_name_prefix="ckb-claude")
         io = ThreadPoolExecutor(max_workers=MEMORY_THREADS, thread_name_prefix="ckb-memory")
         calls: dict[Future[Reply], tuple[Job, float]] = {}
-        lookups: dict[Future[dict[str, str]], _Open] = {}
+        lookups: dict[Future[Remembered], _Open] = {}
         saves: list[tuple[Future[None], int]] = []
         order: deque[_Open] = deque()
         source = iter(documents)
@@ -198,6 +214,8 @@ class _Run:
                 exhausted = exhausted or self._read(source, order, lookups, io)
                 if not self.stopped and self.deadline.passed():
                     self._hard_stop(calls, lookups)
+                if self.stopped and lookups and self.deadline.compute_remaining() <= 0:
+                    self._abandon_lookups(lookups)  # a lookup still out this late is not worth its wait
                 if not self.stopped:
                     self._start(pool, calls)
                     if not calls and not lookups and self.planner.has_pending():
@@ -218,7 +236,7 @@ class _Run:
         self,
         source: Iterator[SourceDocument],
         order: deque[_Open],
-        lookups: dict[Future[dict[str, str]], _Open],
+        lookups: dict[Future[Remembered], _Open],
         io: ThreadPoolExecutor,
     ) -> bool:
         """Open documents while there is room; True once the source is exhausted."""
@@ -229,20 +247,22 @@ class _Run:
             opened = self._open(self._seq, document)
             self._seq += 1
             order.append(opened)
-            if self.memory_on and not self.stopped and not self.deadline.passed() and _any_text(opened):
+            # After the hard stop too: a remembered context costs one read, and beats the fallback.
+            if self.memory_on and self.deadline.compute_remaining() > 0 and _any_text(opened):
                 lookups[io.submit(self.s.memory.load, self.bucket, opened.memory_key)] = opened
             else:
-                self._schedule(opened, {})
+                self._schedule(opened, Remembered())
         return False
 
     def _wait(
         self,
         calls: dict[Future[Reply], tuple[Job, float]],
-        lookups: dict[Future[dict[str, str]], _Open],
+        lookups: dict[Future[Remembered], _Open],
         order: deque[_Open],
     ) -> None:
         """Until a call or a lookup ends (at most a slice of time), and handle what ended."""
-        timeout = max(0.0, min(_WAIT_SLICE, self.deadline.remaining()))
+        left = self.deadline.compute_remaining() if self.stopped else self.deadline.remaining()
+        timeout = max(0.0, min(_WAIT_SLICE, left))
         waiting: list[Future[Any]] = [*calls, *lookups]
         if waiting:
             finished, _ = wait(waiting, timeout=timeout, return_when=FIRST_COMPLETED)
@@ -284,6 +304,8 @@ class _Run:
             if len(units) > 1 or (units and units[0].windowed):
                 self.acct.windowed_documents += 1
         opened = _Open(seq, document, units, [None] * document.chunk_count)
+        if self.s.grouped:
+            opened.code = marker_code(document.document.text)
         if self.memory_on:
             opened.memory_key = document_key(
                 self.settings.context_memory_prefix, self.s.fingerprint, document.document.text
@@ -291,7 +313,7 @@ class _Run:
         self.open[seq] = opened
         return opened
 
-    def _on_lookup(self, future: Future[dict[str, str]], opened: _Open) -> None:
+    def _on_lookup(self, future: Future[Remembered], opened: _Open) -> None:
         try:
             remembered = future.result()
         except Exception as exc:
@@ -301,23 +323,35 @@ class _Run:
                     "remembered contexts unavailable; calling the model", extra={"error": str(exc)}
                 )
                 self._memory_warned = True
-            remembered = {}
+            remembered = Remembered()
         self._schedule(opened, remembered)
 
-    def _schedule(self, opened: _Open, remembered: dict[str, str]) -> None:
+    def _abandon_lookups(self, lookups: dict[Future[Remembered], _Open]) -> None:
+        for future, opened in lookups.items():
+            future.cancel()
+            self._schedule(opened, Remembered())
+        lookups.clear()
+
+    def _schedule(self, opened: _Open, remembered: Remembered) -> None:
         opened.remembered = remembered
         needed: set[int] = set()
+        texts = _text_counts(opened) if remembered.by_text else {}
         for index in _all(opened):
             if not _needs_context(opened, index):
                 continue
-            known = remembered.get(chunk_key(opened.document.chunk(index))) if remembered else None
-            if known:
-                opened.contexts[index] = ChunkContext(known, NAME)
+            chunk = opened.document.chunk(index)
+            start = opened.document.document.spans[index].start
+            known = remembered.get(chunk, start, unique=texts.get(chunk) == 1) if remembered else None
+            if known and self._remembered(opened, index, known):
                 self.acct.chunks_remembered += 1
             else:
                 needed.add(index)
         units: list[tuple[bool, list[Job]]] = []
         for number, unit in enumerate(opened.units):
+            if self.stopped:  # remembered contexts only: the rest get the fallback below
+                units.append((False, [Job(opened.seq, number, (i,)) for i in unit.chunks if i in needed]))
+                opened.cacheable.append(False)
+                continue
             chunks = [i for i in unit.chunks if i in needed]
             if self.s.grouped:
                 size = self.settings.group_size
@@ -349,7 +383,7 @@ class _Run:
                 marks: dict[int, str] = {}
                 for i in spec.chunks:  # two chunks may start at one place: both markers go there
                     start = document.document.spans[i].start
-                    marks[start] = marks.get(start, "") + MARKER.format(n=i + 1)
+                    marks[start] = marks.get(start, "") + MARKER.format(n=i + 1, code=opened.code)
                 text = spec.render(document.document.text, marks)
             else:
                 text = spec.render(document.document.text)
@@ -370,7 +404,7 @@ class _Run:
             ):
                 opened.fallback[index] = "no_answer"
         if opened.fallback:
-            structural = self.s.fallback.contexts_for(opened.document)
+            structural = self.s.fallback.contexts_for(opened.document, self.deadline)
             reasons = Counter(opened.fallback.values())
             for index in opened.fallback:
                 opened.contexts[index] = structural[index]
@@ -386,7 +420,7 @@ class _Run:
                 },
             )
         if opened.learned and opened.memory_key:
-            merged = {**opened.remembered, **opened.learned}
+            merged = {**_by_place(opened), **opened.learned}
             saves.append(
                 (io.submit(self.s.memory.save, self.bucket, opened.memory_key, merged), len(opened.learned))
             )
@@ -444,7 +478,11 @@ class _Run:
         cache = opened.cacheable[job.unit]
         if job.grouped:
             return grouped_request(
-                self.s.prompt, marked_document=text, numbers=[i + 1 for i in job.chunks], cache=cache
+                self.s.prompt,
+                marked_document=text,
+                numbers=[i + 1 for i in job.chunks],
+                cache=cache,
+                code=opened.code,
             )
         chunk = _clip(opened.document.chunk(job.chunks[0]), self.settings.window_tokens * 3)
         return chunk_request(self.s.prompt, document=text, chunk=chunk, cache=cache)
@@ -484,16 +522,18 @@ class _Run:
                     continue
                 if answer is None:
                     acct.answers_rejected["missing"] += 1
-                if len(job.chunks) > 1:  # ask again on its own, against the same cached prefix
+                if len(job.chunks) > 1 and index not in opened.fallback:  # alone, on the same cached prefix
                     missing.append(Job(job.doc, job.unit, (index,), grouped=True))
                     acct.grouped_retries += 1
                 else:
-                    opened.fallback[index] = "answer_rejected"
+                    opened.fallback.setdefault(index, "answer_rejected")
             self.planner.finished(job, extra=missing)
         else:
             index = job.chunks[0]
-            if not self._accept(opened, job.unit, index, reply.text):
-                opened.fallback[index] = "answer_rejected"
+            # Stopped at max_tokens: cut mid-sentence, kept as a capped context, never as a whole one.
+            truncated = reply.stop_reason == "max_tokens"
+            if not self._accept(opened, job.unit, index, reply.text, truncated=truncated):
+                opened.fallback.setdefault(index, "answer_rejected")
             self.planner.finished(job)
         self._release(opened, job.unit)
 
@@ -503,24 +543,58 @@ class _Run:
             opened._texts.pop(unit, None)
             opened._normal.pop(unit, None)
 
-    def _accept(self, opened: _Open, unit: int, index: int, answer: str) -> bool:
-        if unit not in opened._normal:
-            opened._normal[unit] = normalize(self._text(opened, unit))
-        verdict = check_answer(
-            answer,
-            chunk=opened.document.chunk(index),
-            normalized_document=opened._normal[unit],
-            max_chars=self.settings.context_max_chars,
-        )
-        if verdict.text is None:
-            self.acct.answers_rejected[verdict.reason] += 1
+    def _accept(self, opened: _Open, unit: int, index: int, answer: str, *, truncated: bool = False) -> bool:
+        verdict = self._check(opened, unit, index, answer, truncated=truncated)
+        if verdict is None:
             return False
-        if verdict.reason == "capped":
-            self.acct.answers_capped += 1
-        opened.contexts[index] = ChunkContext(verdict.text, NAME)
-        opened.learned[chunk_key(opened.document.chunk(index))] = verdict.text
+        opened.contexts[index] = ChunkContext(verdict, NAME)
+        opened.learned[_place(opened, index)] = verdict
         self.acct.chunks_from_model += 1
         return True
+
+    def _remembered(self, opened: _Open, index: int, text: str) -> bool:
+        """A remembered context, checked as strictly as an answer (the store is outside this process)."""
+        unit = next(number for number, spec in enumerate(opened.units) if index in spec.chunks)
+        verdict = self._check(opened, unit, index, text, remembered=True)
+        if verdict is None:
+            return False
+        opened.contexts[index] = ChunkContext(verdict, NAME)
+        return True
+
+    def _check(
+        self,
+        opened: _Open,
+        unit: int,
+        index: int,
+        text: str,
+        *,
+        truncated: bool = False,
+        remembered: bool = False,
+    ) -> str | None:
+        """The context to keep, or None (counted). Any failure on one chunk's text is that chunk's fallback
+        ("context_error"), never the call's."""
+        kind = "remembered_" if remembered else ""
+        try:
+            if unit not in opened._normal:
+                opened._normal[unit] = normalize(self._text(opened, unit))
+            verdict = check_answer(
+                text,
+                chunk=opened.document.chunk(index),
+                normalized_document=opened._normal[unit],
+                max_chars=self.settings.context_max_chars,
+                truncated=truncated,
+            )
+        except Exception:
+            logger.exception("a context could not be checked", extra={"file": opened.document.source})
+            self.acct.answers_rejected[f"{kind}error"] += 1
+            opened.fallback[index] = "context_error"
+            return None
+        if verdict.text is None:
+            self.acct.answers_rejected[kind + verdict.reason] += 1
+            return None
+        if verdict.reason == "capped":
+            self.acct.answers_capped += 1
+        return verdict.text
 
     def _failed(self, job: Job, kind: str, message: str) -> None:
         opened = self.open[job.doc]
@@ -536,8 +610,10 @@ class _Run:
                 return
             reason = "model_throttled"
         elif kind == "transient":
-            self.breaker.on_failure(message, probe=job.probe)
-            if job.failures + 1 < MAX_JOB_ATTEMPTS:
+            alone = not self.planner.others_busy(job.doc)
+            self.breaker.on_failure(message, probe=job.probe, source=job.doc, alone=alone)
+            document_failing = self.planner.failing(job.doc) + 1 >= DOCUMENT_FAILURE_LIMIT
+            if job.failures + 1 < MAX_JOB_ATTEMPTS and not document_failing:
                 self.acct.requeued_calls += 1
                 self.planner.again(job)
                 logger.info("model call failed; will try again", extra={**log, "error": message})
@@ -550,9 +626,17 @@ class _Run:
         else:
             reason = "model_rejected"
         logger.warning("model call failed for good", extra={**log, "error": message, "reason": reason})
-        self.planner.dropped(job)
+        self.planner.failed(job)
         self._release(opened, job.unit)
         self._fallback_jobs([job], reason, message)
+        if reason == "model_error" and self.planner.failing(job.doc) >= DOCUMENT_FAILURE_LIMIT:
+            # Its own calls keep failing while the model answers others: contained to it, the rest go on.
+            given_up = self.planner.take_pending(job.doc)
+            logger.warning(
+                "the model keeps failing on this document: its chunks get the structural context",
+                extra={**log, "failed_calls": self.planner.failing(job.doc)},
+            )
+            self._fallback_jobs(given_up, "model_error", message)
 
     def _fallback_jobs(self, jobs: list[Job], reason: str, message: str = "") -> None:
         for job in jobs:
@@ -582,10 +666,10 @@ class _Run:
     def _hard_stop(
         self,
         calls: dict[Future[Reply], tuple[Job, float]],
-        lookups: dict[Future[dict[str, str]], _Open],
+        lookups: dict[Future[Remembered], _Open],
     ) -> None:
-        """The deadline: use what has already come back, abandon what is still running, and give every chunk
-        still waiting the fallback."""
+        """The model's time is up: use what has already come back, abandon the calls still running, and give
+        every chunk still waiting for a call the fallback."""
         self.stopped = True
         for future in [f for f in calls if f.done()]:
             job, started = calls.pop(future)
@@ -601,11 +685,34 @@ class _Run:
             self._fallback_jobs([job], "deadline")
         calls.clear()
         self.breaker.on_abandoned()
-        for future, opened in lookups.items():
-            future.cancel()
-            self._schedule(opened, {})
-        lookups.clear()
+        # Lookups still running go on: a remembered context beats the fallback, and costs no model time.
         self._fallback_jobs(self.planner.take_pending(), "deadline")
+
+
+def _place(opened: _Open, index: int) -> str:
+    return place_key(opened.document.chunk(index), opened.document.document.spans[index].start)
+
+
+def _text_counts(opened: _Open) -> Counter[str]:
+    """How often each chunk text occurs in the document: a format-1 remembered entry (keyed by text) is
+    only trusted for a text that occurs once."""
+    return Counter(opened.document.chunk(i) for i in _all(opened))
+
+
+def _by_place(opened: _Open) -> dict[str, str]:
+    """What was remembered, by place: format-2 entries as they are, format-1 ones moved to their place where
+    their text is unique (the next save writes them in format 2: the migration)."""
+    entries = dict(opened.remembered.by_place)
+    if opened.remembered.by_text:
+        counts = _text_counts(opened)
+        for index in _all(opened):
+            chunk = opened.document.chunk(index)
+            start = opened.document.document.spans[index].start
+            if counts[chunk] == 1:
+                known = opened.remembered.get(chunk, start, unique=True)
+                if known:
+                    entries.setdefault(place_key(chunk, start), known)
+    return entries
 
 
 def _any_text(opened: _Open) -> bool:

@@ -4,9 +4,11 @@
 the limit by ``decrease`` (at most once per ``cooldown`` so one burst of 429s counts once), each success
 grows it by 1/limit, up to the configured maximum. It is told of 429s from worker threads, hence the lock.
 
-``Breaker`` stops calls to a model that keeps failing: ``threshold`` consecutive failed calls open it; after
-``cooldown`` one probe call may go; a failed probe opens it again, and after ``max_probes`` failed probes
-(or one fatal error: access denied, no such model) it gives up for the invocation.
+``Breaker`` stops calls to a model that keeps failing: ``threshold`` consecutive failed calls open it, when
+they come from more than one document (or from the only document with work left: failures of one document
+among healthy others are that document's, contained by the planner, not the model's); after ``cooldown``
+one probe call may go; a failed probe opens it again, and after ``max_probes`` failed probes (or one fatal
+error: access denied, no such model) it gives up for the invocation.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class Breaker:
     gave_up: bool = False
     reason: str = ""
     opened: int = 0
+    sources: set[int] = field(default_factory=set)  # documents of the current run of failures
 
     def allows(self) -> bool:
         """A call may start now (in half-open state, only the one probe)."""
@@ -86,15 +89,27 @@ class Breaker:
         self.failed_probes = 0
         self.open_until = None
         self.probing = False
+        self.sources.clear()
 
-    def on_failure(self, reason: str, *, fatal: bool = False, probe: bool = False) -> None:
+    def on_failure(
+        self,
+        reason: str,
+        *,
+        fatal: bool = False,
+        probe: bool = False,
+        source: int | None = None,
+        alone: bool = True,
+    ) -> None:
         """A call failed after its retries; ``probe``: it was the half-open state's probe call (a call that
-        was already running when the breaker opened is not the probe)."""
+        was already running when the breaker opened is not the probe); ``source``: its document; ``alone``:
+        no other document has work (its failures cannot be told from the model's)."""
         self.reason = reason
         if fatal:
             self.gave_up = True
             return
         self.failures += 1
+        if source is not None:
+            self.sources.add(source)
         if probe and self.probing:
             self.probing = False
             self.failed_probes += 1
@@ -104,7 +119,8 @@ class Breaker:
             self.open_until = self.clock() + self.cooldown
             self.opened += 1
             return
-        if self.failures >= self.threshold and self.open_until is None:
+        across = len(self.sources) > 1 or alone
+        if self.failures >= self.threshold and across and self.open_until is None:
             self.open_until = self.clock() + self.cooldown
             self.opened += 1
 

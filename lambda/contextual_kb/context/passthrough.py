@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from contextual_kb.context.base import ChunkContext, ContextStrategy, SourceDocument
+from contextual_kb.deadline import Deadline
 
 
 class PassThroughStrategy(ContextStrategy):
     name = "none"
 
-    def contexts_for(self, document: SourceDocument) -> list[ChunkContext | None]:
+    def contexts_for(
+        self, document: SourceDocument, deadline: Deadline | None = None
+    ) -> list[ChunkContext | None]:
         return [None] * document.chunk_count

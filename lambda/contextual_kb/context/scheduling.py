@@ -5,6 +5,10 @@ call runs alone, because a cache entry becomes readable only once the response t
 calls sent alongside it would each pay the write. When the first call returns, the unit's other calls are
 free to run side by side. Units that cannot be cached (too short, or not cached on purpose) have no first
 call. Earlier documents go first, so results stream out in order and few documents are held at once.
+
+A document whose own calls keep failing is contained: from its first failure until its next success it goes
+after every healthy document and has at most one call running, and a failed call goes to the back of its
+queue. So one bad document cannot fill every slot, nor take every turn, while the others wait.
 """
 
 from __future__ import annotations
@@ -39,6 +43,10 @@ class _Unit:
 @dataclass
 class _Doc:
     units: list[_Unit]
+    failing: int = 0  # calls of this document failed since its last success
+
+    def in_flight(self) -> int:
+        return sum(u.in_flight for u in self.units)
 
 
 class Planner:
@@ -52,9 +60,13 @@ class Planner:
         )
 
     def next_job(self, now: float = 0.0) -> Job | None:
-        """The next call to start: earliest document first, skipping jobs waiting until later than ``now``."""
-        for doc in sorted(self._docs):
-            for unit in self._docs[doc].units:
+        """The next call to start: healthy documents first, earliest first; a failing document one call at a
+        time; skipping jobs waiting until later than ``now``."""
+        for doc in sorted(self._docs, key=lambda d: (self._docs[d].failing > 0, d)):
+            state = self._docs[doc]
+            if state.failing and state.in_flight():
+                continue
+            for unit in state.units:
                 if not unit.pending or (not unit.warm and unit.in_flight):
                     continue
                 job = next((j for j in unit.pending if j.not_before <= now), None)
@@ -77,19 +89,36 @@ class Planner:
         return self._docs[job.doc].units[job.unit]
 
     def finished(self, job: Job, *, extra: list[Job] | None = None) -> None:
-        """The call returned an answer: the unit is warm; ``extra`` jobs (chunks to ask again) are queued."""
+        """The call returned an answer: the unit is warm, the document healthy; ``extra`` jobs (chunks to ask
+        again) are queued."""
         unit = self._unit(job)
         unit.in_flight -= 1
         unit.warm = True
+        self._docs[job.doc].failing = 0
         if extra:
             unit.pending.extend(extra)
 
     def again(self, job: Job) -> None:
-        """The call failed transiently: back to the front of its unit's queue."""
+        """The call failed transiently: to the back of its unit's queue (it tries again after the others),
+        and its document counts one more failure."""
         unit = self._unit(job)
         unit.in_flight -= 1
         job.failures += 1
-        unit.pending.appendleft(job)
+        self._docs[job.doc].failing += 1
+        unit.pending.append(job)
+
+    def failed(self, job: Job) -> None:
+        """The call failed for good (the caller gives its chunks the fallback): its document counts it."""
+        self.dropped(job)
+        self._docs[job.doc].failing += 1
+
+    def failing(self, doc: int) -> int:
+        """Calls of ``doc`` that failed since its last success."""
+        return self._docs[doc].failing
+
+    def others_busy(self, doc: int) -> bool:
+        """Another document has calls queued or running (so a failure of ``doc`` may be its own)."""
+        return any(self.busy(other) for other in self._docs if other != doc)
 
     def later(self, job: Job, not_before: float) -> None:
         """The call was throttled: to the back of its unit's queue, not to start before ``not_before``."""

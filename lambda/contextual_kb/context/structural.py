@@ -9,11 +9,15 @@ strategies.
 from __future__ import annotations
 
 import re
+import time
 
 from contextual_kb.context.base import ChunkContext, ContextStrategy, SourceDocument
-from contextual_kb.context.outline import Outline, Section, outline
+from contextual_kb.context.outline import Outline, OutlineTimeoutError, Section, outline
+from contextual_kb.deadline import Deadline
 
 NAME = "structural"
+DOCUMENT_LEVEL = "structural_document"  # the source of a context given without the outline (no time)
+HEAD_CHARS = 65_536  # read for the title when the whole document cannot be
 PATH_SEPARATOR = " › "
 # Skipped to find where a chunk's own content starts: blank space and the closing lines of what came before.
 _LEADING_CLOSERS = re.compile(r"(?:\s+|[})\];,]+(?=\s))*")
@@ -31,13 +35,27 @@ class StructuralStrategy(ContextStrategy):
         # large file look alike to lexical search (measured: docs/BENCHMARKS.md).
         self.max_names = max_names
 
-    def contexts_for(self, document: SourceDocument) -> list[ChunkContext | None]:
+    def contexts_for(
+        self, document: SourceDocument, deadline: Deadline | None = None
+    ) -> list[ChunkContext | None]:
+        """Within ``deadline`` (its compute time): what cannot be outlined in time gets the document-level
+        context (source ``structural_document``, counted with the contexts by source)."""
         text = document.document.text
-        info = outline(text, path=document.path)
+        started = time.perf_counter()
+        expired = (lambda: deadline.compute_remaining() <= 0) if deadline is not None else None
+        try:
+            if expired is not None and expired():
+                raise OutlineTimeoutError
+            info = outline(text, path=document.path, expired=expired)
+        except OutlineTimeoutError:
+            return _document_level(document)
         head = _document_line(document.path, info)
         names = info.names[: self.max_names]
         contexts: list[ChunkContext | None] = []
-        for span in document.document.spans:
+        for number, span in enumerate(document.document.spans):
+            if expired is not None and not number & 1023 and number and expired():
+                contexts.extend(_document_level(document)[number:])
+                break
             chunk = text[span.start : span.end]
             if not chunk.strip():
                 contexts.append(None)
@@ -49,7 +67,18 @@ class StructuralStrategy(ContextStrategy):
             defined = info.defined_in(span.start, span.end)[: self.max_names]
             context = _compose(head, _path_line(info, enclosing), defined, names, self.max_chars)
             contexts.append(ChunkContext(context, NAME) if context else None)
+        if deadline is not None:
+            deadline.note_structural(len(text), time.perf_counter() - started)
         return contexts
+
+
+def _document_level(document: SourceDocument) -> list[ChunkContext | None]:
+    """The document line alone (path and title, read from the document's head) for every chunk with text:
+    what the structural pass gives when it has no time to outline the whole document."""
+    head = _document_line(document.path, outline(document.document.text[:HEAD_CHARS], path=document.path))
+    context = ChunkContext(head, DOCUMENT_LEVEL) if head else None
+    text = document.document.text
+    return [context if text[span.start : span.end].strip() else None for span in document.document.spans]
 
 
 def _document_line(path: str | None, info: Outline) -> str:

@@ -44,12 +44,13 @@ TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
 _PATH = re.compile(r"^/model/(?P<model>[^/]+)/invoke$")
 _CHUNK = re.compile(r"<chunk>\n?(.*?)\n?</chunk>", re.DOTALL)
 _NUMBERS = re.compile(r"^Chunks: ([\d, ]+)\.$", re.MULTILINE)
-_MARKER = re.compile(r"⟪chunk (\d+)⟫")
+_MARKER = re.compile(r"⟪chunk (\d+) (?P<code>[0-9a-f]{8})⟫")
 _WORD = re.compile(r"\S+")
 
 
 def count_tokens(text: str) -> int:
-    return math.ceil(len(text.encode("utf-8")) / BYTES_PER_TOKEN) if text else 0
+    # surrogatepass: a lone surrogate (legal in JSON) is carried, as Bedrock carries any text it is sent.
+    return math.ceil(len(text.encode("utf-8", "surrogatepass")) / BYTES_PER_TOKEN) if text else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +79,8 @@ class StandInConfig:
     record: bool = False  # keep every request body (``BedrockStandIn.seen``), for tests
     # Returns the answer text for a request (None: the stand-in's own); for tests of untrusted output.
     responder: Callable[[Seen], str | None] | None = None
+    # Returns an HTTP status to fail a request with (None: answer it): faults that belong to a document.
+    fault_for: Callable[[Seen], int | None] | None = None
 
 
 @dataclass
@@ -212,6 +215,19 @@ class BedrockStandIn:
                 self.seen.append(body)
         texts = [system_text, *(b.get("text", "") for b in blocks)]
         total_tokens = sum(count_tokens(t) for t in texts)
+        document = blocks[0].get("text", "") if blocks else ""
+        question = "\n".join(b.get("text", "") for b in blocks[1:])
+        seen = Seen(model, document, question, max_tokens)
+        status = config.fault_for(seen) if config.fault_for is not None else None
+        if status is not None:
+            with self._lock:
+                self.stats.requests += 1
+                self.stats.faults += 1
+            return (
+                status,
+                _error(_ERROR_TYPES.get(status, "InternalServerException"), "this request fails"),
+                0.0,
+            )
         with self._lock:
             self.stats.requests += 1
             if self.stats.first_request_at is None:
@@ -223,17 +239,16 @@ class BedrockStandIn:
             if hang:
                 self.stats.hangs += 1
             cache_write, cache_read, prefix_key = self._cache_use(model, system_text, blocks, arrived)
-        document = blocks[0].get("text", "") if blocks else ""
-        question = "\n".join(b.get("text", "") for b in blocks[1:])
         text = None
         if config.responder is not None:
-            text = config.responder(Seen(model, document, question, max_tokens))
+            text = config.responder(seen)
         if text is None:
             text = _contexts(document, question)
         output_tokens = count_tokens(text)
         stop_reason = "end_turn"
         if output_tokens > max_tokens:
-            text = text.encode("utf-8")[: int(max_tokens * BYTES_PER_TOKEN)].decode("utf-8", errors="ignore")
+            cut = text.encode("utf-8", "surrogatepass")[: int(max_tokens * BYTES_PER_TOKEN)]
+            text = cut.decode("utf-8", errors="ignore")
             output_tokens, stop_reason = max_tokens, "max_tokens"
         uncached = total_tokens - cache_write - cache_read
         self._count(uncached, cache_write, cache_read, output_tokens, prefix_key)
@@ -304,7 +319,7 @@ class BedrockStandIn:
         tokens = sum(count_tokens(t) for t in prefix)
         if tokens < min_cache_tokens(model, self.config.min_cache_tokens):
             return 0, 0, ""
-        key = hashlib.sha256("\x00".join([model, *prefix]).encode("utf-8")).hexdigest()
+        key = hashlib.sha256("\x00".join([model, *prefix]).encode("utf-8", "surrogatepass")).hexdigest()
         ttl = TTL_SECONDS.get(str(blocks[last]["cache_control"].get("ttl", "5m")), 300.0)
         entry = self._cache.get(key)
         if entry is not None and entry.readable_at <= now < entry.expires_at:
@@ -377,13 +392,16 @@ def _contexts(document: str, question: str) -> str:
     numbers = _NUMBERS.search(question)
     if numbers and '<context chunk="N">' in question:
         wanted = [int(n) for n in re.findall(r"\d+", numbers.group(1))]
-        starts = {int(m.group(1)): m.end() for m in _MARKER.finditer(document)}
+        # Only the markers with the code the question names are ours (a document may hold look-alikes).
+        code = re.search(r"⟪chunk N ([0-9a-f]{8})⟫", question)
+        ours = [m for m in _MARKER.finditer(document) if code and m.group("code") == code.group(1)]
+        starts = {int(m.group(1)): m.end() for m in ours}
         lines = []
         for n in wanted:
             if n not in starts:
                 continue
-            following = _MARKER.search(document, starts[n])
-            chunk = document[starts[n] : following.start() if following else len(document)]
+            following = next((m.start() for m in ours if m.start() >= starts[n]), len(document))
+            chunk = document[starts[n] : following]
             lines.append(
                 f'<context chunk="{n}">This chunk is from {title}. It covers: {_summary(chunk)}.</context>'
             )

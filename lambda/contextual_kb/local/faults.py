@@ -13,12 +13,14 @@ import io
 import json
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from contextual_kb.local.bedrock_standin import BedrockStandIn, Seen, StandInConfig
+from contextual_kb.local.corpora import heading_dense_manual, split_at_lines
 
 BUCKET = "reliability-intermediate"
 MODEL_PREFIX = "This chunk is from"  # how the stand-in's own answers begin
@@ -33,10 +35,12 @@ class Workload:
     chunks_per_file: int
     words: int = 60  # per chunk; 8 chunks of 320 words make a document over Haiku 4.5's cache minimum
     per_batch: int = 5
+    manual_chars: int = 0  # instead of words: each file a heading-dense manual of this size, in 1.5 KB chunks
 
-    @property
-    def chunks(self) -> int:
-        return self.files * self.chunks_per_file
+    def file_chunks(self, number: int) -> list[str]:
+        if self.manual_chars:
+            return split_at_lines(heading_dense_manual(self.manual_chars, seed=number), 1500)
+        return words_chunks(f"topic{number}", self.chunks_per_file, self.words)
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,7 @@ class Scenario:
     chaos: Chaos | None = None  # runs beside the handler until it returns
     s3_put_failures: int = 0  # PutObject attempts answered 500 first, per output key; -1: every attempt
     s3_put_every: int = 1  # ... for one output key in this many
+    s3_delay_seconds: float = 0.0  # every S3 request of the handler's batch store waits this long
     expect_failure: bool = False  # the invocation must fail, loudly, naming the object
     # Stand-in counters (StandInStats) that must be above 0, so that a fault that never fired cannot pass.
     must_see: tuple[str, ...] = ()
@@ -66,6 +71,8 @@ class Outcome:
     metadata_lost: int = 0
     from_model: int = 0
     degraded: int = 0  # chunks without a model context (given the structural one)
+    degraded_by_file: dict[str, int] = field(default_factory=dict)  # source file -> chunks degraded
+    document_level: int = 0  # chunks given the document-level context (no time to outline their document)
     fallbacks_logged: dict[str, int] = field(default_factory=dict)  # the summary line, by reason
     fallbacks_warned: int = 0  # the per-file warning lines, summed
     fallbacks_metric: int = 0  # the ContextFallbacks metric
@@ -76,7 +83,9 @@ class Outcome:
     standin: dict[str, Any] = field(default_factory=dict)  # what the stand-in saw
     put_attempts: int = 0
     put_failures: int = 0
+    put_most_per_object: int = 0  # the most PutObject attempts any one object got
     remembered_objects: int = 0  # remembered-context objects in the bucket after the run
+    outputs_left: int = 0  # output objects in the bucket after the run
     error: str = ""  # the exception, for a scenario expected to fail
     error_logged: bool = False  # an ERROR log line with the exception, and TransformationErrors = 1
 
@@ -166,6 +175,16 @@ def cache_expiry(every: float) -> Chaos:
     return chaos
 
 
+def failing_document(text: str, status: int = 500) -> Callable[[Seen], int | None]:
+    """A fault that belongs to one document: every call whose document holds ``text`` is answered
+    ``status``, the others as usual."""
+
+    def fault_for(seen: Seen) -> int | None:
+        return status if text in seen.document else None
+
+    return fault_for
+
+
 def malformed_answers(every: int = 3) -> Callable[[Seen], str | None]:
     """A responder: one call in ``every`` answered with nothing, blanks, the chunk echoed back, or a wrapper
     with no text in it; the rest the stand-in's own answer."""
@@ -198,32 +217,11 @@ def run(scenario: Scenario, standin: BedrockStandIn) -> Outcome:
 
     from contextual_kb import handler
     from contextual_kb.local import runner
-    from contextual_kb.local.kb_staging import build_event, stage_file
     from contextual_kb.local.lambda_context import LocalLambdaContext
 
     s3 = boto3.client("s3")
-    s3.create_bucket(Bucket=BUCKET)
-    load = scenario.workload
-    staged = []
-    for f in range(load.files):
-        chunks = words_chunks(f"topic{f}", load.chunks_per_file, load.words)
-        metadata = [
-            {"page": i, "tags": ["reliability", f"file{f}"], "nested": {"owner": f"team{f % 3}"}}
-            for i in range(len(chunks))
-        ]
-        staged.append(
-            stage_file(
-                s3,
-                BUCKET,
-                f"s3://reliability-source/docs/file{f}.md",
-                chunks,
-                chunks_per_batch=load.per_batch,
-                file_metadata={"collection": "reliability"},
-                chunk_metadata=metadata,
-            )
-        )
-    event = build_event(BUCKET, staged)
-    outcome = Outcome(scenario.name, chunks_in=load.chunks, timeout_seconds=scenario.timeout_seconds)
+    event, total = _stage(s3, scenario.workload)
+    outcome = Outcome(scenario.name, chunks_in=total, timeout_seconds=scenario.timeout_seconds)
     standin.configure(**scenario.standin)
     with _environment(
         {"CONTEXT_STRATEGY": "claude", "ANTHROPIC_BEDROCK_BASE_URL": standin.url, **scenario.env}
@@ -233,6 +231,8 @@ def run(scenario: Scenario, standin: BedrockStandIn) -> Outcome:
         outcome.hard_stop_seconds = scenario.timeout_seconds - settings.deadline_reserve_seconds
         counter = _PutFaults(scenario.s3_put_failures, scenario.s3_put_every)
         store._client.meta.events.register_first("before-send.s3.PutObject", counter)
+        if scenario.s3_delay_seconds:
+            store._client.meta.events.register("before-send.s3", _delay(scenario.s3_delay_seconds))
         context = LocalLambdaContext(timeout_seconds=scenario.timeout_seconds)  # type: ignore[arg-type]
         done = threading.Event()
         chaos = (
@@ -255,10 +255,12 @@ def run(scenario: Scenario, standin: BedrockStandIn) -> Outcome:
                 chaos.join(timeout=5)
             handler.runtime.cache_clear()
     outcome.put_attempts, outcome.put_failures = counter.attempts, counter.failures
+    outcome.put_most_per_object = max((n for n in counter.by_key.values() if n > 0), default=0)
     listed = s3.list_objects_v2(
         Bucket=BUCKET, Prefix=settings.context_memory_prefix or "contextual-kb/contexts/"
     )
     outcome.remembered_objects = listed.get("KeyCount", 0)
+    outcome.outputs_left = s3.list_objects_v2(Bucket=BUCKET, Prefix=settings.output_prefix).get("KeyCount", 0)
     outcome.standin = standin.stats.as_dict()
     if result is not None:
         outcome.seconds = result.seconds
@@ -267,9 +269,45 @@ def run(scenario: Scenario, standin: BedrockStandIn) -> Outcome:
     return outcome
 
 
+def _stage(s3: Any, load: Workload) -> tuple[dict[str, Any], int]:
+    """The workload's files as the KB would stage them, with metadata to keep; the event and its chunks."""
+    from contextual_kb.local.kb_staging import build_event, stage_file
+
+    s3.create_bucket(Bucket=BUCKET)
+    staged = []
+    for f in range(load.files):
+        chunks = load.file_chunks(f)
+        metadata = [
+            {"page": i, "tags": ["reliability", f"file{f}"], "nested": {"owner": f"team{f % 3}"}}
+            for i in range(len(chunks))
+        ]
+        staged.append(
+            stage_file(
+                s3,
+                BUCKET,
+                f"s3://reliability-source/docs/file{f}.md",
+                chunks,
+                chunks_per_batch=load.per_batch,
+                file_metadata={"collection": "reliability"},
+                chunk_metadata=metadata,
+            )
+        )
+    return build_event(BUCKET, staged), sum(len(f.chunks) for f in staged)
+
+
+def _delay(seconds: float) -> Callable[..., None]:
+    """A botocore ``before-send`` hook: S3 answering slowly (the request then goes on as usual)."""
+
+    def hook(**_: Any) -> None:
+        time.sleep(seconds)
+
+    return hook
+
+
 def _check_outputs(outcome: Outcome, result: Any) -> None:
     seen_keys: set[str] = set()
     for given, produced in zip(result.event["inputFiles"], result.response["outputFiles"], strict=True):
+        source = given["originalFileLocation"]["s3_location"]["uri"]
         in_keys = [b["key"] for b in given["contentBatches"]]
         out_keys = [b["key"] for b in produced["contentBatches"]]
         if len(out_keys) != len(in_keys) or seen_keys & set(out_keys):
@@ -294,6 +332,7 @@ def _check_outputs(outcome: Outcome, result: Any) -> None:
                     outcome.from_model += 1
                 else:
                     outcome.degraded += 1
+                    outcome.degraded_by_file[source] = outcome.degraded_by_file.get(source, 0) + 1
 
 
 def _count_reports(outcome: Outcome, log: str) -> None:
@@ -301,6 +340,7 @@ def _count_reports(outcome: Outcome, log: str) -> None:
         if line.get("message") == "transformation complete":
             outcome.model = line.get("model", {})
             outcome.fallbacks_logged = dict(outcome.model.get("fallbacks", {}))
+            outcome.document_level = int(line.get("contexts_by_source", {}).get("structural_document", 0))
         elif str(line.get("message", "")).startswith("chunks given the structural context"):
             outcome.fallbacks_warned += int(line.get("chunks", 0))
         elif "_aws" in line and "ContextFallbacks" in line:
@@ -445,6 +485,37 @@ def scenarios(scale: str = QUICK) -> list[Scenario]:
             timeout_seconds=60.0 if full else 6.0,
             standin={"latency_ms": 8000.0 if full else 1000.0},
             env={"DEADLINE_RESERVE_SECONDS": "30" if full else "2", "MAX_CONCURRENCY": "16" if full else "8"},
+        ),
+        Scenario(
+            "slow S3, long tail",
+            "200 files of 4 batches, S3 at 50 ms a request, a slow model, a 36 s Lambda"
+            if full
+            else "60 files of 4 batches, S3 at 40 ms a request, a slow model, a 12 s Lambda",
+            Workload(files=200 if full else 60, chunks_per_file=20, words=60, per_batch=5),
+            timeout_seconds=36.0 if full else 12.0,
+            standin={"latency_ms": 2000.0 if full else 300.0},
+            env={"MAX_CONCURRENCY": "16" if full else "8", "DEADLINE_RESERVE_SECONDS": "2"},
+            s3_delay_seconds=0.05 if full else 0.04,
+        ),
+        Scenario(
+            "heading-dense document, short time",
+            "a 20 MB manual with a heading every few lines, a slow model, a 30 s Lambda"
+            if full
+            else "a 6 MB manual with a heading every few lines, a slow model, a 3 s Lambda",
+            Workload(
+                files=1, chunks_per_file=0, manual_chars=20_000_000 if full else 6_000_000, per_batch=500
+            ),
+            timeout_seconds=30.0 if full else 3.0,
+            standin={"latency_ms": 5000.0 if full else 2000.0},
+            env={"DEADLINE_RESERVE_SECONDS": "2" if full else "1", "CONTEXT_MEMORY_PREFIX": ""},
+        ),
+        Scenario(
+            "one failing document",
+            "every call on the first of 6 documents answered 500, the others as usual",
+            Workload(files=6, chunks_per_file=20),
+            standin={"latency_ms": 300.0 if full else 5.0, "fault_for": failing_document("Topic0 part 0.")},
+            env={"MODEL_MAX_RETRIES": "0", "MAX_CONCURRENCY": "8"},
+            must_see=("faults",),
         ),
         Scenario(
             "malformed answers",

@@ -1,0 +1,77 @@
+"""Output batch objects written several at a time, and taken back when the call fails.
+
+Writes run ``parallelism`` at a time on worker threads (one after another, 800 writes at 50 ms took 40 s of
+a Lambda's time); at most twice that many wait, so memory holds few output bodies. The first failed write is
+raised by the next ``write`` or by ``finish``. A failed call's outputs are not named in any response, so
+``take_back`` deletes what the call wrote: a failed call leaves nothing behind (a retry writes them again).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import Protocol
+
+from contextual_kb.budget import WorkLeft
+from contextual_kb.observability import logger
+
+# How long a failed call waits for the writes still under way before deleting what was written.
+TAKE_BACK_WAIT_SECONDS = 10.0
+
+
+class WritingStore(Protocol):
+    def write(self, bucket: str, key: str, body: bytes) -> None: ...
+
+    def delete(self, bucket: str, keys: list[str]) -> None: ...
+
+
+class OutputWriter:
+    def __init__(self, store: WritingStore, bucket: str, *, parallelism: int, work: WorkLeft) -> None:
+        self._store = store
+        self._bucket = bucket
+        self._work = work
+        self._limit = 2 * max(1, parallelism)
+        self._pool = ThreadPoolExecutor(max_workers=max(1, parallelism), thread_name_prefix="ckb-write")
+        self._pending: deque[Future[None]] = deque()
+        # Every key a write was started for: S3 may store an object behind an error it answers.
+        self._written: list[str] = []
+
+    def write(self, key: str, body: bytes) -> None:
+        while len(self._pending) >= self._limit:
+            self._pending.popleft().result()  # a failed write raises here, naming its object
+        self._written.append(key)
+        self._pending.append(self._pool.submit(self._put, key, body))
+
+    def _put(self, key: str, body: bytes) -> None:
+        started = time.perf_counter()
+        self._store.write(self._bucket, key, body)
+        self._work.wrote(time.perf_counter() - started)
+
+    def finish(self) -> None:
+        """Every output written, or the first failure raised."""
+        try:
+            while self._pending:
+                self._pending.popleft().result()
+        finally:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def take_back(self) -> None:
+        """After a failure: no more writes, and every output this call started to write deleted (best effort,
+        logged; deleting one that S3 never stored is harmless)."""
+        for future in self._pending:
+            future.cancel()
+        wait(list(self._pending), timeout=TAKE_BACK_WAIT_SECONDS)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        written = list(self._written)
+        if not written:
+            return
+        try:
+            self._store.delete(self._bucket, written)
+        except Exception as exc:  # the call's own failure is what must be reported
+            logger.warning(
+                "could not delete the outputs of the failed call (they expire with the bucket's lifecycle)",
+                extra={"outputs": len(written), "error": str(exc)},
+            )
+            return
+        logger.info("outputs of the failed call deleted", extra={"outputs": len(written)})
