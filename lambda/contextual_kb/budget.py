@@ -83,11 +83,9 @@ class WorkLeft:
     def seconds(self) -> float:
         with self._lock:
             chars, spent = self._structural
-            # At least the default speed's share, so that a few fast small passes do not promise too much.
-            speed = (
-                min(DEFAULT_CHARS_PER_SECOND * 10, chars / spent)
-                if spent > 0.05
-                else DEFAULT_CHARS_PER_SECOND
-            )
+            # The measured speed once 50 ms of passes were timed (fewer say little), and never more than 10x
+            # the default: a few small, fast passes must not promise that a 50 MB one is quick.
+            measured = chars / spent if spent > 0.05 else DEFAULT_CHARS_PER_SECOND
+            speed = min(DEFAULT_CHARS_PER_SECOND * 10, measured)
             compute = max(0, self.chars) / speed
         return self.io_seconds() + compute

@@ -429,10 +429,11 @@ class _Run:
         return DocumentContexts(opened.document, tuple(opened.contexts))
 
     def _await_saves(self, saves: list[tuple[Future[None], int]]) -> None:
-        """Wait for the remembered contexts to be written, while the deadline allows."""
+        """Wait for the remembered contexts to be written, while the deadline allows (writes, like the
+        outputs: they take compute time, not the model's)."""
         if not saves:
             return
-        remaining = self.deadline.remaining()
+        remaining = self.deadline.compute_remaining()
         wait([f for f, _ in saves], timeout=None if remaining == float("inf") else max(0.0, remaining))
         for future, count in saves:
             if not future.done():
