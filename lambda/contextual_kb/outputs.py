@@ -1,7 +1,8 @@
 """Output batch objects written several at a time, and taken back when the call fails.
 
 Writes run ``parallelism`` at a time on worker threads (one after another, 800 writes at 50 ms took 40 s of
-a Lambda's time); at most twice that many wait, so memory holds few output bodies. The first failed write is
+a Lambda's time); no more wait than run, and at most ``MAX_PENDING_BYTES`` of bodies, so memory holds few
+output bodies whatever the number of files. The first failed write is
 raised by the next ``write`` or by ``finish``. A failed call's outputs are not named in any response, so
 ``take_back`` deletes what the call wrote: a failed call leaves nothing behind (a retry writes them again).
 """
@@ -16,6 +17,8 @@ from typing import Protocol
 from contextual_kb.budget import WorkLeft
 from contextual_kb.observability import logger
 
+# Output bodies written or waiting at once, in bytes (besides the count): memory must follow the largest file.
+MAX_PENDING_BYTES = 1024 * 1024
 # How long a failed call waits for the writes still under way before deleting what was written.
 TAKE_BACK_WAIT_SECONDS = 10.0
 
@@ -31,17 +34,22 @@ class OutputWriter:
         self._store = store
         self._bucket = bucket
         self._work = work
-        self._limit = 2 * max(1, parallelism)
+        self._limit = max(1, parallelism)
         self._pool = ThreadPoolExecutor(max_workers=max(1, parallelism), thread_name_prefix="ckb-write")
-        self._pending: deque[Future[None]] = deque()
+        self._pending: deque[tuple[Future[None], int]] = deque()  # with each body's size
         # Every key a write was started for: S3 may store an object behind an error it answers.
         self._written: list[str] = []
 
     def write(self, key: str, body: bytes) -> None:
-        while len(self._pending) >= self._limit:
-            self._pending.popleft().result()  # a failed write raises here, naming its object
+        while self._pending and (
+            len(self._pending) >= self._limit or self._pending_bytes() + len(body) > MAX_PENDING_BYTES
+        ):
+            self._pending.popleft()[0].result()  # a failed write raises here, naming its object
         self._written.append(key)
-        self._pending.append(self._pool.submit(self._put, key, body))
+        self._pending.append((self._pool.submit(self._put, key, body), len(body)))
+
+    def _pending_bytes(self) -> int:
+        return sum(size for _, size in self._pending)
 
     def _put(self, key: str, body: bytes) -> None:
         started = time.perf_counter()
@@ -52,16 +60,16 @@ class OutputWriter:
         """Every output written, or the first failure raised."""
         try:
             while self._pending:
-                self._pending.popleft().result()
+                self._pending.popleft()[0].result()
         finally:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
     def take_back(self) -> None:
         """After a failure: no more writes, and every output this call started to write deleted (best effort,
         logged; deleting one that S3 never stored is harmless)."""
-        for future in self._pending:
+        for future, _ in self._pending:
             future.cancel()
-        wait(list(self._pending), timeout=TAKE_BACK_WAIT_SECONDS)
+        wait([future for future, _ in self._pending], timeout=TAKE_BACK_WAIT_SECONDS)
         self._pool.shutdown(wait=False, cancel_futures=True)
         written = list(self._written)
         if not written:

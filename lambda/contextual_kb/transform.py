@@ -47,6 +47,8 @@ from contextual_kb.observability import logger, tracer
 from contextual_kb.outputs import OutputWriter
 from contextual_kb.storage import StoredObject
 
+# Bodies read ahead while validating, in bytes (about): memory must follow the largest file, not their number.
+READ_WINDOW_BYTES = 1024 * 1024
 # S3 object keys are at most 1,024 bytes of UTF-8.
 S3_MAX_KEY_BYTES = 1024
 
@@ -172,12 +174,22 @@ class Transformation:
 
         window: deque[tuple[tuple[InputFile, ContentBatchRef], Future[StoredObject]]] = deque()
         pool = ThreadPoolExecutor(max_workers=self.settings.s3_max_concurrency, thread_name_prefix="ckb-read")
+        seen = [0, 0]  # objects read, bytes: the window holds about READ_WINDOW_BYTES of bodies
+
+        def full() -> bool:
+            typical = seen[1] // seen[0] if seen[0] else 0
+            room = READ_WINDOW_BYTES // typical if typical else self.settings.s3_max_concurrency
+            return len(window) >= max(1, min(self.settings.s3_max_concurrency, room))
+
         try:
             for pair in refs:
                 window.append((pair, pool.submit(read, pair[1].key)))
-                if len(window) >= self.settings.s3_max_concurrency:
+                while window and full():
                     done, future = window.popleft()
-                    yield done, future.result()
+                    stored = future.result()
+                    seen[0] += 1
+                    seen[1] += len(stored.body)
+                    yield done, stored
             while window:
                 done, future = window.popleft()
                 yield done, future.result()

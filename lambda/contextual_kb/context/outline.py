@@ -31,6 +31,7 @@ MAX_SCAN_LINES_FOR_OPENING = 120
 _ATX_HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$")
 _SETEXT_UNDERLINE = re.compile(r"^(=+|-+)[ \t]*$")
 _FENCE = re.compile(r"^[ \t]*(```|~~~)")
+_MARKDOWN_STARTS = frozenset("#`~=-")  # the first character of a heading, a fence or a setext underline
 _NUMBERED_HEADING = re.compile(
     r"^(?:(?P<word>ARTICLE|Article|SECTION|Section|CHAPTER|Chapter|PART|Part|SCHEDULE|Schedule)\s+"
     r"(?P<wnum>[0-9IVXLC]+(?:\.[0-9]+)*)|(?P<num>[0-9]+(?:\.[0-9]+)*)\.?)[ \t]+(?P<title>[A-Z][^.]{1,80})$"
@@ -107,6 +108,11 @@ class _Ticker:
         self.count += 1
         if not self.count & 4095 and self.expired is not None and self.expired():
             raise OutlineTimeoutError
+
+    def ticks(self, count: int) -> None:
+        """``count`` lines at once (a loop that ticks every 1,024 lines)."""
+        self.count += count - 1
+        self.tick()
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,8 +247,9 @@ def detect_kind(lines: list[_Line], path: str | None) -> Kind:
 def _split_lines(text: str, ticker: _Ticker) -> list[_Line]:
     lines: list[_Line] = []
     position = 0
-    for raw in text.splitlines(keepends=True):
-        ticker.tick()
+    for number, raw in enumerate(text.splitlines(keepends=True)):
+        if not number & 1023:
+            ticker.ticks(1024)
         lines.append(_Line(position, raw.rstrip("\r\n")))
         position += len(raw)
     return lines
@@ -257,16 +264,20 @@ def _markdown_headings(lines: list[_Line], ticker: _Ticker) -> list[tuple[int, i
     fenced = False
     for index, line in enumerate(lines):
         ticker.tick()
+        stripped = line.stripped
+        first = stripped[:1]
+        if first not in _MARKDOWN_STARTS:  # most lines: nothing to match (a heading, fence or underline)
+            continue
         if _FENCE.match(line.text):
             fenced = not fenced
             continue
         if fenced:
             continue
-        atx = _ATX_HEADING.match(line.stripped)
+        atx = _ATX_HEADING.match(stripped) if first == "#" else None
         if atx and line.indent < 4:
             found.append((index, len(atx.group(1)), atx.group(2).strip()))
             continue
-        underline = _SETEXT_UNDERLINE.match(line.stripped)
+        underline = _SETEXT_UNDERLINE.match(stripped) if first in "=-" else None
         if underline and index > 0 and lines[index - 1].stripped and line.indent < 4:
             above = lines[index - 1].stripped
             if not _ATX_HEADING.match(above) and not (found and found[-1][0] == index - 1):
