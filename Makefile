@@ -1,12 +1,14 @@
 # Two commands matter: `make demo` and `make test`. Both create .venv and install on first use.
 # Direct dependencies are pinned in pyproject.toml; everything else in constraints.txt
 # (refresh: .venv/bin/pip freeze --exclude-editable > constraints.txt).
+# The interpreter and the venv are variables: `make test PYTHON=python3.13 VENV=.venv313` runs the suite on
+# the function's Python (.ci/run does).
 PYTHON ?= python3
-VENV   := .venv
+VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-long lint format bench bench-contextualize bench-load bench-reliability bench-structural eval-dense synth deploy destroy clean
+.PHONY: demo test test-long lint format bench bench-contextualize bench-load bench-reliability bench-structural bench-cold-start eval-dense synth deploy destroy clean
 
 # The CDK CLI, pinned: the 3.x CLI rejects this app's cloud assembly.
 CDK := npx --yes aws-cdk@2.1148.1
@@ -49,6 +51,9 @@ bench-reliability: $(STAMP)  ## fault injection at full size: a 429 storm, 5xx, 
 
 bench-structural: $(STAMP)  ## the structural pass on a heading-dense manual of 1, 4 and 20 MB (~10 s)
 	$(BIN)/python bench/structural.py
+
+bench-cold-start: $(STAMP)  ## the function's asset (size, contents) and a cold start's first model call (~30 s)
+	$(BIN)/python bench/cold_start.py
 
 bench-load: $(STAMP)  ## a 50 MB document, 10,000 chunks, 10/40/160 files: time, peak memory (~10 min)
 	$(BIN)/python bench/load.py

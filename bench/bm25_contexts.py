@@ -8,7 +8,7 @@ dataset README defines it.
 
     .venv/bin/python bench/bm25_contexts.py [--dataset ../shared/datasets/codebase] [--json out.json]
 
-The same code serves ``ckb eval --local`` (contextual_kb/local/offline_eval.py), which adds Recall@k and MRR.
+The same code serves ``ckb eval --local`` (contextual_kb/evaluation/offline.py), which adds Recall@k and MRR.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     args = parser.parse_args()
     offline_environment()
-    from contextual_kb.local.offline_eval import bm25_scores, contextualized_bodies, load_queries
+    from contextual_kb.evaluation.offline import bm25_scores, contextualized_bodies, load_queries
 
     documents = load_documents(args.dataset)
     queries = load_queries(args.dataset / "evaluation_dev.jsonl")

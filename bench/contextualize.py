@@ -45,11 +45,11 @@ def run_mode(
     import boto3
     from moto import mock_aws
 
-    from contextual_kb import handler
+    from contextual_kb.evaluation.offline import stage_corpus
     from contextual_kb.local.kb_staging import build_event
     from contextual_kb.local.lambda_context import LocalLambdaContext
-    from contextual_kb.local.offline_eval import stage_corpus
     from contextual_kb.local.runner import invoke
+    from contextual_kb.runtime import handler
 
     for name in ("CONTEXT_MODE", "MAX_CONCURRENCY"):
         os.environ.pop(name, None)
@@ -77,9 +77,9 @@ def run_mode(
 
 
 def corpus_figures(documents: list[dict[str, Any]]) -> dict[str, int]:
-    from contextual_kb.context.prompts import SYSTEM
     from contextual_kb.local.bedrock_standin import count_tokens
-    from contextual_kb.pricing import min_cache_tokens
+    from contextual_kb.runtime.context.claude.pricing import min_cache_tokens
+    from contextual_kb.runtime.context.claude.prompts import SYSTEM
 
     minimum = min_cache_tokens(MODEL_ID)
     cacheable = sum(
@@ -104,7 +104,7 @@ def row(
     corpus: dict[str, int],
     intact: bool,
 ) -> dict[str, Any]:
-    from contextual_kb.pricing import cost_usd, prices_for
+    from contextual_kb.runtime.context.claude.pricing import cost_usd, prices_for
 
     prices = prices_for(MODEL_ID)
     assert prices is not None

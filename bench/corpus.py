@@ -25,6 +25,6 @@ def offline_environment(log_level: str = "WARNING") -> None:
 
 
 def load_documents(dataset: Path) -> list[dict[str, Any]]:
-    from contextual_kb.local.offline_eval import load_corpus
+    from contextual_kb.evaluation.offline import load_corpus
 
     return load_corpus(dataset / "codebase_chunks.json")

@@ -81,7 +81,7 @@ class Scenario:
     chunk_chars: int
     per_batch: int  # chunks per batch object
     env: dict[str, str] = field(default_factory=dict)
-    # Module constants of contextual_kb.context.claude set from the outside: diagnostic scenarios only.
+    # Constants of contextual_kb.runtime.context.claude.engine set from the outside: diagnostics only.
     engine: dict[str, int] = field(default_factory=dict)
 
 
@@ -191,14 +191,14 @@ def _maxrss_kb() -> int:
 
 class _Held:
     """Files whose batches the transformation holds at once: loaded, not yet written (wraps two functions
-    of ``contextual_kb.transform`` from the outside; nothing under lambda/ is changed)."""
+    of ``contextual_kb.runtime.transform`` from the outside; nothing under lambda/ is changed)."""
 
     def __init__(self) -> None:
         self.now = 0
         self.most = 0
 
     def install(self) -> None:
-        from contextual_kb import transform
+        from contextual_kb.runtime import transform
 
         original_source, original_write = transform._source_document, transform.Transformation._write_file
 
@@ -229,8 +229,8 @@ def worker(scenario: Scenario, url: str, trace: bool, s3_mode: str, s3_endpoint:
         from contextual_kb.local.s3server import keep_moto_bodies_in_files
 
         keep_moto_bodies_in_files()
-    from contextual_kb.context import claude
-    from contextual_kb.observability import logger
+    from contextual_kb.runtime.context.claude import engine as claude
+    from contextual_kb.runtime.observability import logger
 
     for name, value in scenario.engine.items():  # diagnostic scenarios only
         setattr(claude, name, value)
@@ -256,9 +256,9 @@ def worker(scenario: Scenario, url: str, trace: bool, s3_mode: str, s3_endpoint:
 
 def _measure(s3: Any, scenario: Scenario, trace: bool, held: _Held) -> dict[str, Any]:
     """Warm up, stage, invoke the handler (measured), check the outputs."""
-    from contextual_kb import handler
     from contextual_kb.local.kb_staging import build_event, stage_file
     from contextual_kb.local.lambda_context import LocalLambdaContext
+    from contextual_kb.runtime import handler
 
     out: dict[str, Any] = {"scenario": scenario.name}
     # A warm-up invocation (one small file): the runtime (settings, clients, the SDK's lazy imports, the

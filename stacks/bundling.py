@@ -1,15 +1,17 @@
-"""The function's asset, built without Docker: pinned wheels for the Lambda's platform, and our package.
+"""The function's asset: the runtime package and its pinned dependencies for the Lambda's platform.
 
-``pip install --platform manylinux2014_<arch> --only-binary=:all: --python-version 3.13 --target`` takes
-the runtime dependencies from ``pyproject.toml`` under ``constraints.txt``, so the asset holds exactly the
-versions the tests ran; then ``lambda/contextual_kb`` is copied in. Docker bundling stays the fallback that
-CDK uses when this returns False (no pip).
+``stacks/asset_build.py`` builds it (what goes in, and why the AWS SDK does not), from an input folder staged
+here: the runtime requirements of ``pyproject.toml``, ``constraints.txt`` and ``lambda/contextual_kb``'s
+runtime part. Both bundling paths run that one script on that one folder, so they give the same contents:
+locally with this machine's ``pip``, or, when that fails, in CDK's Python 3.13 image for the function's
+platform (``platform`` set, so an x86 machine does not bundle x86 wheels for an arm64 function). The asset's
+hash is the hash of the staged inputs: a change to them, and nothing else, makes a new asset; a bundle built
+once is reused (``make synth`` synthesizes two stores).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import subprocess
@@ -18,60 +20,75 @@ import tomllib
 from pathlib import Path
 
 import jsii
-from aws_cdk import BundlingOptions, DockerImage, ILocalBundling
+from aws_cdk import AssetHashType, BundlingOptions, DockerImage, ILocalBundling
 from aws_cdk import aws_lambda as lambda_
+
+from stacks import asset_build
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "lambda" / "contextual_kb"
-PYTHON_VERSION = "3.13"
+# What of the package the function runs: the runtime part alone (and the package's own __init__).
+RUNTIME_PARTS = ("__init__.py", "py.typed", "runtime")
+STAGING = ROOT / "cdk.out" / ".bundle-input"
 BUNDLE_CACHE = ROOT / "cdk.out" / ".bundles"
-PLATFORMS = {"arm64": "manylinux2014_aarch64", "x86_64": "manylinux2014_x86_64"}
+DOCKER_PLATFORMS = {"arm64": "linux/arm64", "x86_64": "linux/amd64"}
+ASSET_BUILD = Path(asset_build.__file__)
 
 
 def runtime_requirements() -> list[str]:
+    """The function's dependencies: the project's, less the AWS SDK the Lambda runtime provides."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    return list(project["dependencies"])
+    provided = {name.replace("_", "-") for name in asset_build.PROVIDED_BY_LAMBDA}
+    return [r for r in project["dependencies"] if r.split("==")[0].split("[")[0].lower() not in provided]
 
 
-def pip_command(target: Path, architecture: str) -> list[str]:
-    command = [
-        sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-        "--platform", PLATFORMS[architecture], "--implementation", "cp", "--python-version", PYTHON_VERSION,
-        "--only-binary=:all:", "--target", str(target),
-    ]  # fmt: skip
-    constraints = ROOT / "constraints.txt"
-    if constraints.exists():
-        command += ["--constraint", str(constraints)]
-    return [*command, *runtime_requirements()]
+def _inputs() -> dict[str, bytes]:
+    """Relative path -> content of everything the asset is built from."""
+    files = {
+        "requirements.txt": "\n".join(runtime_requirements()).encode() + b"\n",
+        "constraints.txt": (ROOT / "constraints.txt").read_bytes(),
+        "asset_build.py": ASSET_BUILD.read_bytes(),
+    }
+    for part in RUNTIME_PARTS:
+        path = PACKAGE / part
+        found = sorted(path.rglob("*")) if path.is_dir() else [path]
+        for file in found:
+            if file.is_file() and "__pycache__" not in file.parts and file.suffix != ".pyc":
+                files[f"contextual_kb/{file.relative_to(PACKAGE).as_posix()}"] = file.read_bytes()
+    return files
 
 
 def bundle_key(architecture: str) -> str:
-    """What the bundle is made of: the pip command (pins, platform, Python), the constraints and every file
-    of the package. Equal keys, equal bundles."""
-    digest = hashlib.sha256(json.dumps(pip_command(Path("<target>"), architecture)).encode())
-    constraints = ROOT / "constraints.txt"
-    if constraints.exists():
-        digest.update(constraints.read_bytes())
-    for path in sorted(PACKAGE.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
-            digest.update(path.relative_to(PACKAGE).as_posix().encode() + b"\0" + path.read_bytes())
+    """Equal inputs, equal bundles: the hash of the staged inputs and the platform."""
+    digest = hashlib.sha256(architecture.encode())
+    for name, content in sorted(_inputs().items()):
+        digest.update(name.encode() + b"\0" + hashlib.sha256(content).digest())
     return digest.hexdigest()[:32]
 
 
+def stage(architecture: str) -> tuple[Path, str]:
+    """The input folder for this content (written once), and its key."""
+    key = bundle_key(architecture)
+    folder = STAGING / key
+    if not folder.is_dir():
+        building = STAGING / f"{key}.staging-{os.getpid()}"
+        shutil.rmtree(building, ignore_errors=True)
+        for name, content in _inputs().items():
+            target = building / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content)
+        building.replace(folder)
+    return folder, key
+
+
 def build(target: Path, architecture: str) -> None:
-    """The bundle into ``target``; built once per content (``make synth`` synthesizes two stores, and each
-    synth bundled the same asset again), kept in cdk.out/.bundles."""
-    cached = BUNDLE_CACHE / bundle_key(architecture)
+    """The bundle into ``target``: built once per content (cdk.out/.bundles), then copied."""
+    source, key = stage(architecture)
+    cached = BUNDLE_CACHE / f"{key}-{architecture}"
     if not cached.is_dir():
         building = BUNDLE_CACHE / f"{cached.name}.building-{os.getpid()}"
         shutil.rmtree(building, ignore_errors=True)
-        subprocess.run(pip_command(building, architecture), check=True)
-        shutil.copytree(
-            PACKAGE,
-            building / "contextual_kb",
-            dirs_exist_ok=True,
-            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
-        )
+        asset_build.build(source, building, architecture)
         building.replace(cached)  # published whole, or not at all
     shutil.copytree(cached, target, dirs_exist_ok=True)
 
@@ -90,19 +107,26 @@ class LocalPipBundling:
         return True
 
 
+def docker_command(architecture: str) -> list[str]:
+    """The fallback: the same script on the same staged inputs, in the bundling image."""
+    return [
+        "bash",
+        "-c",
+        "python /asset-input/asset_build.py --source /asset-input --output /asset-output "
+        f"--architecture {architecture}",
+    ]
+
+
 def function_code(architecture: str) -> lambda_.Code:
+    source, key = stage(architecture)
     return lambda_.Code.from_asset(
-        str(ROOT / "lambda"),
+        str(source),
+        asset_hash=key,
+        asset_hash_type=AssetHashType.CUSTOM,
         bundling=BundlingOptions(
             image=lambda_.Runtime.PYTHON_3_13.bundling_image,
+            platform=DOCKER_PLATFORMS[architecture],
             local=LocalPipBundling(architecture),
-            command=[
-                "bash",
-                "-c",
-                # The fallback: only the top-level pins (constraints.txt is outside the asset folder).
-                "pip install --no-cache-dir -t /asset-output "
-                + " ".join(f"'{r}'" for r in runtime_requirements())
-                + " && cp -r /asset-input/contextual_kb /asset-output/",
-            ],
+            command=docker_command(architecture),
         ),
     )

@@ -105,7 +105,7 @@ class StackConfig(BaseModel):
 
     @property
     def model_id(self) -> str:
-        from contextual_kb.config import DEFAULT_MODEL_ID
+        from contextual_kb.runtime.settings import DEFAULT_MODEL_ID
 
         return self.function_environment.get("MODEL_ID", DEFAULT_MODEL_ID)
 

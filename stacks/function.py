@@ -17,7 +17,7 @@ from stacks.bundling import function_code
 from stacks.config import StackConfig
 from stacks.storage import OUTPUT_PREFIX
 
-HANDLER = "contextual_kb.handler.lambda_handler"
+HANDLER = "contextual_kb.runtime.handler.lambda_handler"
 ARCHITECTURE = "arm64"
 _PROFILE_PREFIXES = ("global.", "us.", "eu.", "apac.", "jp.", "au.", "ca.", "us-gov.")
 

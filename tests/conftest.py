@@ -41,7 +41,7 @@ def s3() -> Iterator[object]:
     import boto3
     from moto import mock_aws
 
-    from contextual_kb import handler
+    from contextual_kb.runtime import handler
 
     handler.runtime.cache_clear()
     with mock_aws():
@@ -62,7 +62,7 @@ class _CurrentStdout:
 @pytest.fixture
 def captured(capsys: pytest.CaptureFixture[str]) -> Iterator[pytest.CaptureFixture[str]]:
     """capsys that also sees the Powertools logger (its handler keeps the stdout it was created with)."""
-    from contextual_kb.observability import logger
+    from contextual_kb.runtime.observability import logger
 
     log_handler = logger.registered_handler
     assert isinstance(log_handler, logging.StreamHandler)
@@ -82,8 +82,8 @@ def standin(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
     Tests adjust ``standin.config`` (latency, faults, quotas, responder) before invoking the handler.
     """
-    from contextual_kb import handler
     from contextual_kb.local.bedrock_standin import BedrockStandIn, StandInConfig
+    from contextual_kb.runtime import handler
 
     server = BedrockStandIn(StandInConfig(latency_ms=2.0, per_token_ms=0.0, record=True)).start()
     monkeypatch.setenv("ANTHROPIC_BEDROCK_BASE_URL", server.url)

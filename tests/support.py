@@ -6,7 +6,7 @@ import hashlib
 import json
 from typing import Any
 
-from contextual_kb.storage import StoredObject
+from contextual_kb.runtime.storage import StoredObject
 
 
 class MemoryStore:

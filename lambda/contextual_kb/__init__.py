@@ -1,6 +1,16 @@
 """Contextual retrieval for Amazon Bedrock Knowledge Bases.
 
-The transformation Lambda's entry point is :func:`contextual_kb.handler.lambda_handler`.
+Five parts; each imports only what its line names (``tests/unit/test_architecture.py``, docs/ARCHITECTURE.md):
+
+- ``runtime``: what the transformation Lambda runs (entry point
+  ``contextual_kb.runtime.handler.lambda_handler``): nothing else of the package; the function's asset
+  holds this part alone;
+- ``query``: the deployed Knowledge Base's side (retrieve and rerank, answers, ingestion jobs, the stack):
+  the runtime;
+- ``local``: offline tooling (the Bedrock stand-in, a local S3, KB-style staging, the fault harness): the
+  runtime;
+- ``evaluation``: retrieval metrics, lexical analysis, offline and deployed runs: runtime, query, local;
+- ``cli``: the ``ckb`` command line: any part.
 """
 
 __version__ = "0.1.0"

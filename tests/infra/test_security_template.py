@@ -227,12 +227,15 @@ def test_alarms_watch_errors_time_throttles_fallbacks_and_model_throttles(
 def test_bundling_installs_only_wheels_of_the_pinned_versions() -> None:
     from pathlib import Path
 
-    from stacks.bundling import ROOT, pip_command, runtime_requirements
+    from stacks import asset_build
+    from stacks.bundling import runtime_requirements
 
-    command = pip_command(Path("/asset"), "arm64")
+    command = asset_build.pip_command("python", Path("/asset"), Path("/input"), "arm64")
     assert "--only-binary=:all:" in command  # no source distribution is built (no setup.py runs)
-    assert command[command.index("--constraint") + 1] == str(ROOT / "constraints.txt")
+    assert "--no-compile" in command  # no bytecode of the build machine's Python
+    assert command[command.index("--constraint") + 1] == "/input/constraints.txt"
+    assert command[command.index("--requirement") + 1] == "/input/requirements.txt"
     assert command[command.index("--platform") + 1] == "manylinux2014_aarch64"
     assert command[command.index("--python-version") + 1] == "3.13"
-    assert command[-len(runtime_requirements()) :] == runtime_requirements()
     assert all("==" in requirement for requirement in runtime_requirements())
+    assert not [r for r in runtime_requirements() if r.startswith(("boto3", "botocore"))]

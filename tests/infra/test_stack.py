@@ -61,7 +61,7 @@ def test_the_function_is_python_313_arm64_with_the_handler_and_settings(
     function = only(synthesized[store]["json"], "AWS::Lambda::Function")
     assert function["Runtime"] == "python3.13"
     assert function["Architectures"] == ["arm64"]
-    assert function["Handler"] == "contextual_kb.handler.lambda_handler"
+    assert function["Handler"] == "contextual_kb.runtime.handler.lambda_handler"
     assert function["Timeout"] == 900
     assert function["MemorySize"] == 1024
     assert function["Environment"]["Variables"]["CONTEXT_STRATEGY"] == "claude"
@@ -250,15 +250,29 @@ def test_chunking_strategies_render_as_the_data_source_expects() -> None:
     assert chunking_configuration(load({"chunking": "default"})) is None
 
 
-def test_local_bundling_holds_the_package_and_wheels_for_the_lambda_platform(
+# The function's asset, zipped, at most (issue 16: 34 MB before, with the command line and the AWS SDK).
+MAX_ASSET_ZIPPED_BYTES = 12 * 1024 * 1024
+
+
+def test_the_asset_holds_the_runtime_alone_for_the_lambda_platform_within_its_budget(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
+    """The real local bundling: the runtime package and its pinned wheels for Python 3.13 on arm64; no
+    command line, evaluation, local tooling, tests or bytecode; the AWS SDK left to the Lambda runtime;
+    zipped, within the budget."""
+    import zipfile
+
     from stacks.bundling import build
 
     target = tmp_path_factory.mktemp("asset")
     build(target, "arm64")
-    assert (target / "contextual_kb" / "handler.py").is_file()
-    assert not list((target / "contextual_kb").rglob("*.pyc"))
+    package = target / "contextual_kb"
+    assert (package / "runtime" / "handler.py").is_file()
+    assert sorted(p.name for p in package.iterdir()) == ["__init__.py", "py.typed", "runtime"]
+    assert not list(target.rglob("*.pyc")) and not list(target.rglob("__pycache__"))
+    assert not (target / "tests").exists() and not (target / "bin").exists()
+    tops = {p.name.split("-")[0].lower() for p in target.iterdir()}
+    assert not tops & {"boto3", "botocore", "s3transfer", "urllib3"}, tops
     natives = [p.name for p in target.rglob("*.so")]
     assert any("cpython-313-aarch64-linux-gnu" in name for name in natives), natives
     assert not any("x86_64" in name or "cpython-311" in name for name in natives), natives
@@ -270,6 +284,31 @@ def test_local_bundling_holds_the_package_and_wheels_for_the_lambda_platform(
     }
     assert versions["anthropic"] == "2.10.0"
     assert versions["pydantic"] == "2.14.3"
+    archive = tmp_path_factory.mktemp("zipped") / "asset.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as out:
+        for path in sorted(p for p in target.rglob("*") if p.is_file()):
+            out.write(path, path.relative_to(target).as_posix())
+    assert archive.stat().st_size <= MAX_ASSET_ZIPPED_BYTES, archive.stat().st_size
+
+
+def test_the_docker_fallback_runs_the_same_build_for_the_functions_platform() -> None:
+    """Without pip here, CDK bundles in Docker: the same script on the same staged inputs, for the
+    function's platform (an x86 machine must not put x86 wheels in an arm64 function)."""
+    from stacks import bundling
+
+    folder, key = bundling.stage("arm64")
+    assert (folder / "asset_build.py").read_bytes() == bundling.ASSET_BUILD.read_bytes()
+    assert (folder / "constraints.txt").read_bytes() == (bundling.ROOT / "constraints.txt").read_bytes()
+    assert (folder / "requirements.txt").read_text().split() == bundling.runtime_requirements()
+    assert sorted(p.name for p in (folder / "contextual_kb").iterdir()) == [
+        "__init__.py",
+        "py.typed",
+        "runtime",
+    ]
+    command = " ".join(bundling.docker_command("arm64"))
+    assert "asset_build.py --source /asset-input --output /asset-output --architecture arm64" in command
+    assert bundling.DOCKER_PLATFORMS["arm64"] == "linux/arm64"
+    assert key == bundling.bundle_key("arm64") != bundling.bundle_key("x86_64")
 
 
 def test_a_kms_key_encrypts_the_buckets_and_is_given_to_the_data_source_and_collection(

@@ -31,9 +31,9 @@ from typing import Any
 
 import pytest
 
-from contextual_kb import handler
-from contextual_kb.errors import ContractError, StorageError, TransformationError
 from contextual_kb.local.lambda_context import LocalLambdaContext
+from contextual_kb.runtime import handler
+from contextual_kb.runtime.errors import ContractError, StorageError, TransformationError
 from tests.conftest import output_lines
 from tests.support import event, file_entry
 
@@ -907,7 +907,7 @@ def markdown_table() -> str:
     import boto3
     from moto import mock_aws
 
-    from contextual_kb.observability import logger
+    from contextual_kb.runtime.observability import logger
 
     log_handler = logger.registered_handler
     assert isinstance(log_handler, logging.StreamHandler)

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from contextual_kb import handler
-from contextual_kb.errors import ModelError
 from contextual_kb.local.bedrock_standin import BedrockStandIn, Seen
 from contextual_kb.local.kb_staging import StagedFile, build_event, stage_file
 from contextual_kb.local.lambda_context import LocalLambdaContext
+from contextual_kb.runtime import handler
+from contextual_kb.runtime.errors import ModelError
 from tests.conftest import output_lines
 
 BUCKET = "claude-intermediate"

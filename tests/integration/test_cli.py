@@ -7,7 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from contextual_kb.cli import app
+from contextual_kb.cli.main import app
 from tests.conftest import EVENTS, ROOT
 
 runner = CliRunner()
@@ -92,7 +92,7 @@ def test_demo_with_bedrock_and_no_credentials_says_how_to_configure_them(
 def test_demo_eval_table_includes_its_own_strategy_labelled_with_its_endpoint(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from contextual_kb.eval_cli import DATASET
+    from contextual_kb.cli.evaluate import DATASET
 
     if not (DATASET / "codebase_chunks.json").exists():
         pytest.skip("the codebase benchmark is not beside the repository")
@@ -145,7 +145,7 @@ def test_transform_shows_hostile_names_and_text_literally(tmp_path: object) -> N
 
 
 def test_terminal_text_is_cleaned_of_control_characters_only() -> None:
-    from contextual_kb.terminal import clean, plain
+    from contextual_kb.cli.terminal import clean, plain
 
     assert clean("a\x1b[2Jb\x07c\r\n\td\x9b") == "a[2Jbc\n\td"
     assert clean("invoice \u202egnp.exe\u202c ok \u200d") == "invoice gnp.exe ok \u200d"

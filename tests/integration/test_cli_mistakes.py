@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from contextual_kb.cli import app
+from contextual_kb.cli.main import app
 from tests.conftest import EVENTS, ROOT
 
 runner = CliRunner()

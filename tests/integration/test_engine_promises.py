@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from contextual_kb.context_memory import FORMAT_VERSION, chunk_key, place_key
-from contextual_kb.documents import assemble
 from contextual_kb.local.bedrock_standin import BedrockStandIn, Seen
 from contextual_kb.local.lambda_context import LocalLambdaContext
+from contextual_kb.runtime.context.claude.memory import FORMAT_VERSION, chunk_key, place_key
+from contextual_kb.runtime.documents import assemble
 from tests.integration.test_claude import (
     BUCKET,
     assert_every_chunk_back,
@@ -180,7 +180,7 @@ def test_a_failed_call_leaves_no_output_behind(
 ) -> None:
     """ON_MODEL_ERROR=fail: the call fails (the KB marks its files failed), and the outputs it wrote for
     earlier files, which no response names, are deleted."""
-    from contextual_kb.errors import ModelError
+    from contextual_kb.runtime.errors import ModelError
 
     monkeypatch.setenv("ON_MODEL_ERROR", "fail")
     monkeypatch.setenv("MODEL_MAX_RETRIES", "0")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from contextual_kb.cli import app
+from contextual_kb.cli.main import app
 
 runner = CliRunner()
 
@@ -112,7 +112,7 @@ class _BagOfWords:
 def test_eval_local_dense_and_hybrid_rows(
     labelled: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from contextual_kb.local import dense
+    from contextual_kb.evaluation import dense
 
     monkeypatch.setattr(dense, "MiniLm", _BagOfWords)
     corpus, queries = labelled
@@ -132,7 +132,7 @@ def test_eval_dense_without_its_extra_says_how_to_install(
 ) -> None:
     import sys
 
-    from contextual_kb.local import dense
+    from contextual_kb.evaluation import dense
 
     dense._model.cache_clear()
     monkeypatch.setitem(sys.modules, "sentence_transformers", None)  # import fails as if not installed

@@ -11,8 +11,8 @@ import pytest
 from moto import mock_aws
 from typer.testing import CliRunner
 
-from contextual_kb.cli import app
-from contextual_kb.evaluation import mostly_within
+from contextual_kb.cli.main import app
+from contextual_kb.evaluation.metrics import mostly_within
 from tests.integration.test_kb_cli import (
     ANY_LIST_REQUEST,
     ANY_RERANK,

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from aws_lambda_powertools.warnings import PowertoolsUserWarning
 
-from contextual_kb import handler
-from contextual_kb.errors import ContractError, StorageError
 from contextual_kb.local.lambda_context import LocalLambdaContext
 from contextual_kb.local.runner import upload_objects
+from contextual_kb.runtime import handler
+from contextual_kb.runtime.errors import ContractError, StorageError
 from tests.conftest import EVENTS, output_lines
 from tests.support import event, file_entry, text_item
 
@@ -207,5 +207,51 @@ def test_a_bad_setting_fails_the_invocation_naming_the_variable(
 
 
 def test_handler_module_is_the_documented_entry_point() -> None:
-    assert Path(handler.__file__).parent.name == "contextual_kb"
+    from stacks.function import HANDLER
+
+    assert Path(handler.__file__).parent.name == "runtime"
+    assert HANDLER == f"{handler.__name__}.lambda_handler" == "contextual_kb.runtime.handler.lambda_handler"
     assert callable(handler.lambda_handler)
+
+
+INIT = r"""
+import json, os, sys
+os.environ.update({"AWS_LAMBDA_FUNCTION_NAME": "ckb-test", "AWS_REGION": "us-east-1",
+    "POWERTOOLS_METRICS_DISABLED": "true", "POWERTOOLS_TRACE_DISABLED": "true", **json.loads(sys.argv[1])})
+from contextual_kb.runtime import handler
+print(json.dumps({"built": handler.runtime.cache_info().currsize,
+    "client": handler.runtime()[1]._client is not None if handler.runtime.cache_info().currsize else None}))
+"""
+
+
+def _init(env: dict[str, str]) -> dict[str, object]:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", INIT, json.dumps(env)], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_in_lambda_the_runtime_and_the_model_client_are_built_at_import() -> None:
+    """Lambda's init phase pays for settings, strategy, S3 and model clients (a cold environment's first
+    invocation reaches its first model call at once: docs/BENCHMARKS.md); a settings error there is kept for
+    the invocation, not raised at import."""
+    assert _init({"CONTEXT_STRATEGY": "claude"}) == {"built": 1, "client": True}
+    assert _init({"CONTEXT_STRATEGY": "foo"}) == {"built": 0, "client": None}
+
+
+def test_a_bad_setting_fails_the_invocation_in_one_line_with_the_event_keys(
+    s3: Any, monkeypatch: pytest.MonkeyPatch, captured: pytest.CaptureFixture[str]
+) -> None:
+    from contextual_kb.runtime.settings import ConfigurationError
+
+    monkeypatch.setenv("CONTEXT_STRATEGY", "foo")
+    handler.runtime.cache_clear()
+    with pytest.raises(ConfigurationError, match="CONTEXT_STRATEGY='foo'"):
+        handler.lambda_handler({"knowledgeBaseId": "KB9", "inputFiles": []}, LocalLambdaContext())
+    errors = [line for line in output_lines(captured) if line.get("level") == "ERROR"]
+    assert errors and errors[0]["knowledge_base_id"] == "KB9"
+    assert "environment variable CONTEXT_STRATEGY='foo'" in errors[0]["exception"]

@@ -13,10 +13,10 @@ import pytest
 from botocore.stub import ANY, Stubber
 from typer.testing import CliRunner
 
-from contextual_kb import aws_clients, ingestion
-from contextual_kb.cli import app
-from contextual_kb.deployment import Deployment, DeploymentError
-from contextual_kb.ingestion import Ingestion, IngestionError
+from contextual_kb.cli.main import app
+from contextual_kb.query import aws_clients, ingestion
+from contextual_kb.query.deployment import Deployment, DeploymentError
+from contextual_kb.query.ingestion import Ingestion, IngestionError
 
 REGION = "us-east-1"
 KB, DS, BUCKET = "KBID123456", "DSID123456", "ckb-source-bucket"

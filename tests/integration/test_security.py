@@ -20,13 +20,18 @@ import boto3
 import pytest
 from typer.testing import CliRunner
 
-from contextual_kb import handler
-from contextual_kb.context.prompts import SYSTEM, PromptSettings, chunk_request, grouped_request
-from contextual_kb.errors import ContractError
 from contextual_kb.local.bedrock_standin import BedrockStandIn, Seen
 from contextual_kb.local.kb_staging import StagedFile, build_event
 from contextual_kb.local.lambda_context import LocalLambdaContext
-from contextual_kb.observability import logger
+from contextual_kb.runtime import handler
+from contextual_kb.runtime.context.claude.prompts import (
+    SYSTEM,
+    PromptSettings,
+    chunk_request,
+    grouped_request,
+)
+from contextual_kb.runtime.errors import ContractError
+from contextual_kb.runtime.observability import logger
 from tests.conftest import ROOT
 from tests.integration.test_claude import BUCKET
 from tests.integration.test_claude import outputs as written_items
@@ -67,7 +72,7 @@ def debug_logs(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Records]:
     """Our logger at DEBUG exactly as POWERTOOLS_LOG_LEVEL=DEBUG sets it (Powertools reads the variable when
     the logger is created, at import: ``setLevel(None)`` resolves it again), and the root logger at DEBUG
     with a handler, as Lambda's log-level control sets it (the anthropic SDK then logs whole requests at
-    DEBUG unless its loggers are pinned: contextual_kb.bedrock pins them)."""
+    DEBUG unless its loggers are pinned: contextual_kb.runtime.context.claude.client pins them)."""
     previous, root = logger.log_level, logging.getLogger()
     previous_root = root.level
     monkeypatch.setenv("POWERTOOLS_LOG_LEVEL", "DEBUG")
@@ -370,7 +375,7 @@ def test_the_cli_never_prints_sends_or_keeps_the_secret_key_even_on_errors(
             *region,
         ],
     ]
-    from contextual_kb.cli import app
+    from contextual_kb.cli.main import app
 
     runner = CliRunner()
     shown: list[str] = []
@@ -400,8 +405,8 @@ def test_the_cli_never_prints_sends_or_keeps_the_secret_key_even_on_errors(
 def test_the_eval_state_file_holds_queries_and_retrieved_text_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from contextual_kb.deployed_eval import run_queries
-    from contextual_kb.retrieval import Result
+    from contextual_kb.evaluation.deployed import run_queries
+    from contextual_kb.query.retrieval import Result
 
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
 
@@ -496,9 +501,9 @@ def test_the_local_s3_listens_on_loopback_only(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_model_and_s3_clients_use_https_endpoints_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    from contextual_kb.bedrock import ClaudeClient
-    from contextual_kb.context_memory import ContextMemory
-    from contextual_kb.storage import S3BatchStore
+    from contextual_kb.runtime.context.claude.client import ClaudeClient
+    from contextual_kb.runtime.context.claude.memory import ContextMemory
+    from contextual_kb.runtime.storage import S3BatchStore
 
     for name in ("ANTHROPIC_BEDROCK_BASE_URL", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
         monkeypatch.delenv(name, raising=False)
@@ -517,7 +522,7 @@ def test_model_and_s3_clients_use_https_endpoints_by_default(monkeypatch: pytest
 def test_a_model_that_always_fails_costs_a_bounded_number_of_calls(
     s3: Any, standin: BedrockStandIn, monkeypatch: pytest.MonkeyPatch, captured: pytest.CaptureFixture[str]
 ) -> None:
-    from contextual_kb.context.claude import MAX_JOB_ATTEMPTS
+    from contextual_kb.runtime.context.claude.engine import MAX_JOB_ATTEMPTS
 
     monkeypatch.setenv("MODEL_MAX_RETRIES", "0")
     monkeypatch.setenv("BREAKER_COOLDOWN_SECONDS", "0.05")

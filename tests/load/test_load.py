@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from contextual_kb import handler
 from contextual_kb.local.bedrock_standin import BedrockStandIn, standin_subprocess
 from contextual_kb.local.kb_staging import build_event, stage_file
 from contextual_kb.local.lambda_context import LocalLambdaContext
+from contextual_kb.runtime import handler
 from tests.integration.test_claude import BUCKET, assert_every_chunk_back, context_of, run, stage, summary
 
 pytestmark = pytest.mark.long
@@ -107,8 +107,9 @@ def test_memory_does_not_grow_with_the_number_of_files(
     assert summary(captured)["model"]["fallbacks"] == {}
     figures = f"16 files: {few / 2**20:.1f} MB, 64 files: {many / 2**20:.1f} MB"
     print(f"the handler's tracemalloc peak: {figures}")
-    # What grows, when this fails: documents opened side by side (claude.py, _Run._room, MAX_OPEN_CHARS) with
-    # their batches (transform.py, Transformation.run), and the prefetch (transform.py, _validate_all).
+    # What grows, when this fails: documents opened side by side (runtime/context/claude/engine.py, _room,
+    # MAX_OPEN_CHARS) with their batches (runtime/transform.py, Transformation.run), the prefetch
+    # (runtime/transform.py, _validate_all), outputs waiting (runtime/outputs.py, MAX_PENDING_BYTES).
     assert many / few < 1.5, figures
 
 
@@ -118,10 +119,10 @@ def test_the_structural_pass_grows_linearly_with_a_heading_dense_document() -> N
     A ratio, not a time: the machine's speed cancels out; best of three for each size."""
     import time
 
-    from contextual_kb.context.base import SourceDocument
-    from contextual_kb.context.structural import StructuralStrategy
-    from contextual_kb.documents import assemble
     from contextual_kb.local.corpora import heading_dense_manual, split_at_lines
+    from contextual_kb.runtime.context.base import SourceDocument
+    from contextual_kb.runtime.context.structural import StructuralStrategy
+    from contextual_kb.runtime.documents import assemble
 
     def seconds(chars: int) -> float:
         chunks = split_at_lines(heading_dense_manual(chars), 1500)

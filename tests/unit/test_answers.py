@@ -2,7 +2,13 @@ from __future__ import annotations
 
 import pytest
 
-from contextual_kb.context.answers import ECHO_MIN_CHARS, ELLIPSIS, Verdict, check_answer, normalize
+from contextual_kb.runtime.context.claude.answers import (
+    ECHO_MIN_CHARS,
+    ELLIPSIS,
+    Verdict,
+    check_answer,
+    normalize,
+)
 
 WORDS = (
     "The quarterly report describes revenue growth in the northern region, the hiring plan for the "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from contextual_kb.budget import DEFAULT_CHARS_PER_SECOND, DEFAULT_S3_SECONDS, WorkLeft
+from contextual_kb.runtime.budget import DEFAULT_CHARS_PER_SECOND, DEFAULT_S3_SECONDS, WorkLeft
 
 
 def test_the_event_sets_the_work_and_each_step_takes_it_off() -> None:

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from contextual_kb.accounting import Usage
-from contextual_kb.bedrock import ModelCallError, Reply
-from contextual_kb.config import Settings
-from contextual_kb.context.base import Invocation, SourceDocument
-from contextual_kb.context.claude import ClaudeStrategy
-from contextual_kb.deadline import Deadline
-from contextual_kb.documents import assemble
+from contextual_kb.runtime.context.base import Invocation, SourceDocument
+from contextual_kb.runtime.context.claude.accounting import Usage
+from contextual_kb.runtime.context.claude.client import ModelCallError, Reply
+from contextual_kb.runtime.context.claude.engine import ClaudeStrategy
+from contextual_kb.runtime.deadline import Deadline
+from contextual_kb.runtime.documents import assemble
+from contextual_kb.runtime.settings import Settings
 
 Script = Callable[[dict[str, Any], int], Reply]  # (request, call number) -> reply, or raise
 
@@ -155,7 +155,7 @@ def test_an_unlimited_deadline_with_remembered_contexts(s3: Any) -> None:
 
 
 def test_a_remembered_object_that_is_not_ours_is_ignored(s3: Any) -> None:
-    from contextual_kb.context_memory import ContextMemory
+    from contextual_kb.runtime.context.claude.memory import ContextMemory
 
     s3.create_bucket(Bucket="memory-bucket")
     memory = ContextMemory(s3)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from contextual_kb.config import ConfigurationError, Settings
+from contextual_kb.runtime.settings import ConfigurationError, Settings
 
 
 def test_defaults() -> None:
@@ -29,7 +29,7 @@ def test_values_are_read_and_blank_means_default() -> None:
 
 def test_an_empty_memory_prefix_turns_remembering_off() -> None:
     """CONTEXT_MEMORY_PREFIX="" is a setting of its own (README), not "use the default"."""
-    from contextual_kb.context.claude import ClaudeStrategy
+    from contextual_kb.runtime.context.claude.engine import ClaudeStrategy
 
     settings = Settings.from_env({"CONTEXT_MEMORY_PREFIX": ""})
     assert settings.context_memory_prefix == ""

@@ -3,8 +3,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contextual_kb.documents import assemble, overlap_length
 from contextual_kb.local.kb_chunking import fixed_size_chunks
+from contextual_kb.runtime.documents import assemble, overlap_length
 
 
 def test_overlapping_chunks_join_once() -> None:

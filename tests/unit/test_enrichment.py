@@ -5,9 +5,9 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from contextual_kb.context.base import ChunkContext
-from contextual_kb.enrichment import KB_RESERVE_BYTES, METADATA_LIMIT_BYTES, cap_utf8, enrich
-from contextual_kb.models import ContentItem
+from contextual_kb.runtime.context.base import ChunkContext
+from contextual_kb.runtime.enrichment import KB_RESERVE_BYTES, METADATA_LIMIT_BYTES, cap_utf8, enrich
+from contextual_kb.runtime.models import ContentItem
 
 
 def item(body: str, content_type: str = "TEXT", metadata: dict | None = None) -> ContentItem:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from contextual_kb.evaluation import pass_at_k, reciprocal_rank, score
+from contextual_kb.evaluation.metrics import pass_at_k, reciprocal_rank, score
 
 
 def test_pass_at_k_compares_stripped_original_text() -> None:
@@ -43,7 +43,7 @@ def test_scores_over_queries_hand_computed() -> None:
 
 
 def test_reciprocal_rank_fusion_hand_computed() -> None:
-    from contextual_kb.evaluation import reciprocal_rank_fusion
+    from contextual_kb.evaluation.metrics import reciprocal_rank_fusion
 
     # k=1: item 7 scores 1/2 + 1/3 = 0.833; item 3: 1/3 + 1/2 = 0.833 (tie: first seen first); item 5: 1/4.
     assert reciprocal_rank_fusion([[7, 3, 5], [3, 7]], k=1) == [7, 3, 5]
@@ -55,7 +55,7 @@ def test_reciprocal_rank_fusion_hand_computed() -> None:
 
 
 def test_dense_windows_cover_a_long_text_with_overlap() -> None:
-    from contextual_kb.local.dense import windows
+    from contextual_kb.evaluation.dense import windows
 
     text = " ".join(f"w{i}" for i in range(10))
     offsets = [(m, m + len(word)) for m, word in _positions(text)]
@@ -76,7 +76,7 @@ def test_scores_keep_each_querys_pass_at_k_in_order() -> None:
 
 
 def test_paired_difference_hand_computed() -> None:
-    from contextual_kb.evaluation import paired_difference
+    from contextual_kb.evaluation.metrics import paired_difference
 
     golden = [["a"], ["b", "c"], ["d", "e"], ["f"]]
     baseline = score(zip(golden, [["a"], ["b", "x"], ["x"], ["f"]], strict=True), [2])  # 1, 1/2, 0, 1
@@ -100,7 +100,7 @@ def test_paired_difference_hand_computed() -> None:
 
 
 def test_paired_difference_needs_the_same_queries_and_two_for_an_interval() -> None:
-    from contextual_kb.evaluation import paired_difference
+    from contextual_kb.evaluation.metrics import paired_difference
 
     one = score([(["a"], ["a"])], [1])
     assert paired_difference(score([(["a"], ["x"])], [1]), one, 1).margin is None
@@ -123,7 +123,7 @@ def test_paired_difference_needs_the_same_queries_and_two_for_an_interval() -> N
 
 
 def test_versus_raw_pairs_rows_by_retrieval() -> None:
-    from contextual_kb.local.offline_eval import Row, versus_raw
+    from contextual_kb.evaluation.offline import Row, versus_raw
 
     golden = [["a"], ["b"]]
     raw = score(zip(golden, [["a"], ["x"]], strict=True), [1])
@@ -142,7 +142,7 @@ def test_versus_raw_pairs_rows_by_retrieval() -> None:
 
 
 def test_sign_test_hand_computed() -> None:
-    from contextual_kb.evaluation import sign_test
+    from contextual_kb.evaluation.metrics import sign_test
 
     assert sign_test(6, 0) == pytest.approx(2 / 64)  # both all-up and all-down splits of 6
     assert sign_test(4, 1) == pytest.approx(2 * (5 + 1) / 32)  # 4 or 5 of 5 either way

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import math
 
-from contextual_kb.context.flow_control import AdaptiveLimit, Breaker
-from contextual_kb.deadline import Deadline
+from contextual_kb.runtime.context.claude.flow_control import AdaptiveLimit, Breaker
+from contextual_kb.runtime.deadline import Deadline
 
 
 class FakeClock:

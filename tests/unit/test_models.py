@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from contextual_kb.errors import ContractError
-from contextual_kb.models import parse_batch, parse_event
+from contextual_kb.runtime.errors import ContractError
+from contextual_kb.runtime.models import parse_batch, parse_event
 from tests.support import event, file_entry, text_item
 
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contextual_kb.context.outline import outline
+from contextual_kb.runtime.context.outline import outline
 
 
 def labels_at(text: str, marker: str, path: str | None = None) -> list[str]:
@@ -369,8 +369,8 @@ def test_heading_sections_end_at_the_next_heading_of_their_level_or_above() -> N
 
 
 def test_an_outline_that_runs_out_of_time_stops() -> None:
-    from contextual_kb.context.outline import OutlineTimeoutError
     from contextual_kb.local.corpora import heading_dense_manual
+    from contextual_kb.runtime.context.outline import OutlineTimeoutError
 
     text = heading_dense_manual(500_000)
     with pytest.raises(OutlineTimeoutError):

@@ -4,9 +4,9 @@ from dataclasses import astuple
 
 import pytest
 
-from contextual_kb.accounting import ModelAccounting, Usage, percentile
-from contextual_kb.errors import TransformationError
-from contextual_kb.pricing import Prices, cost_usd, min_cache_tokens, prices_for
+from contextual_kb.runtime.context.claude.accounting import ModelAccounting, Usage, percentile
+from contextual_kb.runtime.context.claude.pricing import Prices, cost_usd, min_cache_tokens, prices_for
+from contextual_kb.runtime.errors import TransformationError
 
 HAIKU_45 = "anthropic.claude-haiku-4-5-20251001-v1:0"
 HAIKU_45_PRICES = Prices(1.0, 5.0, 1.25, 2.0, 0.10)

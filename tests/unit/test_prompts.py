@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from contextual_kb.context.prompts import (
+from contextual_kb.runtime.context.claude.prompts import (
     BEDROCK_ANTHROPIC_VERSION,
     DEFAULT_GROUPED_INSTRUCTION,
     DEFAULT_INSTRUCTION,
@@ -271,7 +271,7 @@ def test_fingerprint_ignores_the_cache_ttl_and_glossary_edge_whitespace() -> Non
 
 
 def test_the_marker_code_is_the_documents_own_and_stable() -> None:
-    from contextual_kb.context.prompts import marker_code
+    from contextual_kb.runtime.context.claude.prompts import marker_code
 
     assert marker_code("a document") == marker_code("a document")
     assert marker_code("a document") != marker_code("a document.")

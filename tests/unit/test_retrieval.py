@@ -12,7 +12,7 @@ import pytest
 from botocore.config import Config
 from botocore.stub import ANY, Stubber
 
-from contextual_kb.retrieval import RetrievalError, Retriever, split_context
+from contextual_kb.query.retrieval import RetrievalError, Retriever, split_context
 
 KB = "KBID123456"
 REGION = "us-east-1"

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from contextual_kb.evaluation import pass_at_k
-from contextual_kb.lexical import code_aware_tokens, plain_tokens, split_identifier
+from contextual_kb.evaluation.lexical import code_aware_tokens, plain_tokens, split_identifier
+from contextual_kb.evaluation.metrics import pass_at_k
 
 
 def test_pass_at_k_by_hand() -> None:

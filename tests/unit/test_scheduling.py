@@ -5,7 +5,7 @@ from collections import Counter
 
 import pytest
 
-from contextual_kb.context.scheduling import Job, Planner
+from contextual_kb.runtime.context.claude.scheduling import Job, Planner
 
 
 def jobs(doc: int, unit: int, count: int, start: int = 0) -> list[Job]:

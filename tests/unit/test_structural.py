@@ -3,11 +3,11 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contextual_kb.context.base import ChunkContext, SourceDocument
-from contextual_kb.context.passthrough import PassThroughStrategy
-from contextual_kb.context.structural import NAME, StructuralStrategy
-from contextual_kb.documents import assemble
 from contextual_kb.local.kb_chunking import fixed_size_chunks
+from contextual_kb.runtime.context.base import ChunkContext, SourceDocument
+from contextual_kb.runtime.context.passthrough import PassThroughStrategy
+from contextual_kb.runtime.context.structural import NAME, StructuralStrategy
+from contextual_kb.runtime.documents import assemble
 from tests.conftest import EVENTS
 
 

@@ -10,12 +10,12 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contextual_kb.config import Settings
-from contextual_kb.context.passthrough import PassThroughStrategy
-from contextual_kb.context.structural import StructuralStrategy
-from contextual_kb.enrichment import BODY_SEPARATOR
-from contextual_kb.models import parse_event
-from contextual_kb.transform import Transformation
+from contextual_kb.runtime.context.passthrough import PassThroughStrategy
+from contextual_kb.runtime.context.structural import StructuralStrategy
+from contextual_kb.runtime.enrichment import BODY_SEPARATOR
+from contextual_kb.runtime.models import parse_event
+from contextual_kb.runtime.settings import Settings
+from contextual_kb.runtime.transform import Transformation
 from tests.support import MemoryStore, event, file_entry
 
 BUCKET = "intermediate"

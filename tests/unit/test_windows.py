@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from contextual_kb.context.windows import CONTINUES, OMITTED, Unit, estimate_tokens, plan_units
-from contextual_kb.documents import Document, Span, assemble
+from contextual_kb.runtime.context.claude.windows import CONTINUES, OMITTED, Unit, estimate_tokens, plan_units
+from contextual_kb.runtime.documents import Document, Span, assemble
 
 MAX_TOKENS, WINDOW_TOKENS, OPENING_TOKENS = 20_000, 4_000, 1_000
 # The separators a windowed unit may add around its pieces ("… omitted …", "… continues …").

@@ -1,1 +1,2 @@
-"""Offline tooling: a local S3, KB-style chunking and staging, sample events. Not used by the Lambda."""
+"""Offline tooling, never in the Lambda: the Bedrock stand-in, a local S3 (moto), KB-style chunking and
+staging, running the real handler outside Lambda, sample events and corpora, the fault harness."""

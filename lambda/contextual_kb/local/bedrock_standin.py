@@ -37,7 +37,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote
 
-from contextual_kb.pricing import min_cache_tokens
+from contextual_kb.runtime.context.claude.pricing import min_cache_tokens
 
 BYTES_PER_TOKEN = 3.5
 TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}

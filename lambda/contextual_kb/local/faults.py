@@ -50,7 +50,7 @@ class Scenario:
     workload: Workload
     timeout_seconds: float = 900.0  # the Lambda's remaining time when the handler starts
     standin: dict[str, Any] = field(default_factory=dict)  # StandInConfig at the start
-    env: dict[str, str] = field(default_factory=dict)  # settings (config.py)
+    env: dict[str, str] = field(default_factory=dict)  # settings (runtime/settings.py)
     chaos: Chaos | None = None  # runs beside the handler until it returns
     s3_put_failures: int = 0  # PutObject attempts answered 500 first, per output key; -1: every attempt
     s3_put_every: int = 1  # ... for one output key in this many
@@ -215,9 +215,9 @@ def run(scenario: Scenario, standin: BedrockStandIn) -> Outcome:
     """Stage the workload on the (already mocked) S3, run the handler with the scenario's faults, check."""
     import boto3
 
-    from contextual_kb import handler
     from contextual_kb.local import runner
     from contextual_kb.local.lambda_context import LocalLambdaContext
+    from contextual_kb.runtime import handler
 
     s3 = boto3.client("s3")
     event, total = _stage(s3, scenario.workload)

@@ -16,11 +16,11 @@ import boto3
 from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
-from contextual_kb import handler
 from contextual_kb.local.inputs import InputFileError, read_json
 from contextual_kb.local.lambda_context import LocalLambdaContext
-from contextual_kb.models import BatchObject
-from contextual_kb.observability import logger
+from contextual_kb.runtime import handler
+from contextual_kb.runtime.models import BatchObject
+from contextual_kb.runtime.observability import logger
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,285 @@
+"""``ckb eval``: retrieval quality on a labelled set, offline (``--local``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from contextual_kb.cli.errors import CliError, usage
+from contextual_kb.cli.terminal import console, write_json
+from contextual_kb.evaluation.metrics import RRF_K, Difference
+from contextual_kb.evaluation.offline import Row, versus_raw
+
+DATASET = Path(__file__).resolve().parents[4] / "shared" / "datasets" / "codebase"
+
+
+SHOWN_DATASET = "../shared/datasets/codebase"
+STRATEGY_NAMES = ("none", "structural", "claude")
+
+
+def names(option: str, value: str, allowed: Sequence[str], kind: str) -> list[str]:
+    """A comma-separated option's names, each checked: a usage error naming the option otherwise. Pure."""
+    given = [part.strip() for part in value.split(",") if part.strip()]
+    unknown = [name for name in given if name not in allowed]
+    if unknown or not given:
+        what = f"unknown {kind} {', '.join(map(repr, unknown))}" if unknown else f"no {kind} given"
+        raise usage(option, what, f"Choose from {', '.join(allowed)}, comma-separated")
+    return list(dict.fromkeys(given))
+
+
+def cutoffs_of(value: str) -> list[int]:
+    """``--k``: positive cut-offs, comma-separated, sorted. Pure."""
+    try:
+        found = sorted({int(part) for part in value.split(",") if part.strip()})
+    except ValueError:
+        found = []
+    if not found or found[0] < 1:
+        raise usage("--k", f"{value!r}: expected positive cut-offs, comma-separated, such as 5,10,20")
+    return found
+
+
+def eval_command(
+    queries: Annotated[
+        Path,
+        typer.Option(
+            help="Labelled queries (JSONL).",
+            exists=True,
+            dir_okay=False,
+            metavar="FILE",
+            show_default=f"{SHOWN_DATASET}/evaluation_dev.jsonl",
+        ),
+    ] = DATASET / "evaluation_dev.jsonl",
+    corpus: Annotated[
+        Path,
+        typer.Option(
+            help="The corpus, pre-chunked (JSON).",
+            exists=True,
+            dir_okay=False,
+            metavar="FILE",
+            show_default=f"{SHOWN_DATASET}/codebase_chunks.json",
+        ),
+    ] = DATASET / "codebase_chunks.json",
+    k: Annotated[str, typer.Option("--k", help="Cut-offs, comma-separated.", metavar="K,K")] = "5,10,20",
+    local: Annotated[bool, typer.Option("--local", help="Offline: the real handler, BM25 here.")] = False,
+    strategies: Annotated[
+        str, typer.Option(help="none (raw), structural, claude; comma-separated.", metavar="NAMES")
+    ] = "none,structural",
+    analyzers: Annotated[
+        str,
+        typer.Option(
+            help="opensearch-builtin (the deployed index's), code-aware, plain; comma-separated.",
+            metavar="NAMES",
+        ),
+    ] = "opensearch-builtin,code-aware",
+    retrieval: Annotated[
+        str,
+        typer.Option(
+            help="Offline: bm25, dense, hybrid (RRF of the two); comma-separated. dense/hybrid need the "
+            "dense extra (torch).",
+            metavar="NAMES",
+        ),
+    ] = "bm25",
+    rrf_k: Annotated[int, typer.Option(help="Offline hybrid: the RRF constant.", min=1, metavar="N")] = RRF_K,
+    bedrock: Annotated[
+        bool,
+        typer.Option(
+            "--bedrock",
+            help="Offline, with claude: call Amazon Bedrock with your AWS credentials (paid) instead of the "
+            "local stand-in.",
+        ),
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print only the rows, as JSON.")] = False,
+    stack: Annotated[
+        str, typer.Option(envvar="CKB_STACK", help="Deployed: the stack's name.", metavar="NAME")
+    ] = "ContextualKb",
+    region: Annotated[
+        str | None, typer.Option(help="Deployed: AWS region.", show_default="AWS_REGION", metavar="REGION")
+    ] = None,
+    state: Annotated[
+        Path, typer.Option(help="Deployed: results kept here, so a rerun resumes.", metavar="FILE")
+    ] = Path(".ckb-eval-state.jsonl"),
+    skip_sync: Annotated[
+        bool, typer.Option("--skip-sync", help="Deployed: the KB is already synced.")
+    ] = False,
+) -> None:
+    """Pass@k (as Anthropic's guide defines it), Recall@k and MRR of each configuration, side by side:
+    offline with --local, else against the deployed Knowledge Base (upload, sync, query, score)."""
+    from contextual_kb.evaluation.dense import DenseUnavailableError
+    from contextual_kb.evaluation.lexical import ANALYZERS
+    from contextual_kb.evaluation.offline import RETRIEVALS, evaluate, load_corpus, load_queries
+
+    cutoffs = cutoffs_of(k)
+    chosen = names("--strategies", strategies, STRATEGY_NAMES, "strategy")
+    chosen_analyzers = names("--analyzers", analyzers, list(ANALYZERS), "analyzer")
+    retrievals = names("--retrieval", retrieval, RETRIEVALS, "retrieval")
+    documents, labelled = load_corpus(corpus), load_queries(queries)
+    if not local:
+        rows = _deployed(documents, labelled, cutoffs, stack, region, state, skip_sync)
+    else:
+        try:
+            rows = evaluate(
+                documents,
+                labelled,
+                strategies=chosen,
+                analyzers=chosen_analyzers,
+                ks=cutoffs,
+                retrievals=retrievals,
+                rrf_k=rrf_k,
+                bedrock=bedrock,
+            )
+        except DenseUnavailableError as exc:
+            raise usage("--retrieval", str(exc)) from None
+    if as_json:
+        gains = versus_raw(rows, compared_cutoff(cutoffs))
+        write_json(
+            [
+                row.as_dict() | ({"vs_raw": gain.as_dict()} if gain else {})
+                for row, gain in zip(rows, gains, strict=True)
+            ]
+        )
+        return
+    print_table(console(), rows, cutoffs, title=f"{len(labelled)} queries, {len(documents)} documents")
+
+
+_SHOWN = {
+    "bm25 opensearch-builtin": "bm25 index",
+    "hybrid opensearch-builtin+minilm": "hybrid index+minilm",
+}
+
+
+def compared_cutoff(cutoffs: list[int]) -> int:
+    """The cut-off at which configurations are compared with raw chunks: the middle one (10 of 5,10,20; the
+    upper of two)."""
+    return cutoffs[len(cutoffs) // 2]
+
+
+def print_table(out: Console, rows: list[Row], cutoffs: list[int], *, title: str) -> None:
+    caption = "P@k Pass@k, R@k Recall@k (golden chunks pooled), MRR; x100. index: the deployed index's BM25"
+    table = Table(title=title, caption=caption, box=box.SIMPLE_HEAD)
+    table.add_column("chunks", no_wrap=True)
+    table.add_column("retrieval", no_wrap=True)
+    deepest = cutoffs[-1]  # Recall at the deepest cut-off only, so the table fits a terminal (--json: all)
+    for name in (*(f"P@{k}" for k in cutoffs), f"R@{deepest}", "MRR"):
+        table.add_column(name, justify="right", no_wrap=True, min_width=5)
+    for row in rows:
+        s = row.scores
+        table.add_row(
+            row_label(row),
+            _SHOWN.get(row.retrieval, row.retrieval),
+            *(f"{s.pass_at[k]:.2f}" for k in cutoffs),
+            f"{s.recall_at[deepest]:.2f}",
+            f"{s.mrr:.2f}",
+        )
+    out.print(table)
+    for note in model_notes(rows):
+        out.print(note, markup=False, highlight=False)
+    # Below the table: a column would not fit 80 characters.
+    compared = compared_cutoff(cutoffs)
+    gains = [(row, gain) for row, gain in zip(rows, versus_raw(rows, compared), strict=True) if gain]
+    if not gains:
+        return
+    out.print(
+        f"P@{compared} gain over raw chunks [95% interval], queries up/down (sign-test p):",
+        markup=False,
+        highlight=False,
+    )
+    labels = [f"{row_label(row)}, {_SHOWN.get(row.retrieval, row.retrieval)}" for row, _ in gains]
+    width = max(map(len, labels))
+    for label, (_, gain) in zip(labels, gains, strict=True):
+        out.print(f"  {label:<{width}}  {_gain(gain)}", markup=False, highlight=False)
+
+
+def row_label(row: Row) -> str:
+    """The chunks column: a model-backed row says where its contexts came from, and never passes structural
+    fallbacks off as the model's."""
+    if row.model is None:
+        return row.chunks
+    if row.model.mostly_fallback:
+        return f"{row.chunks} (fell back)"
+    return f"{row.chunks} ({row.model.endpoint})"
+
+
+def model_notes(rows: Sequence[Row]) -> list[str]:
+    """One note per model-backed strategy: its calls, its fallbacks, and what its contexts are."""
+    notes: dict[str, str] = {}
+    for row in rows:
+        use = row.model
+        if use is None or row.chunks in notes:
+            continue
+        fell = ", ".join(f"{reason} {count:,}" for reason, count in sorted(use.fallbacks.items()))
+        note = (
+            f"{row.chunks}: {use.calls:,} model calls to {_ENDPOINTS.get(use.endpoint, use.endpoint)}; "
+            f"{use.fell_back:,} of {use.chunks:,} chunks fell back to the structural context"
+            + (f" ({fell})" if fell else "")
+        )
+        if use.mostly_fallback:
+            note += ": these rows measure structural contexts, not the model's"
+        elif use.endpoint == "stand-in":
+            note += (
+                ": the stand-in's contexts have a model's shape, not its judgement (--bedrock for Claude's)"
+            )
+        notes[row.chunks] = note
+    return list(notes.values())
+
+
+_ENDPOINTS = {
+    "stand-in": "the local Bedrock stand-in",
+    "custom endpoint": "ANTHROPIC_BEDROCK_BASE_URL",
+    "Bedrock": "Amazon Bedrock",
+}
+
+
+def _gain(gain: Difference) -> str:
+    interval = (
+        "" if gain.margin is None else f"[{gain.points - gain.margin:+.2f}, {gain.points + gain.margin:+.2f}]"
+    )
+    return f"{gain.points:+6.2f} {interval:<16}  {gain.better} up, {gain.worse} down (p {gain.p_value:.2g})"
+
+
+def _deployed(
+    documents: list[dict],
+    labelled: list[dict],
+    cutoffs: list[int],
+    stack: str,
+    region: str | None,
+    state: Path,
+    skip_sync: bool,
+) -> list[Row]:
+    """Upload the corpus, sync, query every question with and without reranking, score."""
+    from contextual_kb.cli.kb import deployment_of, ingestion_of, retriever_of
+    from contextual_kb.evaluation.deployed import run_queries, score_deployed, upload_corpus
+    from contextual_kb.query import aws_clients
+    from contextual_kb.query.retrieval import DEFAULT_RERANKER
+
+    out = console()
+    deployment = deployment_of(stack, region)
+    s3 = aws_clients.client("s3", deployment.region)
+    uploaded = upload_corpus(s3, deployment.source_bucket, documents)
+    out.print(f"{uploaded} of {len(documents)} document(s) uploaded (the rest were there already)")
+    if not skip_sync:
+        ingestion = ingestion_of(deployment)
+        job = list(ingestion.follow(ingestion.start()))[-1]
+        if job.status != "COMPLETE":
+            raise CliError(
+                f"ingestion job {job.job_id} ended {job.status}",
+                "; ".join(job.failure_reasons) or "no reason given",
+                "ckb sync shows the documents that failed",
+            )
+    rows = []
+    for reranker in (DEFAULT_RERANKER, "none"):
+        retriever = retriever_of(deployment, reranker, False, "hybrid")
+        label = f"{deployment.knowledge_base_id}|{retriever.search_type}|{reranker}"
+        retrieved = run_queries(retriever, labelled, max(cutoffs), state, label)
+        name = f"{retriever.search_type.lower()} + {'no rerank' if reranker == 'none' else 'rerank'}"
+        rows.append(Row("deployed KB", name, score_deployed(documents, labelled, retrieved, cutoffs)))
+    return rows
+
+
+def register(app: typer.Typer) -> None:
+    app.command(name="eval")(eval_command)

@@ -1,0 +1,277 @@
+"""``ckb upload``, ``ckb sync``, ``ckb query``, ``ckb ask``: using the deployed Knowledge Base."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from boto3.exceptions import S3UploadFailedError
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+from rich.table import Table
+from rich.text import Text
+
+from contextual_kb.cli.errors import CliError, choice, usage
+from contextual_kb.cli.terminal import console, plain, write_json
+from contextual_kb.query import aws_clients
+from contextual_kb.query.deployment import DEFAULT_STACK, Deployment
+from contextual_kb.query.ingestion import Ingestion
+from contextual_kb.query.retrieval import DEFAULT_RERANKER, RERANKERS, Result, Retriever
+
+MODEL_ACCESS_TODO = (
+    "On AccessDenied: submit Anthropic's use-case form once per account and allow aws-marketplace:Subscribe "
+    "and ViewSubscriptions (README, Before the first deploy)"
+)
+
+Stack = Annotated[str, typer.Option(envvar="CKB_STACK", help="The deployed stack's name.", metavar="NAME")]
+Region = Annotated[str | None, typer.Option(help="AWS region.", show_default="AWS_REGION", metavar="REGION")]
+
+
+def deployment_of(stack: str, region: str | None) -> Deployment:
+    where = aws_clients.region(region)
+    return Deployment.from_stack(stack, where, aws_clients.client("cloudformation", where))
+
+
+def upload(
+    paths: Annotated[
+        list[Path],
+        typer.Argument(help="Files or folders (recursively) to upload.", exists=True, metavar="PATH"),
+    ],
+    prefix: Annotated[str, typer.Option(help="Key prefix in the source bucket.", metavar="PREFIX")] = "",
+    stack: Stack = DEFAULT_STACK,
+    region: Region = None,
+) -> None:
+    """Upload documents to the Knowledge Base's source bucket, with progress."""
+    deployment = deployment_of(stack, region)
+    files: list[tuple[Path, str]] = []
+    for path in paths:
+        if path.is_dir():
+            files.extend(
+                (f, prefix + f.relative_to(path).as_posix()) for f in sorted(path.rglob("*")) if f.is_file()
+            )
+        else:
+            files.append((path, prefix + path.name))
+    if not files:
+        raise CliError("nothing to upload", "the folders given hold no files")
+    s3 = aws_clients.client("s3", deployment.region)
+    total = sum(f.stat().st_size for f, _ in files)
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
+    out = console()
+    with Progress(*columns, console=out, transient=True) as progress:
+        task = progress.add_task(f"uploading {len(files)} file(s)", total=total)
+        for path, key in files:
+            try:
+                s3.upload_file(
+                    str(path), deployment.source_bucket, key, Callback=lambda n: progress.advance(task, n)
+                )
+            except S3UploadFailedError as exc:  # the transfer manager's own wrapper: say which file
+                raise CliError(
+                    f"{path}: cannot upload to s3://{deployment.source_bucket}/{key}", str(exc)
+                ) from exc
+    out.print(
+        f"uploaded {len(files)} file(s), {total:,} bytes, to s3://{deployment.source_bucket}/{prefix}; "
+        "run `ckb sync` to ingest them"
+    )
+
+
+def sync(
+    interval: Annotated[
+        float, typer.Option(help="Seconds between status checks.", min=0, metavar="SECONDS")
+    ] = 5.0,
+    stack: Stack = DEFAULT_STACK,
+    region: Region = None,
+) -> None:
+    """Start an ingestion job (or follow the one already running) until it ends; report what failed."""
+    deployment = deployment_of(stack, region)
+    ingestion = ingestion_of(deployment)
+    out = console()
+    job = ingestion.start()
+    if job.joined:
+        out.print(f"ingestion job {job.job_id} is already {job.status}: following it, not starting another")
+    else:
+        out.print(f"started ingestion job {job.job_id}")
+    with out.status("ingesting…") as status:
+        for state in ingestion.follow(job, interval=interval):
+            job = state
+            status.update(_progress_line(job.status, job.statistics))
+    failed = ingestion.failed_documents() if job.statistics.get("numberOfDocumentsFailed") else []
+    table = Table(title=f"Ingestion job {job.job_id}: {job.status}")
+    table.add_column("statistic")
+    table.add_column("count", justify="right")
+    for name, value in sorted(job.statistics.items()):
+        table.add_row(name, str(value))
+    out.print(table)
+    errors = Console(stderr=True, soft_wrap=True, highlight=False)
+    for reason in job.failure_reasons:
+        errors.print(Text.assemble(("job failure:", "red"), " ", plain(reason)))
+    for document in failed:
+        errors.print(Text.assemble(("failed:", "red"), " ", plain(f"{document.uri}: {document.reason}")))
+    if job.status != "COMPLETE" or failed:
+        raise typer.Exit(code=1)
+
+
+def ingestion_of(deployment: Deployment) -> Ingestion:
+    client = aws_clients.client("bedrock-agent", deployment.region)
+    return Ingestion(deployment.knowledge_base_id, deployment.data_source_id, deployment.region, client)
+
+
+def retriever_of(deployment: Deployment, reranker: str, no_rerank: bool, search: str) -> Retriever:
+    retriever = Retriever(
+        deployment.knowledge_base_id,
+        deployment.region,
+        reranker=None if no_rerank or reranker == "none" else reranker,
+        search_type="SEMANTIC" if search.lower() == "semantic" else "HYBRID",
+        client=aws_clients.client("bedrock-agent-runtime", deployment.region),
+    )
+    if deployment.vector_store == "s3vectors":
+        retriever.use_semantic_only("S3 Vectors has no lexical index")
+    errors = Console(stderr=True, soft_wrap=True, highlight=False)
+    for notice in retriever.notices:
+        errors.print(Text.assemble(("note:", "yellow"), " ", plain(notice)))
+    return retriever
+
+
+def _search(
+    text: str,
+    k: int,
+    stack: str,
+    region: str | None,
+    reranker: str,
+    no_rerank: bool,
+    search: str,
+    metadata_filter: str | None,
+) -> tuple[Deployment, list[Result]]:
+    where = filter_of(metadata_filter)  # a bad filter is the user's first mistake to hear about
+    deployment = deployment_of(stack, region)
+    retriever = retriever_of(deployment, reranker, no_rerank, search)
+    return deployment, retriever.search(text, k=k, filter=where)
+
+
+def filter_of(raw: str | None) -> dict[str, Any] | None:
+    if not raw:
+        return None
+    example = '{"equals": {"key": "team", "value": "payments"}}'
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise usage("--filter", f"not JSON ({exc})", f"Give a Retrieve filter such as {example}") from None
+    if not isinstance(value, dict):
+        raise usage("--filter", "not a JSON object", f"Give a Retrieve filter such as {example}")
+    return value
+
+
+Reranker = Annotated[
+    str,
+    typer.Option(
+        help="cohere.rerank-v3-5:0, amazon.rerank-v1:0 or none.",
+        callback=choice([*RERANKERS, "none"]),
+        metavar="MODEL",
+    ),
+]
+NoRerank = Annotated[bool, typer.Option("--no-rerank", help="Keep the retrieval order.")]
+Search = Annotated[
+    str,
+    typer.Option(
+        help="hybrid (vectors + BM25) or semantic.",
+        callback=choice(["hybrid", "semantic"], case_sensitive=False),
+        metavar="TYPE",
+    ),
+]
+Filter = Annotated[
+    str | None, typer.Option("--filter", help="A Retrieve metadata filter, as JSON.", metavar="JSON")
+]
+
+
+def query(
+    text: Annotated[str, typer.Argument(help="What to search for.", metavar="TEXT")],
+    k: Annotated[int, typer.Option(help="Results to show (1-100).", min=1, max=100, metavar="N")] = 20,
+    no_rerank: NoRerank = False,
+    reranker: Reranker = DEFAULT_RERANKER,
+    search: Search = "hybrid",
+    metadata_filter: Filter = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
+    stack: Stack = DEFAULT_STACK,
+    region: Region = None,
+) -> None:
+    """Retrieve wide (hybrid), rerank, and show the top K chunks with their contexts and sources."""
+    _, results = _search(text, k, stack, region, reranker, no_rerank, search, metadata_filter)
+    if as_json:
+        write_json([r.as_dict() for r in results])
+        return
+    out = console()
+    if not results:
+        out.print("no results")
+        return
+    table = Table(show_lines=True)
+    for name in ("#", "rerank", "retrieval", "source", "context", "chunk"):
+        table.add_column(name, overflow="fold")
+    for r in results:
+        table.add_row(
+            str(r.rank),
+            "" if r.rerank_score is None else f"{r.rerank_score:.3f}",
+            f"{r.retrieval_score:.3f}",
+            plain(r.source),
+            plain(_short(r.context, 200)),
+            plain(_short(r.text, 300)),
+        )
+    out.print(table)
+
+
+def ask(
+    question: Annotated[str, typer.Argument(help="The question.", metavar="QUESTION")],
+    k: Annotated[
+        int, typer.Option(help="Chunks given to the model (1-100).", min=1, max=100, metavar="N")
+    ] = 10,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="Model or inference profile.", show_default="MODEL_ID, or Claude Haiku 4.5", metavar="ID"
+        ),
+    ] = None,
+    no_rerank: NoRerank = False,
+    reranker: Reranker = DEFAULT_RERANKER,
+    search: Search = "hybrid",
+    metadata_filter: Filter = None,
+    stack: Stack = DEFAULT_STACK,
+    region: Region = None,
+) -> None:
+    """Answer a question from the reranked chunks with Claude on Bedrock, citing its sources."""
+    from contextual_kb.query.answering import answer_request
+    from contextual_kb.runtime.context.claude.client import ClaudeClient, ModelCallError
+    from contextual_kb.runtime.settings import DEFAULT_MODEL_ID
+
+    deployment, results = _search(question, k, stack, region, reranker, no_rerank, search, metadata_filter)
+    if not results:
+        raise CliError("no answer", "nothing in the knowledge base matches the question")
+    client = ClaudeClient(region=deployment.region, timeout_seconds=120, max_retries=4, max_connections=1)
+    model_id = model or os.environ.get("MODEL_ID") or DEFAULT_MODEL_ID
+    try:
+        reply = client.invoke(answer_request(model_id, question, results))
+    except ModelCallError as exc:
+        raise CliError(f"the call to {model_id} failed", str(exc), MODEL_ACCESS_TODO) from None
+    finally:
+        client.close()
+    out = console()
+    out.print(plain(reply.text.strip()))
+    out.print()
+    for r in results:
+        out.print(plain(f"[{r.rank}] {r.source}"))
+
+
+def _progress_line(status: str, stats: dict[str, int]) -> str:
+    indexed = stats.get("numberOfNewDocumentsIndexed", 0) + stats.get("numberOfModifiedDocumentsIndexed", 0)
+    scanned, failed = stats.get("numberOfDocumentsScanned", 0), stats.get("numberOfDocumentsFailed", 0)
+    return f"{status}: {scanned} scanned, {indexed} indexed, {failed} failed"
+
+
+def _short(text: str, limit: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def register(app: typer.Typer) -> None:
+    for command in (upload, sync, query, ask):
+        app.command()(command)

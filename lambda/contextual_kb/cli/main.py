@@ -1,0 +1,248 @@
+"""``ckb``: the command line of contextual-kb."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from contextual_kb.cli.errors import CkbGroup, choice
+from contextual_kb.cli.terminal import console, write_json
+
+
+def _click_style_arguments() -> None:
+    """typer 0.29 writes a required argument as ``{name}`` in the usage line and puts its type beside it
+    (``<list[Path]>``); click's convention (``NAME``, ``[NAME]``, ``NAME...``) reads better and matches
+    the options' metavars. Help text only: nothing is parsed differently."""
+    from typer.core import TyperArgument
+
+    def usage_name(self: TyperArgument) -> str:
+        name = self.display_name_raw.upper()
+        name = name if self.required else f"[{name}]"
+        return name if self.nargs == 1 or name.endswith("...") else f"{name}..."
+
+    TyperArgument._usage_display_name = usage_name  # type: ignore[method-assign]
+    TyperArgument.display_type_rich = lambda self, ctx: None  # type: ignore[method-assign]
+
+
+_click_style_arguments()
+app = typer.Typer(
+    cls=CkbGroup,
+    help="Contextual retrieval for Amazon Bedrock Knowledge Bases.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    # Plain help: it reads the same at 80 columns, piped or not (Rich's panels cut defaults and ate brackets).
+    rich_markup_mode=None,
+)
+
+STRATEGIES = ("claude", "structural", "none")
+STRATEGY_HELP = (
+    "Context strategy: claude, structural or none. claude calls the local Bedrock stand-in unless "
+    "--bedrock (or ANTHROPIC_BEDROCK_BASE_URL) says otherwise."
+)
+BEDROCK_HELP = (
+    "With claude: call Amazon Bedrock with your AWS credentials (paid) instead of the local stand-in."
+)
+
+
+@app.callback()
+def root(
+    debug: Annotated[
+        bool, typer.Option("--debug", help="On an error, show the traceback too (also: CKB_DEBUG=1).")
+    ] = False,
+) -> None:
+    """Contextual retrieval for Amazon Bedrock Knowledge Bases."""
+    CkbGroup.debug = CkbGroup.debug or debug
+
+
+@app.command()
+def transform(
+    event_file: Annotated[
+        Path,
+        typer.Argument(
+            help="A KB custom-transformation event (JSON).",
+            exists=True,
+            dir_okay=False,
+            metavar="EVENT_FILE",
+        ),
+    ],
+    objects: Annotated[
+        Path | None,
+        typer.Option(
+            help="Folder of batch objects to upload first, keyed by relative path (default: objects/ beside "
+            "the event, when it exists).",
+            exists=True,
+            file_okay=False,
+            metavar="FOLDER",
+        ),
+    ] = None,
+    endpoint: Annotated[
+        str | None,
+        typer.Option(
+            envvar="AWS_ENDPOINT_URL_S3",
+            help="S3 endpoint to use. Without one, a local S3 (moto) is started on 127.0.0.1.",
+            metavar="URL",
+        ),
+    ] = None,
+    strategy: Annotated[
+        str | None,
+        typer.Option(
+            envvar="CONTEXT_STRATEGY",
+            help=STRATEGY_HELP,
+            callback=choice(STRATEGIES),
+            metavar="NAME",
+            show_default="claude",
+        ),
+    ] = None,
+    bedrock: Annotated[bool, typer.Option("--bedrock", help=BEDROCK_HELP)] = False,
+    show: Annotated[
+        int, typer.Option(help="Print this many chunks before and after.", min=0, metavar="N")
+    ] = 0,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print only the handler's response, as JSON.")
+    ] = False,
+    logs: Annotated[
+        bool, typer.Option(help="Also print the handler's log lines and metrics (JSON lines, on stderr).")
+    ] = False,
+) -> None:
+    """Run the real transformation handler on EVENT_FILE and print a summary."""
+    from contextlib import nullcontext
+
+    import boto3
+
+    from contextual_kb.cli.render import print_chunks, print_summary
+    from contextual_kb.local import runner, s3server
+    from contextual_kb.local.model_endpoint import model_endpoint
+    from contextual_kb.runtime.models import parse_event
+
+    event = runner.load_event(event_file)
+    parse_event(event)  # a malformed event fails here, before any server starts
+    objects_dir = objects or (event_file.parent / "objects")
+    os.environ["CONTEXT_STRATEGY"] = strategy = strategy or "claude"
+    if endpoint:
+        os.environ["AWS_ENDPOINT_URL_S3"] = endpoint
+    out = console()
+    with (
+        model_endpoint(bedrock=bedrock) if strategy == "claude" else nullcontext(),
+        nullcontext(endpoint) if endpoint else s3server.local_s3(),
+    ):
+        if objects_dir.is_dir():
+            runner.upload_objects(boto3.client("s3"), str(event.get("bucketName")), objects_dir)
+        try:
+            result = runner.invoke(event)
+        except runner.HandlerError as failed:
+            if logs:
+                sys.stderr.write(failed.log)
+            raise
+    if logs:
+        sys.stderr.write(result.log)
+    if as_json:
+        write_json(result.response)
+        return
+    print_summary(out, result)
+    if show:
+        print_chunks(out, result, show)
+
+
+@app.command()
+def demo(
+    max_tokens: Annotated[
+        int, typer.Option(help="Fixed-size chunking: tokens per chunk.", min=1, metavar="N")
+    ] = 120,
+    overlap: Annotated[
+        int,
+        typer.Option(help="Fixed-size chunking: overlap percentage (0-99).", min=0, max=99, metavar="PCT"),
+    ] = 20,
+    chunks_per_batch: Annotated[int, typer.Option(help="Chunks per batch object.", min=1, metavar="N")] = 4,
+    strategy: Annotated[
+        str,
+        typer.Option(
+            envvar="CONTEXT_STRATEGY",
+            help=STRATEGY_HELP,
+            callback=choice(STRATEGIES),
+            metavar="NAME",
+        ),
+    ] = "claude",
+    bedrock: Annotated[bool, typer.Option("--bedrock", help=BEDROCK_HELP)] = False,
+    show: Annotated[int, typer.Option(help="Chunks to print before and after.", min=0, metavar="N")] = 3,
+    documents: Annotated[
+        Path,
+        typer.Option(help="Folder of documents to ingest.", exists=True, file_okay=False, metavar="FOLDER"),
+    ] = Path("events/documents"),
+    evaluate: Annotated[
+        bool,
+        typer.Option(
+            "--eval/--no-eval",
+            help="End with retrieval quality on the codebase benchmark: raw, structural, and this strategy.",
+        ),
+    ] = True,
+) -> None:
+    """Offline demo: local S3, KB-style chunking, the real handler, chunks before and after."""
+    from contextlib import nullcontext
+
+    from contextual_kb.cli.demo import run_demo
+    from contextual_kb.local.model_endpoint import model_endpoint
+
+    os.environ["CONTEXT_STRATEGY"] = strategy
+    out = console()
+    with model_endpoint(bedrock=bedrock) if strategy == "claude" else nullcontext() as endpoint:
+        run_demo(
+            out,
+            documents,
+            max_tokens=max_tokens,
+            overlap=overlap,
+            chunks_per_batch=chunks_per_batch,
+            show=show,
+            endpoint=endpoint,
+        )
+        if evaluate:
+            _demo_eval(out, strategy, endpoint)
+
+
+def _demo_eval(out: Console, strategy: str, endpoint: object) -> None:
+    """The codebase benchmark's dev split, offline: BM25 over raw chunks, structural contexts, and the demo's
+    own strategy."""
+    from contextual_kb.cli.evaluate import DATASET, print_table
+    from contextual_kb.evaluation.offline import evaluate, load_corpus, load_queries
+
+    corpus, queries = DATASET / "codebase_chunks.json", DATASET / "evaluation_dev.jsonl"
+    if not corpus.exists() or not queries.exists():
+        out.print(f"(no labelled set at {DATASET}: skipping the retrieval table)")
+        return
+    out.rule("retrieval quality, offline (ckb eval --local)")
+    documents, labelled = load_corpus(corpus), load_queries(queries)
+    rows = evaluate(
+        documents,
+        labelled,
+        strategies=list(dict.fromkeys(["none", "structural", strategy])),
+        analyzers=["opensearch-builtin"],
+        ks=[5, 10, 20],
+        endpoint=endpoint,  # type: ignore[arg-type]
+    )
+    print_table(out, rows, [5, 10, 20], title=f"codebase benchmark, dev split: {len(labelled)} queries")
+
+
+from contextual_kb.cli.evaluate import register as register_eval  # noqa: E402
+from contextual_kb.cli.kb import register  # noqa: E402 - the commands that use the deployed stack
+
+register(app)
+register_eval(app)
+
+
+def main() -> None:
+    import warnings
+
+    # Local runs only: with metrics disabled, Powertools warns about each invocation's dimension.
+    warnings.filterwarnings("ignore", message="Dimension 'Strategy' has already been added")
+    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")  # no EMF blobs on a terminal
+    os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
+    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""The deployed stack's resources, found from its CloudFormation outputs by stack name."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+from botocore.exceptions import ClientError
+
+from contextual_kb.query.retrieval import CLIENT_CONFIG
+
+DEFAULT_STACK = "ContextualKb"
+
+
+class DeploymentError(Exception):
+    """The stack or one of its outputs cannot be found."""
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    stack: str
+    region: str
+    knowledge_base_id: str
+    data_source_id: str
+    source_bucket: str
+    vector_store: str  # opensearch | s3vectors
+
+    @classmethod
+    def from_stack(cls, stack: str, region: str, client: Any = None) -> Deployment:
+        client = client or boto3.client("cloudformation", region_name=region, config=CLIENT_CONFIG)
+        try:
+            described = client.describe_stacks(StackName=stack)["Stacks"]
+        except ClientError as exc:
+            message = exc.response.get("Error", {}).get("Message", str(exc))
+            raise DeploymentError(
+                f"stack {stack} in {region}: {message} "
+                "(deploy it with `make deploy`, or pass --stack / --region)"
+            ) from None
+        outputs = {o["OutputKey"]: o["OutputValue"] for o in described[0].get("Outputs", [])}
+        needed = ("KnowledgeBaseId", "DataSourceId", "SourceBucketName")
+        missing = [name for name in needed if name not in outputs]
+        if missing:
+            raise DeploymentError(
+                f"stack {stack} has no output {', '.join(missing)}: is it this project's stack?"
+            )
+        return cls(
+            stack=stack,
+            region=region,
+            knowledge_base_id=outputs["KnowledgeBaseId"],
+            data_source_id=outputs["DataSourceId"],
+            source_bucket=outputs["SourceBucketName"],
+            vector_store=outputs.get("VectorStoreType", "opensearch"),
+        )

@@ -1,0 +1,175 @@
+"""Claude on Bedrock through ``anthropic[bedrock]``: the only module that calls the model.
+
+Region and endpoint come from configuration and the SDK's environment (``MODEL_REGION`` or ``AWS_REGION``;
+``ANTHROPIC_BEDROCK_BASE_URL`` for a local stand-in). Retries with exponential backoff and jitter on 429,
+5xx and timeouts are the SDK's; a middleware, which the SDK runs once per HTTP attempt, counts the attempts
+and the 429s and reports each 429 at once so the concurrency limit can shrink while the SDK waits.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import anthropic
+import httpx2
+from anthropic import AnthropicBedrock, Middleware
+
+from contextual_kb.runtime.context.claude.accounting import Usage
+from contextual_kb.runtime.errors import TransformationError
+
+FailureKind = Literal["throttled", "transient", "rejected", "fatal"]
+
+# The SDK logs every request, the whole document in it, at DEBUG: with ANTHROPIC_LOG=debug, or whenever the
+# root logger is at DEBUG (Lambda's log-level control sets it). Documents must never reach the logs, so its
+# loggers stay at INFO or above, whatever is asked (docs/SECURITY.md).
+for _name in ("anthropic", "httpx2"):
+    _sdk_logger = logging.getLogger(_name)
+    _sdk_logger.setLevel(max(logging.INFO, _sdk_logger.level))
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    text: str
+    usage: Usage
+    stop_reason: str
+    seconds: float
+    attempts: int
+    throttles: int
+
+
+class ModelCallError(Exception):
+    """A call that failed after the SDK's retries.
+
+    ``kind``: throttled (429 to the end), transient (5xx, timeouts, connection errors), rejected (this
+    request is invalid: 400), fatal (the model cannot be called at all: 401/403/404, no region).
+    """
+
+    def __init__(
+        self, kind: FailureKind, message: str, *, status: int | None, attempts: int, throttles: int
+    ) -> None:
+        super().__init__(message)
+        self.kind: FailureKind = kind
+        self.status = status
+        self.attempts = attempts
+        self.throttles = throttles
+
+
+class _AttemptCounter(Middleware):
+    """Counts HTTP attempts and 429s per calling thread (each call runs on one worker thread)."""
+
+    def __init__(self, on_throttle: Callable[[], None] | None) -> None:
+        self._local = threading.local()
+        self._on_throttle = on_throttle
+
+    def reset(self) -> None:
+        self._local.attempts = 0
+        self._local.throttles = 0
+
+    def counts(self) -> tuple[int, int]:
+        return getattr(self._local, "attempts", 0), getattr(self._local, "throttles", 0)
+
+    def handle(self, request: Any, call_next: Any) -> Any:
+        self._local.attempts = getattr(self._local, "attempts", 0) + 1
+        response = call_next(request)
+        if response.status_code == 429:
+            self._local.throttles = getattr(self._local, "throttles", 0) + 1
+            if self._on_throttle is not None:
+                self._on_throttle()
+        return response
+
+
+def resolve_region(configured: str) -> str:
+    region = configured or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if not region:
+        raise TransformationError(
+            "no region for Bedrock: set MODEL_REGION or AWS_REGION (Lambda sets AWS_REGION itself)"
+        )
+    return region
+
+
+class ClaudeClient:
+    def __init__(
+        self,
+        *,
+        region: str,
+        timeout_seconds: float,
+        max_retries: int,
+        max_connections: int,
+        on_throttle: Callable[[], None] | None = None,
+    ) -> None:
+        self._counter = _AttemptCounter(on_throttle)
+        # Room for calls abandoned at a deadline that still hold a connection into the next invocation.
+        limits = httpx2.Limits(
+            max_connections=2 * max_connections + 4, max_keepalive_connections=max_connections
+        )
+        self._client = AnthropicBedrock(
+            aws_region=region,
+            max_retries=max_retries,
+            timeout=httpx2.Timeout(timeout_seconds, connect=min(10.0, timeout_seconds)),
+            http_client=anthropic.DefaultHttpxClient(limits=limits),
+            middleware=[self._counter],
+        )
+
+    def invoke(self, request: dict[str, Any]) -> Reply:
+        """One ``messages.create`` with the SDK's retries; raises ModelCallError."""
+        self._counter.reset()
+        started = time.monotonic()
+        try:
+            message = self._client.messages.create(**request)
+        except anthropic.APIStatusError as exc:
+            raise self._error(
+                _kind(exc.status_code), f"{exc.status_code} {_error_type(exc)}", exc.status_code
+            ) from None
+        except anthropic.APITimeoutError:
+            raise self._error("transient", "timed out") from None
+        except anthropic.APIConnectionError as exc:
+            raise self._error("transient", f"connection error ({type(exc.__cause__).__name__})") from None
+        except anthropic.APIResponseValidationError as exc:
+            raise self._error("transient", f"unreadable response ({exc.message})") from None
+        attempts, throttles = self._counter.counts()
+        text = "".join(block.text for block in message.content if getattr(block, "type", "") == "text")
+        usage = message.usage
+        return Reply(
+            text=text,
+            usage=Usage(
+                input_tokens=usage.input_tokens or 0,
+                cache_write_tokens=usage.cache_creation_input_tokens or 0,
+                cache_read_tokens=usage.cache_read_input_tokens or 0,
+                output_tokens=usage.output_tokens or 0,
+            ),
+            stop_reason=message.stop_reason or "",
+            seconds=time.monotonic() - started,
+            attempts=max(1, attempts),
+            throttles=throttles,
+        )
+
+    def _error(self, kind: FailureKind, message: str, status: int | None = None) -> ModelCallError:
+        attempts, throttles = self._counter.counts()
+        return ModelCallError(kind, message, status=status, attempts=attempts, throttles=throttles)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _kind(status: int) -> FailureKind:
+    if status == 429:
+        return "throttled"
+    if status in (408, 409, 424) or status >= 500:  # 424: Bedrock's ModelErrorException, worth a retry
+        return "transient"
+    if status in (401, 403, 404):
+        return "fatal"
+    return "rejected"
+
+
+def _error_type(exc: anthropic.APIStatusError) -> str:
+    """Bedrock's error type (``x-amzn-ErrorType``) and message; never the request's content."""
+    kind = exc.response.headers.get("x-amzn-errortype", "").split(":")[0]
+    body = exc.body if isinstance(exc.body, dict) else {}
+    message = str(body.get("message") or body.get("Message") or "")[:300]
+    return " ".join(part for part in (kind, message) if part) or type(exc).__name__

@@ -1,0 +1,112 @@
+"""Remembered contexts: the only module that reads and writes them (S3, a prefix of the intermediate bucket).
+
+One object per document: its key is a hash of the prompt fingerprint (model, prompt version, template,
+glossary, mode) and the document's text; inside, each context is keyed by its chunk's *place*: a hash of the
+chunk's text and where it starts in the rebuilt document. So a context is found again exactly when model,
+prompt, document and chunk are all unchanged, and two identical chunks at different places (a repeated
+table, a page header) each keep their own: a retried call or a re-sync of unchanged documents makes no
+model call for them. Memory is an optimisation: a failure to read or write it is counted and logged, never
+fatal.
+
+Format 1 (until 2026-11) keyed contexts by the chunk's text alone. Such an object is still read, for the
+chunks whose text occurs once in their document (where the key is unambiguous); the next write of that
+document's contexts stores them in format 2, by place. Nothing else is needed to migrate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import boto3
+from botocore.exceptions import BotoCoreError, ClientError
+
+from contextual_kb.runtime.errors import StorageError
+from contextual_kb.runtime.storage import S3_CONFIG
+
+FORMAT_VERSION = 2
+LEGACY_VERSION = 1
+
+
+def chunk_key(chunk: str) -> str:
+    """Format 1's key: the chunk's text alone."""
+    return hashlib.sha256(chunk.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def place_key(chunk: str, start: int) -> str:
+    """Format 2's key: the chunk's text and its start in the rebuilt document."""
+    digest = hashlib.sha256(f"{start}\x00".encode())
+    digest.update(chunk.encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()[:32]
+
+
+def document_key(prefix: str, fingerprint: str, document: str) -> str:
+    # The digest of fingerprint + NUL + document in UTF-8, fed a megabyte at a time: joining and encoding a
+    # 50 MB document whole cost two transient copies of it (measured: docs/RELIABILITY.md, "Load").
+    digest = hashlib.sha256(f"{fingerprint}\x00".encode())
+    for start in range(0, len(document), _HASH_SLICE):
+        digest.update(document[start : start + _HASH_SLICE].encode("utf-8", "surrogatepass"))
+    hexdigest = digest.hexdigest()
+    return f"{prefix}{fingerprint}/{hexdigest[:2]}/{hexdigest}.json"
+
+
+_HASH_SLICE = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Remembered:
+    """A document's remembered contexts as read: by place, and (from a format-1 object) by text alone."""
+
+    by_place: Mapping[str, str] = field(default_factory=dict)
+    by_text: Mapping[str, str] = field(default_factory=dict)
+
+    def get(self, chunk: str, start: int, *, unique: bool) -> str | None:
+        """The context of the chunk at ``start``; a format-1 entry only if the chunk's text is ``unique`` in
+        its document (else it may be another place's context)."""
+        found = self.by_place.get(place_key(chunk, start))
+        if found is None and unique and self.by_text:
+            found = self.by_text.get(chunk_key(chunk))
+        return found
+
+    def __bool__(self) -> bool:
+        return bool(self.by_place or self.by_text)
+
+
+class ContextMemory:
+    def __init__(self, client: Any = None) -> None:
+        self._client = client or boto3.client("s3", config=S3_CONFIG)
+
+    def load(self, bucket: str, key: str) -> Remembered:
+        try:
+            response = self._client.get_object(Bucket=bucket, Key=key)
+            data = json.loads(response["Body"].read())
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "Unknown")
+            if code in {"NoSuchKey", "404", "NotFound"}:
+                return Remembered()
+            raise StorageError(f"s3://{bucket}/{key}: cannot read remembered contexts ({code})") from exc
+        except (BotoCoreError, ValueError) as exc:
+            raise StorageError(f"s3://{bucket}/{key}: cannot read remembered contexts ({exc})") from exc
+        if not isinstance(data, dict) or data.get("version") not in {FORMAT_VERSION, LEGACY_VERSION}:
+            return Remembered()  # not ours: as if nothing were remembered
+        contexts = data.get("contexts")
+        if not isinstance(contexts, dict):
+            return Remembered()
+        valid = {k: v for k, v in contexts.items() if isinstance(k, str) and isinstance(v, str) and v}
+        return Remembered(by_place=valid) if data["version"] == FORMAT_VERSION else Remembered(by_text=valid)
+
+    def save(self, bucket: str, key: str, contexts: Mapping[str, str]) -> None:
+        """``contexts`` by place key (format 2)."""
+        body = json.dumps({"version": FORMAT_VERSION, "contexts": dict(contexts)}, ensure_ascii=False)
+        try:
+            self._client.put_object(
+                Bucket=bucket, Key=key, Body=body.encode("utf-8"), ContentType="application/json"
+            )
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "Unknown")
+            raise StorageError(f"s3://{bucket}/{key}: cannot write remembered contexts ({code})") from exc
+        except BotoCoreError as exc:
+            raise StorageError(f"s3://{bucket}/{key}: cannot write remembered contexts ({exc})") from exc

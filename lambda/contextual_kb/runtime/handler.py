@@ -1,0 +1,126 @@
+"""Lambda entry point for the Knowledge Base's POST_CHUNKING custom transformation.
+
+What every invocation needs (settings, the strategy with its model client and SDK imports, the S3 clients)
+is built when Lambda imports this module: its init phase pays for it (and SnapStart or provisioned
+concurrency, where a user enables them), not the first invocation. A settings error there is kept for the
+invocation, which fails with its one-line message and the KB's keys in the log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from contextual_kb.runtime.context import ContextStrategy, build_strategy
+from contextual_kb.runtime.context.claude.accounting import ModelAccounting, percentile
+from contextual_kb.runtime.context.structural import DOCUMENT_LEVEL
+from contextual_kb.runtime.deadline import Deadline
+from contextual_kb.runtime.errors import TransformationError
+from contextual_kb.runtime.models import parse_event
+from contextual_kb.runtime.observability import bind_event_keys, logger, metrics, tracer
+from contextual_kb.runtime.settings import Settings
+from contextual_kb.runtime.storage import S3BatchStore
+from contextual_kb.runtime.transform import RunStats, Transformation
+
+
+@functools.cache
+def runtime() -> tuple[Settings, ContextStrategy, S3BatchStore]:
+    """Settings, strategy and S3 client, built once per execution environment (``cache_clear`` resets)."""
+    settings = Settings.from_env()
+    # Connections for the parallel reads and writes, and the claude strategy's remembered-context lookups.
+    store = S3BatchStore(max_attempts=settings.s3_max_attempts, connections=settings.s3_max_concurrency + 4)
+    return settings, build_strategy(settings), store
+
+
+def _initialise() -> None:
+    """In Lambda (not when a test or the CLI imports this module), build the runtime at import."""
+    if not os.environ.get("AWS_LAMBDA_FUNCTION_NAME"):
+        return
+    # A settings error is not cached: the first invocation builds it again, fails, and logs why.
+    with contextlib.suppress(TransformationError):
+        runtime()
+
+
+_initialise()
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics(capture_cold_start_metric=True)
+@tracer.capture_lambda_handler(capture_response=False)
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    # With POWERTOOLS_METRICS_DISABLED, Powertools never clears what was added: a warm environment would carry
+    # the last invocation's metrics and dimensions over (and print them anyway once a metric has 100 values).
+    metrics.clear_metrics()
+    bind_event_keys(event)
+    try:
+        settings, strategy, store = runtime()
+        deadline = Deadline.from_remaining(
+            context.get_remaining_time_in_millis() / 1000, reserve_seconds=settings.deadline_reserve_seconds
+        )
+        response, stats = Transformation(settings, strategy, store).run(parse_event(event), deadline)
+    except TransformationError:
+        metrics.add_metric(name="TransformationErrors", unit=MetricUnit.Count, value=1)
+        logger.exception("transformation failed; the Knowledge Base will mark the file(s) as failed")
+        raise
+    record(strategy.name, stats)
+    return response.dump()
+
+
+def record(strategy: str, stats: RunStats) -> None:
+    metrics.add_dimension(name="Strategy", value=strategy)
+    _counts(
+        ("Files", stats.files),
+        ("BatchesIn", stats.batches_in),
+        ("ChunksIn", stats.chunks_in),
+        ("ChunksContextualized", stats.chunks_contextualized),
+        ("ChunksPassedThrough", stats.chunks_passed_through),
+        ("NonTextItems", stats.non_text_items),
+        ("EmptyDocuments", stats.empty_documents),
+        ("ContextMetadataTruncated", stats.metadata_truncated),
+        ("ContextErrors", stats.context_errors),
+        # Chunks given the document-level context: no time was left to outline their document.
+        ("ContextsDocumentLevel", stats.contexts_by_source.get(DOCUMENT_LEVEL, 0)),
+    )
+    if stats.model.used:
+        record_model(stats.model)
+    logger.info("transformation complete", extra={"strategy": strategy, **stats.as_log()})
+
+
+def record_model(model: ModelAccounting) -> None:
+    """The model's accounting as metrics (the summary log line carries the same figures)."""
+    _counts(
+        ("ModelCalls", model.calls),
+        ("ModelRetries", model.retries),
+        ("ModelThrottles", model.throttles),
+        ("ModelFailedCalls", sum(model.failed_calls.values())),
+        ("InputTokens", model.input_tokens),
+        ("CacheWriteTokens", model.cache_write_tokens),
+        ("CacheReadTokens", model.cache_read_tokens),
+        ("OutputTokens", model.output_tokens),
+        ("CacheWrites", model.cache_writes),
+        ("ChunksRemembered", model.chunks_remembered),
+        ("AnswersRejected", sum(model.answers_rejected.values())),
+        ("AnswersCapped", model.answers_capped),
+        ("ContextFallbacks", sum(model.fallbacks.values())),
+        *((f"Fallback_{reason}", count) for reason, count in model.fallbacks.items()),
+    )
+    if model.latencies:
+        metrics.add_metric(name="ModelLatencyP50", unit=MetricUnit.Milliseconds, value=_ms(model, 0.5))
+        metrics.add_metric(name="ModelLatencyP95", unit=MetricUnit.Milliseconds, value=_ms(model, 0.95))
+    cost = model.cost()
+    if cost is not None:
+        metrics.add_metric(name="EstimatedCostMicroUSD", unit=MetricUnit.Count, value=round(cost * 1e6))
+
+
+def _counts(*pairs: tuple[str, int]) -> None:
+    for name, value in pairs:
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+
+
+def _ms(model: ModelAccounting, share: float) -> float:
+    return round(1000 * percentile(model.latencies, share))

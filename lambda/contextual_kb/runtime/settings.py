@@ -1,0 +1,113 @@
+"""Settings of the transformation, read from the environment once per cold start.
+
+Every setting has a documented default (README, "Settings"). A bad value fails fast with a message that
+names the variable, instead of surfacing mid-ingestion.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from contextual_kb.runtime.errors import TransformationError
+
+StrategyName = Literal["claude", "structural", "none"]
+ContextMode = Literal["per_chunk", "grouped", "published"]
+CacheTtl = Literal["5m", "1h"]
+OnModelError = Literal["fallback", "fail"]
+
+# Claude Haiku 4.5 through the global cross-region inference profile: list price, any commercial region.
+DEFAULT_MODEL_ID = "global.anthropic.claude-haiku-4-5-20251001-v1:0"
+
+
+# Variables whose empty value is itself a setting: CONTEXT_MEMORY_PREFIX="" turns remembering off.
+EMPTY_IS_A_VALUE = frozenset({"CONTEXT_MEMORY_PREFIX"})
+
+
+class ConfigurationError(TransformationError):
+    """An environment variable holds a value the transformation cannot use."""
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+    context_strategy: StrategyName = Field(default="claude", alias="CONTEXT_STRATEGY")
+    # Upper bound on a structural context, in characters; it is prepended to every chunk.
+    structural_max_chars: int = Field(default=480, ge=80, le=4000, alias="STRUCTURAL_MAX_CHARS")
+    # Names listed in a structural context: up to this many defined in the chunk, and as many declared by the
+    # file (types first); 0 leaves both out.
+    structural_max_names: int = Field(default=6, ge=0, le=100, alias="STRUCTURAL_MAX_NAMES")
+    # Output objects go under this prefix + the input key, so a retried call overwrites its own output.
+    output_prefix: str = Field(default="contextual-kb/output/", alias="OUTPUT_PREFIX")
+    # Chunk metadata key that carries the context alone (the query side shows it apart from the chunk).
+    context_metadata_key: str = Field(default="ckb_context", min_length=1, alias="CONTEXT_METADATA_KEY")
+    # S3 Vectors caps filterable metadata at 2 KB per vector, shared with the KB's own keys: keep ours small.
+    context_metadata_max_bytes: int = Field(default=1024, ge=0, le=2048, alias="CONTEXT_METADATA_MAX_BYTES")
+    # Shortest run of identical text that counts as the overlap between two consecutive chunks.
+    min_overlap_chars: int = Field(default=8, ge=1, le=1000, alias="MIN_OVERLAP_CHARS")
+    # Validated batch objects kept in memory between validation and processing, in bytes of JSON.
+    # Small: every file's kept batches wait in memory until that file's turn; a re-read is one pinned GET.
+    prefetch_max_bytes: int = Field(default=8 * 1024 * 1024, ge=0, alias="PREFETCH_MAX_BYTES")
+    # Attempts per S3 request (the SDK's standard retry mode: backoff with jitter, up to 20 s a wait).
+    s3_max_attempts: int = Field(default=8, ge=1, le=20, alias="S3_MAX_ATTEMPTS")
+    # S3 reads (while validating) and writes of batch objects at once.
+    s3_max_concurrency: int = Field(default=16, ge=1, le=64, alias="S3_MAX_CONCURRENCY")
+
+    # --- the claude strategy (README, "Settings") ---
+    model_id: str = Field(default=DEFAULT_MODEL_ID, min_length=1, alias="MODEL_ID")
+    # Region of the Bedrock runtime endpoint; empty means the SDK's environment (AWS_REGION).
+    model_region: str = Field(default="", alias="MODEL_REGION")
+    context_mode: ContextMode = Field(default="per_chunk", alias="CONTEXT_MODE")
+    # Chunks whose contexts one grouped call asks for.
+    group_size: int = Field(default=20, ge=2, le=64, alias="GROUP_SIZE")
+    cache_ttl: CacheTtl = Field(default="5m", alias="CACHE_TTL")
+    # Minimum cacheable prompt prefix in tokens; 0 means the model's documented minimum (facts table).
+    min_cache_tokens: int = Field(default=0, ge=0, alias="MIN_CACHE_TOKENS")
+    # max_tokens of one context; a grouped call gets this times the number of chunks it asks for.
+    context_max_tokens: int = Field(default=160, ge=16, le=2048, alias="CONTEXT_MAX_TOKENS")
+    # Longest context kept, in characters; a longer answer is cut at a word boundary.
+    context_max_chars: int = Field(default=800, ge=80, le=8000, alias="CONTEXT_MAX_CHARS")
+    # The instruction after the chunk; empty means Anthropic's (prompts.DEFAULT_INSTRUCTION).
+    context_instruction: str = Field(default="", alias="CONTEXT_INSTRUCTION")
+    # Domain vocabulary for the model, sent once per document inside the cached prefix.
+    glossary: str = Field(default="", max_length=20000, alias="GLOSSARY")
+    # Documents longer than this (estimated tokens) are sent as their opening plus a window around the chunk.
+    max_document_tokens: int = Field(default=100_000, ge=2000, le=900_000, alias="MAX_DOCUMENT_TOKENS")
+    window_tokens: int = Field(default=16_000, ge=1000, alias="WINDOW_TOKENS")
+    opening_tokens: int = Field(default=2000, ge=0, alias="OPENING_TOKENS")
+    max_concurrency: int = Field(default=32, ge=1, le=256, alias="MAX_CONCURRENCY")
+    # Seconds one HTTP attempt may take, and the SDK's retries (backoff with jitter) for 429, 5xx, timeouts.
+    model_timeout_seconds: float = Field(default=60.0, gt=0, le=900, alias="MODEL_TIMEOUT_SECONDS")
+    model_max_retries: int = Field(default=4, ge=0, le=10, alias="MODEL_MAX_RETRIES")
+    # Consecutive failed calls that open the breaker, and how long it stays open before one probe call.
+    breaker_threshold: int = Field(default=5, ge=1, alias="BREAKER_THRESHOLD")
+    breaker_cooldown_seconds: float = Field(default=20.0, ge=0, alias="BREAKER_COOLDOWN_SECONDS")
+    # Kept back from the Lambda's remaining time as a margin, besides the estimated time of what is left to do
+    # once the model stops (structural contexts, S3 reads and writes): measured as the invocation goes.
+    deadline_reserve_seconds: float = Field(default=10.0, ge=1, alias="DEADLINE_RESERVE_SECONDS")
+    on_model_error: OnModelError = Field(default="fallback", alias="ON_MODEL_ERROR")
+    # Contexts remembered in the intermediate bucket under this prefix; empty turns remembering off.
+    context_memory_prefix: str = Field(default="contextual-kb/contexts/", alias="CONTEXT_MEMORY_PREFIX")
+    # JSON price overrides in USD per million tokens, e.g. {"input": 1, "output": 5, "cache_read": 0.1}.
+    model_prices: str = Field(default="", alias="MODEL_PRICES")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """An empty variable means the default (a console leaves empty values behind), except where the
+        empty value is a setting of its own (``EMPTY_IS_A_VALUE``)."""
+        env = os.environ if environ is None else environ
+        names = {f.alias for f in cls.model_fields.values() if f.alias}
+        values = {
+            name: env[name] for name in names if name in env and (env[name] != "" or name in EMPTY_IS_A_VALUE)
+        }
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            name = str(first["loc"][0]) if first.get("loc") else "?"
+            raise ConfigurationError(
+                f"environment variable {name}={values.get(name)!r}: {first['msg']}"
+            ) from exc
