@@ -54,9 +54,9 @@ def test_eval_local_prints_each_configuration(labelled: tuple[Path, Path]) -> No
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
     assert [(r["chunks"], r["retrieval"]) for r in rows] == [
-        ("raw", "bm25 opensearch-builtin"),
+        ("raw", "bm25 index"),
         ("raw", "bm25 code-aware"),
-        ("structural", "bm25 opensearch-builtin"),
+        ("structural", "bm25 index"),
         ("structural", "bm25 code-aware"),
     ]
     for row in rows:  # 12 chunks, 3 queries each with one golden chunk: all found within 3

@@ -8,6 +8,8 @@ it cannot rot.
     local        stand-ins, local S3, KB-style staging, fault harness, samples: runtime
     evaluation   metrics, lexical analysis, offline and deployed runs, dense retrieval: runtime, query, local
     cli          the ``ckb`` commands, rendering, terminal safety: anything
+    resources    the stack's custom resources (the index, attaching a data source): nothing else; each its
+                 own small function's asset
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from pathlib import Path
 from tests.conftest import ROOT
 
 PACKAGE = ROOT / "lambda" / "contextual_kb"
-PARTS = ("runtime", "query", "local", "evaluation", "cli")
+PARTS = ("runtime", "resources", "query", "local", "evaluation", "cli")
 ALLOWED = {
     "runtime": {"runtime"},
+    "resources": {"resources"},
     "query": {"runtime", "query"},
     "local": {"runtime", "local"},
     "evaluation": {"runtime", "query", "local", "evaluation"},

@@ -40,3 +40,46 @@ def test_code_aware_tokens_keep_compounds_drop_stop_words_and_stem() -> None:
         "observ",
     ]
     assert plain_tokens("Hello, World") == ["hello", "world"]
+
+
+# --- the deployed index's analysis, offline: derived from the index's own definition ---
+
+
+def test_the_index_analyzer_is_built_from_the_index_definition() -> None:
+    """``ckb eval``'s ``index`` rows run the filters the deployed index is created with: the definition is
+    read, not copied; a filter the emulation does not know fails loudly instead of being skipped."""
+    import pytest
+
+    from contextual_kb.evaluation.lexical import ANALYZERS, analyzer_from
+    from contextual_kb.query.index_definition import ANALYSIS, ENGLISH_STOP_WORDS, TEXT_ANALYZER
+
+    analyze = ANALYZERS["index"]
+    assert ANALYSIS["analyzer"][TEXT_ANALYZER]["filter"] == [
+        "ckb_word_delimiter",
+        "flatten_graph",
+        "lowercase",
+        "ckb_stop",
+        "ckb_stemmer",
+    ]
+    # Identifiers whole and split, lowercased, our stop list, Snowball English stems.
+    assert analyze("What does DiffExecutor refill?") == ["diffexecutor", "diff", "executor", "refil"]
+    assert analyze("max_tokens HTTPServer x86") == [
+        "max_token",
+        "max",
+        "token",
+        "httpserver",
+        "http",
+        "server",
+        "x86",
+        "x",
+        "86",
+    ]
+    assert {"what", "does", "how"} <= ENGLISH_STOP_WORDS
+    changed = {**ANALYSIS, "filter": {**ANALYSIS["filter"], "ckb_stemmer": {"type": "kstem"}}}
+    with pytest.raises(ValueError, match="kstem"):
+        analyzer_from(changed, TEXT_ANALYZER)
+    without_original = {
+        **ANALYSIS,
+        "filter": {**ANALYSIS["filter"], "ckb_word_delimiter": {"type": "word_delimiter_graph"}},
+    }
+    assert analyzer_from(without_original, TEXT_ANALYZER)("DiffExecutor") == ["diff", "executor"]

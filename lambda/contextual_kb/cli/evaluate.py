@@ -73,10 +73,11 @@ def eval_command(
     analyzers: Annotated[
         str,
         typer.Option(
-            help="opensearch-builtin (the deployed index's), code-aware, plain; comma-separated.",
+            help="index (the deployed index's analysis), code-aware, opensearch-builtin (built-in names "
+            "only), plain; comma-separated.",
             metavar="NAMES",
         ),
-    ] = "opensearch-builtin,code-aware",
+    ] = "index,code-aware",
     retrieval: Annotated[
         str,
         typer.Option(
@@ -148,8 +149,8 @@ def eval_command(
 
 
 _SHOWN = {
-    "bm25 opensearch-builtin": "bm25 index",
-    "hybrid opensearch-builtin+minilm": "hybrid index+minilm",
+    "bm25 opensearch-builtin": "bm25 builtin",
+    "hybrid opensearch-builtin+minilm": "hybrid builtin+minilm",
 }
 
 
@@ -160,7 +161,10 @@ def compared_cutoff(cutoffs: list[int]) -> int:
 
 
 def print_table(out: Console, rows: list[Row], cutoffs: list[int], *, title: str) -> None:
-    caption = "P@k Pass@k, R@k Recall@k (golden chunks pooled), MRR; x100. index: the deployed index's BM25"
+    caption = (
+        "P@k Pass@k, R@k Recall@k (golden chunks pooled), MRR; x100. index: BM25 with the deployed index's "
+        "analysis; builtin: with built-in analyzer names only"
+    )
     table = Table(title=title, caption=caption, box=box.SIMPLE_HEAD)
     table.add_column("chunks", no_wrap=True)
     table.add_column("retrieval", no_wrap=True)

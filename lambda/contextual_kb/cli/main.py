@@ -219,7 +219,7 @@ def _demo_eval(out: Console, strategy: str, endpoint: object) -> None:
         documents,
         labelled,
         strategies=list(dict.fromkeys(["none", "structural", strategy])),
-        analyzers=["opensearch-builtin"],
+        analyzers=["index"],
         ks=[5, 10, 20],
         endpoint=endpoint,  # type: ignore[arg-type]
     )

@@ -1,0 +1,57 @@
+"""Names derived from the stack's name that fit every service's limits. Pure.
+
+- OpenSearch Serverless collections: 3-28 characters here (the API says 32, older CDK docs 28: the lower
+  bound is safe), ``[a-z][a-z0-9-]*``; its security and access policies: 3-32, ``[a-z][a-z0-9-]+``.
+- Bedrock knowledge bases and data sources: ``([0-9a-zA-Z][_-]?){1,100}`` (no two ``-`` or ``_`` in a row).
+
+A name that would be too long keeps its head and gets a short hash of the whole, so two long stack names
+that share a head still get different names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+COLLECTION_MAX = 28
+POLICY_MAX = 32
+BEDROCK_NAME_MAX = 100
+_HASH = 6
+
+
+def short_hash(text: str, length: int = _HASH) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+def fit(base: str, suffix: str, limit: int, *, whole: str | None = None) -> str:
+    """``base`` + ``suffix`` within ``limit`` characters: when too long, ``base`` is cut and a hash of
+    ``whole`` (default ``base``) joined to it."""
+    if len(base) + len(suffix) <= limit:
+        return base + suffix
+    tag = short_hash(whole or base)
+    head = base[: max(1, limit - len(suffix) - len(tag) - 1)].rstrip("-_")
+    return f"{head}-{tag}{suffix}"
+
+
+def lowercase_base(stack_name: str) -> str:
+    """The stack name as OpenSearch Serverless names allow: lowercase letters, digits and single hyphens,
+    starting with a letter."""
+    base = re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "", stack_name.lower())).strip("-")
+    if not base or not base[0].isalpha():
+        base = f"ckb-{base}".rstrip("-")
+    return base
+
+
+def collection_name(stack_name: str) -> str:
+    return fit(lowercase_base(stack_name), "-kb", COLLECTION_MAX, whole=stack_name)
+
+
+def policy_name(stack_name: str, kind: str) -> str:
+    """``kind``: enc, net, access, index..."""
+    return fit(lowercase_base(stack_name), f"-{kind}", POLICY_MAX, whole=stack_name)
+
+
+def bedrock_name(stack_name: str, suffix: str) -> str:
+    """A knowledge base's or data source's name: letters and digits, single ``-`` between them."""
+    base = re.sub(r"[-_]+", "-", re.sub(r"[^0-9A-Za-z_-]", "", stack_name)).strip("-_") or "ckb"
+    return fit(base, suffix, BEDROCK_NAME_MAX, whole=stack_name)
