@@ -130,3 +130,25 @@ def function_code(architecture: str) -> lambda_.Code:
             command=docker_command(architecture),
         ),
     )
+
+
+def resources_code() -> lambda_.Code:
+    """The custom resources' asset: ``contextual_kb/__init__.py`` and ``contextual_kb/resources/`` alone
+    (standard library and the runtime's botocore: nothing to install)."""
+    files = {
+        f"contextual_kb/{path.relative_to(PACKAGE).as_posix()}": path.read_bytes()
+        for path in [PACKAGE / "__init__.py", *sorted((PACKAGE / "resources").rglob("*.py"))]
+        if "__pycache__" not in path.parts
+    }
+    digest = hashlib.sha256()
+    for name, content in sorted(files.items()):
+        digest.update(name.encode() + b"\0" + hashlib.sha256(content).digest())
+    folder = STAGING / f"resources-{digest.hexdigest()[:32]}"
+    if not folder.is_dir():
+        building = STAGING / f"{folder.name}.staging-{os.getpid()}"
+        shutil.rmtree(building, ignore_errors=True)
+        for name, content in files.items():
+            (building / name).parent.mkdir(parents=True, exist_ok=True)
+            (building / name).write_bytes(content)
+        building.replace(folder)
+    return lambda_.Code.from_asset(str(folder))

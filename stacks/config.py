@@ -93,6 +93,13 @@ class StackConfig(BaseModel):
                 f"functionEnvironment may not set {', '.join(redirecting)}: it would send documents to "
                 "another endpoint or put them in the logs (docs/SECURITY.md)"
             )
+        self._settings_are_the_functions()
+        if self.chunking == "hierarchical" and self.vector_store == "s3vectors":
+            raise ValueError(
+                "chunking=hierarchical with vectorStore=s3vectors: AWS does not recommend it "
+                "(kb-chunking.html, S3 Vectors' metadata limits), and each chunk also carries its context in "
+                "metadata; use fixed_size or semantic chunking, or vectorStore=opensearch"
+            )
         if (
             self.function_environment.get("CONTEXT_STRATEGY", "claude") == "claude"
             and self.function_timeout_seconds < 300
@@ -102,6 +109,25 @@ class StackConfig(BaseModel):
                 "Knowledge Base; use 900 (the default)"
             )
         return self
+
+    def _settings_are_the_functions(self) -> None:
+        """``functionEnvironment`` read by the function's own settings model (one source of truth): a
+        variable it does not know, or a value it refuses, fails synth naming the key, instead of deploying a
+        function that fails every invocation."""
+        import difflib
+
+        from contextual_kb.runtime.settings import ConfigurationError, Settings
+
+        known = {f.alias for f in Settings.model_fields.values() if f.alias}
+        for name in self.function_environment:
+            if name not in known and not name.startswith("POWERTOOLS_"):
+                close = difflib.get_close_matches(name, sorted(known), n=1)
+                hint = f" (did you mean {close[0]}?)" if close else " (README, Settings, lists them)"
+                raise ValueError(f"functionEnvironment.{name}: not a setting of the function{hint}")
+        try:
+            Settings.from_env(self.function_environment)
+        except ConfigurationError as exc:
+            raise ValueError(f"functionEnvironment: {exc}") from None
 
     @property
     def model_id(self) -> str:

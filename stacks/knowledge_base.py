@@ -13,6 +13,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+from stacks import naming
 from stacks.config import StackConfig
 from stacks.vector_store import StorageConfiguration
 
@@ -99,10 +100,13 @@ class KnowledgeBase(Construct):
             )
         for statement in storage.statements:
             role.add_to_policy(statement)
+        # The name changes with what replaces the Knowledge Base (its vector store, index, embedding model),
+        # so a replacement never collides with the old one's name while both exist.
+        replaced_by = f"{storage.identity}|{config.embedding_model_id}|{config.embedding_dimension}"
         self.knowledge_base = bedrock.CfnKnowledgeBase(
             self,
             "KnowledgeBase",
-            name=f"{stack.stack_name}-kb",
+            name=naming.bedrock_name(stack.stack_name, f"-kb-{naming.short_hash(replaced_by)}"),
             description="Contextual retrieval: chunks contextualized before embedding and indexing",
             role_arn=role.role_arn,
             knowledge_base_configuration={
@@ -140,7 +144,7 @@ class KnowledgeBase(Construct):
             self,
             "DataSource",
             knowledge_base_id=self.knowledge_base.attr_knowledge_base_id,
-            name=f"{stack.stack_name}-source",
+            name=naming.bedrock_name(stack.stack_name, "-source"),
             data_source_configuration={"type": "S3", "s3Configuration": {"bucketArn": source.bucket_arn}},
             vector_ingestion_configuration=ingestion,
             server_side_encryption_configuration={"kmsKeyArn": key.key_arn} if key else None,

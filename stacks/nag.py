@@ -9,6 +9,7 @@ import aws_cdk as cdk
 from constructs import IConstruct
 
 from stacks.stack import ContextualKbStack
+from stacks.vector_store import OpenSearchVectorStore
 
 RULE = "AwsSolutions::AwsSolutions-"
 
@@ -77,3 +78,25 @@ def acknowledge(stack: ContextualKbStack) -> None:
         f"IAM5[Resource::<{_logical(transform.function)}.Arn>:*]",
         "The KB service may invoke a version or alias of the function (documented requirement).",
     )
+    store = stack.vector_store
+    if isinstance(store, OpenSearchVectorStore):
+        _ack(
+            store.index_function,
+            "L1",
+            "Python 3.13, like the transformation function: the index's custom resource is tested on it.",
+        )
+        _ack(
+            store.index_role,
+            f"IAM5[Resource::<{_logical(store.index_log_group)}.Arn>:log-stream:*]",
+            "Lambda creates one log stream per execution environment in the function's own log group.",
+        )
+        _ack(
+            store.provider,
+            "IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]",
+            "CDK's custom-resource Provider framework gives its function this managed policy (logs only).",
+        )
+        _ack(
+            store.provider,
+            f"IAM5[Resource::<{_logical(store.index_function)}.Arn>:*]",
+            "The Provider framework may invoke any version of the index's function (CDK's own grant).",
+        )

@@ -6,6 +6,7 @@ from aws_cdk import CfnOutput, Stack
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
+from stacks.bundling import resources_code
 from stacks.config import StackConfig
 from stacks.function import TransformFunction
 from stacks.knowledge_base import KnowledgeBase, knowledge_base_role
@@ -41,10 +42,12 @@ class ContextualKbStack(Stack):
                 dimension=config.embedding_dimension,
                 kb_role=role,
                 key=key,
+                resources_code=resources_code(),
                 standby_replicas=config.opensearch_standby_replicas,
             )
         else:
             store = S3VectorStore(self, "VectorStore", dimension=config.embedding_dimension, key=key)
+        self.vector_store = store
         self.knowledge_base = KnowledgeBase(self, "KnowledgeBase", config=config, role=role)
         self.knowledge_base.build(
             storage=store.storage,
@@ -53,8 +56,8 @@ class ContextualKbStack(Stack):
             function=self.transform.function,
             key=key,
         )
-        if config.vector_store == "opensearch":
-            self.knowledge_base.knowledge_base.node.add_dependency(store.index)  # type: ignore[union-attr]
+        if isinstance(store, OpenSearchVectorStore):  # created only once its index answers
+            self.knowledge_base.knowledge_base.node.add_dependency(store.index)
         self.monitoring = Monitoring(
             self,
             "Monitoring",
@@ -68,6 +71,7 @@ class ContextualKbStack(Stack):
             ("SourceBucketName", self.storage.source.bucket_name),
             ("IntermediateBucketName", self.storage.intermediate.bucket_name),
             ("TransformFunctionName", self.transform.function.function_name),
+            ("TransformFunctionArn", self.transform.function.function_arn),
             ("VectorStoreType", config.vector_store),
         ):
             CfnOutput(self, name, value=value)

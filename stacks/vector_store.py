@@ -1,14 +1,17 @@
 """Where the Knowledge Base keeps its vectors: OpenSearch Serverless (hybrid search) or S3 Vectors.
 
-OpenSearch Serverless: a VECTORSEARCH collection with its encryption, network and data-access policies,
-and the index as ``AWS::OpenSearchServerless::Index`` with the fields Bedrock expects. The chunk text field
-gets a code-aware analyzer built from OpenSearch's built-in names (the index resource takes no filter
-definitions): identifiers split on case, digits and underscores, lowercase, English stop words, stems.
-Measured on the codebase benchmark: Pass@10 88.98 over structural-context chunks against 91.13 for our
-own analyzer, 86.61 over raw chunks (docs/BENCHMARKS.md).
+OpenSearch Serverless: a VECTORSEARCH collection with its encryption, network and data-access policies, and
+the vector index, created by a custom resource through the OpenSearch API (``contextual_kb/resources/
+opensearch_index.py``): ``AWS::OpenSearchServerless::Index`` takes analyzers by built-in name only, and the
+text field's analysis is ours in full (``contextual_kb/query/index_definition.py``: the same definition
+``ckb eval``'s ``index`` rows use). The custom resource's role may create, describe, update and delete the
+index; the Knowledge Base's role may describe it and read and write its documents. The index's name holds
+a hash of its body: a change of analysis creates a new index (the old one is deleted after), and, since the
+Knowledge Base's storage configuration then changes, a new Knowledge Base, which needs a sync.
 
 S3 Vectors: a vector bucket and index; Bedrock's text and metadata keys are non-filterable (filterable
-metadata is capped at 2 KB a vector, and an index cannot be changed after creation).
+metadata is capped at 2 KB a vector, and an index cannot be changed after creation). With a KMS key, the
+key's policy lets S3 Vectors' indexing service use it (s3-vectors-data-encryption.html).
 """
 
 from __future__ import annotations
@@ -16,48 +19,40 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from aws_cdk import Aws, DefaultStackSynthesizer, Fn, Stack
+from aws_cdk import Aws, CustomResource, Duration, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_opensearchserverless as aoss
 from aws_cdk import aws_s3vectors as s3vectors
+from aws_cdk import custom_resources as cr
 from constructs import Construct
 
-VECTOR_FIELD = "bedrock-knowledge-base-default-vector"
-TEXT_FIELD = "AMAZON_BEDROCK_TEXT_CHUNK"
-METADATA_FIELD = "AMAZON_BEDROCK_METADATA"
-INDEX_NAME = "contextual-kb"
-TEXT_ANALYZER = "code_aware"
-TEXT_ANALYSIS = {
-    TEXT_ANALYZER: {
-        "type": "custom",
-        "tokenizer": "standard",
-        "filter": ["word_delimiter_graph", "lowercase", "stop", "porter_stem"],
-    }
-}
+from contextual_kb.query.index_definition import (
+    METADATA_FIELD,
+    TEXT_FIELD,
+    VECTOR_FIELD,
+    index_body,
+    index_name,
+)
+from stacks import naming
+
 S3_VECTORS_NON_FILTERABLE = ["AMAZON_BEDROCK_TEXT", "AMAZON_BEDROCK_METADATA"]
+INDEX_HANDLER = "contextual_kb.resources.opensearch_index.on_event"
+# What each principal may do in the collection's data access policy.
+INDEX_MANAGER_PERMISSIONS = ["aoss:CreateIndex", "aoss:DescribeIndex", "aoss:UpdateIndex", "aoss:DeleteIndex"]
+KB_PERMISSIONS = ["aoss:DescribeIndex", "aoss:ReadDocument", "aoss:WriteDocument"]
 
 
 @dataclass(frozen=True)
 class StorageConfiguration:
-    """The KB's ``storageConfiguration`` and what its role needs to use it."""
+    """The KB's ``storageConfiguration``, what its role needs to use it, and what identifies the store (a
+    change of it replaces the Knowledge Base)."""
 
     configuration: dict[str, object]
     statements: list[iam.PolicyStatement]
-
-
-def index_mappings(dimension: int) -> dict[str, object]:
-    return {
-        "properties": {
-            VECTOR_FIELD: {
-                "type": "knn_vector",
-                "dimension": dimension,
-                "method": {"name": "hnsw", "engine": "faiss", "spaceType": "l2"},
-            },
-            TEXT_FIELD: {"type": "text", "index": True, "analyzer": TEXT_ANALYZER},
-            METADATA_FIELD: {"type": "text", "index": False},
-        }
-    }
+    identity: str
 
 
 class OpenSearchVectorStore(Construct):
@@ -69,24 +64,29 @@ class OpenSearchVectorStore(Construct):
         dimension: int,
         kb_role: iam.IRole,
         key: kms.IKey | None,
+        resources_code: lambda_.Code,
         standby_replicas: bool = True,
     ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
-        # Collection names: 3-32 lowercase characters, unique in the account and region.
-        name = self._name(stack)
+        # Collection names: unique in the account and region; policy names 3-32 characters (stacks/naming.py).
+        name = naming.collection_name(stack.stack_name)
         resource = [f"collection/{name}"]
         encryption = {"Rules": [{"ResourceType": "collection", "Resource": resource}]}
         encryption |= {"KmsARN": key.key_arn} if key else {"AWSOwnedKey": True}
         encryption_policy = aoss.CfnSecurityPolicy(
-            self, "Encryption", name=f"{name}-enc", type="encryption", policy=stack.to_json_string(encryption)
+            self,
+            "Encryption",
+            name=naming.policy_name(stack.stack_name, "enc"),
+            type="encryption",
+            policy=stack.to_json_string(encryption),
         )
         # Reached over HTTPS with IAM (SigV4) authentication and the data-access policy below; Bedrock and
-        # CloudFormation reach it from AWS's network.
+        # the index's custom resource reach it from AWS's network.
         network_policy = aoss.CfnSecurityPolicy(
             self,
             "Network",
-            name=f"{name}-net",
+            name=naming.policy_name(stack.stack_name, "net"),
             type="network",
             policy=json.dumps(
                 [{"Rules": [{"ResourceType": "collection", "Resource": resource}], "AllowFromPublic": True}]
@@ -101,63 +101,101 @@ class OpenSearchVectorStore(Construct):
         )
         self.collection.node.add_dependency(encryption_policy)
         self.collection.node.add_dependency(network_policy)
-        synthesizer = stack.synthesizer
-        deployer = (
-            Fn.sub(synthesizer.cloud_formation_execution_role_arn)  # it holds ${AWS::AccountId} and such
-            if isinstance(synthesizer, DefaultStackSynthesizer)
-            else f"arn:{Aws.PARTITION}:iam::{Aws.ACCOUNT_ID}:root"
+
+        # The index's custom resource: its own function and role.
+        self.index_log_group = logs.LogGroup(self, "IndexLogs", retention=logs.RetentionDays.ONE_MONTH)
+        self.index_role = iam.Role(self, "IndexRole", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+        self.index_role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+                resources=[
+                    self.index_log_group.log_group_arn,
+                    f"{self.index_log_group.log_group_arn}:log-stream:*",
+                ],
+            )
         )
-        access = aoss.CfnAccessPolicy(
+        # Data-plane calls need this IAM permission as well as the data access policy (AWS's documentation).
+        self.index_role.add_to_policy(
+            iam.PolicyStatement(actions=["aoss:APIAccessAll"], resources=[self.collection.attr_arn])
+        )
+        collection_rule = {
+            "ResourceType": "collection",
+            "Resource": resource,
+            "Permission": ["aoss:DescribeCollectionItems"],
+        }
+        self.access = aoss.CfnAccessPolicy(
             self,
             "Access",
-            name=f"{name}-access",
+            name=naming.policy_name(stack.stack_name, "access"),
             type="data",
             policy=stack.to_json_string(
                 [
                     {
+                        "Description": "The index's custom resource creates, replaces and deletes the index.",
                         "Rules": [
-                            {
-                                "ResourceType": "collection",
-                                "Resource": resource,
-                                "Permission": ["aoss:DescribeCollectionItems"],
-                            },
+                            collection_rule,
                             {
                                 "ResourceType": "index",
                                 "Resource": [f"index/{name}/*"],
-                                "Permission": [
-                                    "aoss:CreateIndex",
-                                    "aoss:DescribeIndex",
-                                    "aoss:UpdateIndex",
-                                    "aoss:ReadDocument",
-                                    "aoss:WriteDocument",
-                                ],
+                                "Permission": INDEX_MANAGER_PERMISSIONS,
                             },
                         ],
-                        # The KB reads and writes vectors; the deployment role creates the index.
-                        "Principal": [kb_role.role_arn, deployer],
-                    }
+                        "Principal": [self.index_role.role_arn],
+                    },
+                    {
+                        "Description": "The Knowledge Base reads and writes vectors and chunks.",
+                        "Rules": [
+                            collection_rule,
+                            {
+                                "ResourceType": "index",
+                                "Resource": [f"index/{name}/*"],
+                                "Permission": KB_PERMISSIONS,
+                            },
+                        ],
+                        "Principal": [kb_role.role_arn],
+                    },
                 ]
             ),
         )
-        self.index = aoss.CfnIndex(
+        self.index_function = lambda_.Function(
+            self,
+            "IndexFunction",
+            description=f"{stack.stack_name}: creates the Knowledge Base's vector index with its analysis",
+            runtime=lambda_.Runtime.PYTHON_3_13,
+            architecture=lambda_.Architecture.ARM_64,
+            handler=INDEX_HANDLER,
+            code=resources_code,
+            timeout=Duration.minutes(14),  # the Provider framework's own limit is 15 minutes
+            memory_size=256,
+            role=self.index_role,
+            log_group=self.index_log_group,
+        )
+        self.provider_log_group = logs.LogGroup(self, "ProviderLogs", retention=logs.RetentionDays.ONE_MONTH)
+        self.provider = cr.Provider(
+            self, "IndexProvider", on_event_handler=self.index_function, log_group=self.provider_log_group
+        )
+        body = index_body(dimension)
+        self.index_name = index_name(body)
+        self.index = CustomResource(
             self,
             "Index",
-            collection_endpoint=self.collection.attr_collection_endpoint,
-            index_name=INDEX_NAME,
-            settings={
-                "index": {"knn": True, "knnAlgoParamEfSearch": 512},
-                "analysis": {"analyzer": TEXT_ANALYSIS},
+            service_token=self.provider.service_token,
+            resource_type="Custom::OpenSearchIndex",
+            properties={
+                "Endpoint": self.collection.attr_collection_endpoint,
+                "IndexName": self.index_name,
+                # A string: CloudFormation would turn the numbers and booleans of an object into strings.
+                "Body": json.dumps(body, sort_keys=True),
             },
-            mappings=index_mappings(dimension),
         )
-        self.index.node.add_dependency(access)
+        self.index.node.add_dependency(self.access)
         self.index.node.add_dependency(self.collection)
         self.storage = StorageConfiguration(
             configuration={
                 "type": "OPENSEARCH_SERVERLESS",
                 "opensearchServerlessConfiguration": {
                     "collectionArn": self.collection.attr_arn,
-                    "vectorIndexName": INDEX_NAME,
+                    "vectorIndexName": self.index_name,
                     "fieldMapping": {
                         "vectorField": VECTOR_FIELD,
                         "textField": TEXT_FIELD,
@@ -168,18 +206,32 @@ class OpenSearchVectorStore(Construct):
             statements=[
                 iam.PolicyStatement(actions=["aoss:APIAccessAll"], resources=[self.collection.attr_arn]),
             ],
+            identity=f"opensearch:{self.index_name}",
         )
-
-    @staticmethod
-    def _name(stack: Stack) -> str:
-        base = "".join(c for c in stack.stack_name.lower() if c.isalnum() or c == "-")[:24].strip("-")
-        return f"{base or 'ckb'}-kb"
 
 
 class S3VectorStore(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, dimension: int, key: kms.IKey | None) -> None:
         super().__init__(scope, construct_id)
-        encryption = {"sse_type": "aws:kms", "kmsKeyArn": key.key_arn} if key else {"sse_type": "AES256"}
+        encryption = {"sse_type": "aws:kms", "kms_key_arn": key.key_arn} if key else {"sse_type": "AES256"}
+        if key is not None:
+            # S3 Vectors indexes in the background with its own principal, which must be able to use the key
+            # (s3-vectors-data-encryption.html), for this account's vector buckets only.
+            buckets = f"arn:{Aws.PARTITION}:s3vectors:{Aws.REGION}:{Aws.ACCOUNT_ID}:bucket/*"
+            key.add_to_resource_policy(
+                iam.PolicyStatement(
+                    actions=["kms:Decrypt"],
+                    principals=[iam.ServicePrincipal("indexing.s3vectors.amazonaws.com")],
+                    resources=["*"],  # in a key policy, "*" is this key
+                    conditions={
+                        "StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID},
+                        "ArnLike": {"aws:SourceArn": buckets},
+                        "ForAnyValue:StringEquals": {
+                            "kms:EncryptionContextKeys": ["aws:s3vectors:arn", "aws:s3vectors:resource-id"]
+                        },
+                    },
+                )
+            )
         self.bucket = s3vectors.CfnVectorBucket(
             self,
             "Bucket",
@@ -213,4 +265,5 @@ class S3VectorStore(Construct):
                     resources=[self.index.attr_index_arn],
                 )
             ],
+            identity=f"s3vectors:{dimension}",
         )

@@ -64,3 +64,11 @@ def as_list(value: Any) -> list[Any]:
 
 def write_json(path: Path, value: Any) -> None:
     path.write_text(json.dumps(value))
+
+
+def transform_function(template: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The transformation function (the stack has others: the index's custom resource and its framework)."""
+    (found,) = [
+        (k, v) for k, v in resources(template, "AWS::Lambda::Function").items() if "TransformFunction" in k
+    ]
+    return found[0], found[1]["Properties"]

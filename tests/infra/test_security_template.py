@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.infra.conftest import STORES, as_list, flat, only, resources
+from tests.infra.conftest import STORES, as_list, flat, only, resources, transform_function
 
 
 def logical_id(template: dict[str, Any], kind: str, contains: str) -> str:
@@ -110,24 +110,48 @@ def test_the_knowledge_base_role_is_bedrocks_for_this_account_with_its_listed_pe
     assert flat(invoke["Resource"]).endswith('::foundation-model/amazon.titan-embed-text-v2:0"]]}')
 
 
-def test_the_opensearch_collection_answers_only_the_kb_role_and_the_deployment_role(
+def rendered(value: Any) -> Any:
+    """A policy built with Fn::Join, as JSON: each token written as <LogicalId.Attribute>."""
+    parts = []
+    for part in value["Fn::Join"][1]:
+        if isinstance(part, str):
+            parts.append(part)
+        elif "Fn::GetAtt" in part:
+            parts.append(f"<{'.'.join(part['Fn::GetAtt'])}>")
+        else:
+            parts.append(f"<{json.dumps(part)}>")
+    return json.loads("".join(parts))
+
+
+def test_the_opensearch_collection_answers_the_index_resource_and_the_kb_role_each_for_its_part(
     synthesized: dict[str, Any],
 ) -> None:
+    """The index's custom resource may create, replace and delete the index (teardown and rollback delete it:
+    without DeleteIndex they failed); the Knowledge Base reads and writes documents; no one else."""
     template = synthesized["opensearch"]["json"]
     access = only(template, "AWS::OpenSearchServerless::AccessPolicy")
     assert access["Type"] == "data"
-    joined = access["Policy"]["Fn::Join"][1]
-    principals = [part for part in joined if not isinstance(part, str)]
+    manager, kb = rendered(access["Policy"])
+    index_role = logical_id(template, "AWS::IAM::Role", "VectorStoreIndexRole")
     kb_role = logical_id(template, "AWS::IAM::Role", "KnowledgeBaseRole")
-    assert principals[0] == {"Fn::GetAtt": [kb_role, "Arn"]}
-    assert "cfn-exec-role" in principals[1]["Fn::Sub"]
-    assert len(principals) == 2
+    assert manager["Principal"] == [f"<{index_role}.Arn>"]
+    assert kb["Principal"] == [f"<{kb_role}.Arn>"]
+    rules = {r["ResourceType"]: r["Permission"] for r in manager["Rules"]}
+    assert rules == {
+        "collection": ["aoss:DescribeCollectionItems"],
+        "index": ["aoss:CreateIndex", "aoss:DescribeIndex", "aoss:UpdateIndex", "aoss:DeleteIndex"],
+    }
+    rules = {r["ResourceType"]: r["Permission"] for r in kb["Rules"]}
+    assert rules == {
+        "collection": ["aoss:DescribeCollectionItems"],
+        "index": ["aoss:DescribeIndex", "aoss:ReadDocument", "aoss:WriteDocument"],
+    }
     policies = {
         p["Properties"]["Type"]: json.loads(p["Properties"]["Policy"])
         for p in resources(template, "AWS::OpenSearchServerless::SecurityPolicy").values()
     }
     assert policies["encryption"]["AWSOwnedKey"] is True
-    # Reachable from the internet (Bedrock and CloudFormation must reach it), SigV4 + the data policy above.
+    # Reachable from AWS's network (Bedrock, the index's function), SigV4 + the data policy above.
     assert policies["network"][0]["AllowFromPublic"] is True
 
 
@@ -186,11 +210,13 @@ def test_the_function_logs_to_its_own_group_traces_and_turns_on_no_verbose_outpu
     synthesized: dict[str, Any], store: str
 ) -> None:
     template = synthesized[store]["json"]
-    function = only(template, "AWS::Lambda::Function")
+    _, function = transform_function(template)
     assert function["TracingConfig"] == {"Mode": "Active"}
     log_group = logical_id(template, "AWS::Logs::LogGroup", "TransformLogs")
     assert function["LoggingConfig"]["LogGroup"] == {"Ref": log_group}
-    assert only(template, "AWS::Logs::LogGroup")["RetentionInDays"] == 30
+    assert all(
+        g["Properties"]["RetentionInDays"] == 30 for g in resources(template, "AWS::Logs::LogGroup").values()
+    )
     environment = function["Environment"]["Variables"]
     assert environment == {
         "POWERTOOLS_SERVICE_NAME": "contextual-kb",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT
-from tests.infra.conftest import NO_BUNDLING, STORES, flat, only, resources
+from tests.infra.conftest import NO_BUNDLING, STORES, flat, only, resources, transform_function
 
 # Wildcard resources each role may hold, and why (the same reasons are acknowledged for cdk-nag in code).
 ALLOWED_WILDCARD_SUFFIXES = (
@@ -39,7 +40,7 @@ def test_the_data_source_runs_the_function_as_post_chunking_transformation(
     custom = ingestion["CustomTransformationConfiguration"]
     (transformation,) = custom["Transformations"]
     assert transformation["StepToApply"] == "POST_CHUNKING"
-    (function_id,) = resources(template, "AWS::Lambda::Function")
+    function_id, _ = transform_function(template)
     lambda_arn = transformation["TransformationFunction"]["TransformationLambdaConfiguration"]["LambdaArn"]
     assert lambda_arn == {"Fn::GetAtt": [function_id, "Arn"]}
     (intermediate_id,) = [k for k in resources(template, "AWS::S3::Bucket") if "Intermediate" in k]
@@ -58,7 +59,7 @@ def test_the_data_source_runs_the_function_as_post_chunking_transformation(
 def test_the_function_is_python_313_arm64_with_the_handler_and_settings(
     synthesized: dict[str, Any], store: str
 ) -> None:
-    function = only(synthesized[store]["json"], "AWS::Lambda::Function")
+    _, function = transform_function(synthesized[store]["json"])
     assert function["Runtime"] == "python3.13"
     assert function["Architectures"] == ["arm64"]
     assert function["Handler"] == "contextual_kb.runtime.handler.lambda_handler"
@@ -102,28 +103,41 @@ def test_the_function_may_invoke_only_the_configured_model(synthesized: dict[str
     assert models == {"anthropic.claude-haiku-4-5-20251001-v1:0", "amazon.titan-embed-text-v2:0"}
 
 
-def test_the_opensearch_index_has_what_bedrock_needs_and_a_code_aware_text_analyzer(
+def test_the_opensearch_index_is_created_by_its_custom_resource_from_the_one_definition(
     synthesized: dict[str, Any],
 ) -> None:
+    """The index's body (our analysis in full, what Bedrock needs) is the definition ckb eval reads; its name
+    carries the body's hash; the Knowledge Base uses that name and is created after the index answers."""
+    from contextual_kb.query.index_definition import index_body, index_name
+
     template = synthesized["opensearch"]["json"]
-    index = only(template, "AWS::OpenSearchServerless::Index")
-    fields = index["Mappings"]["Properties"]
-    vector = fields["bedrock-knowledge-base-default-vector"]
-    assert vector["Type"] == "knn_vector" and vector["Dimension"] == 1024
-    assert vector["Method"]["Engine"] == "faiss" and vector["Method"]["Name"] == "hnsw"
-    assert fields["AMAZON_BEDROCK_TEXT_CHUNK"] == {"Type": "text", "Index": True, "Analyzer": "code_aware"}
-    assert fields["AMAZON_BEDROCK_METADATA"] == {"Type": "text", "Index": False}
-    assert index["Settings"]["Index"]["Knn"] is True
-    analyzer = index["Settings"]["Analysis"]["Analyzer"]["code_aware"]
-    assert analyzer["Tokenizer"] == "standard"
-    assert analyzer["Filter"] == ["word_delimiter_graph", "lowercase", "stop", "porter_stem"]
-    kb = only(template, "AWS::Bedrock::KnowledgeBase")
-    mapping = kb["StorageConfiguration"]["OpensearchServerlessConfiguration"]["FieldMapping"]
-    assert mapping == {
+    (index_id, index), *others = resources(template, "Custom::OpenSearchIndex").items()
+    assert not others
+    properties = index["Properties"]
+    body = index_body(1024)
+    assert json.loads(properties["Body"]) == body and properties["IndexName"] == index_name(body)
+    assert properties["IndexName"].startswith("contextual-kb-")
+    fields = body["mappings"]["properties"]
+    assert fields["bedrock-knowledge-base-default-vector"]["method"]["engine"] == "faiss"
+    assert fields["AMAZON_BEDROCK_TEXT_CHUNK"]["analyzer"] == "contextual_kb"
+    access_id = next(iter(resources(template, "AWS::OpenSearchServerless::AccessPolicy")))
+    collection_id = next(iter(resources(template, "AWS::OpenSearchServerless::Collection")))
+    assert {access_id, collection_id} <= set(index["DependsOn"])
+    (_, kb_resource), *_ = resources(template, "AWS::Bedrock::KnowledgeBase").items()
+    assert index_id in kb_resource["DependsOn"]
+    storage = kb_resource["Properties"]["StorageConfiguration"]["OpensearchServerlessConfiguration"]
+    assert storage["VectorIndexName"] == properties["IndexName"]
+    assert storage["FieldMapping"] == {
         "VectorField": "bedrock-knowledge-base-default-vector",
         "TextField": "AMAZON_BEDROCK_TEXT_CHUNK",
         "MetadataField": "AMAZON_BEDROCK_METADATA",
     }
+    handler = [
+        f["Properties"]
+        for f in resources(template, "AWS::Lambda::Function").values()
+        if f["Properties"].get("Handler") == "contextual_kb.resources.opensearch_index.on_event"
+    ]
+    assert len(handler) == 1 and handler[0]["Runtime"] == "python3.13" and handler[0]["Timeout"] == 840
     collection = only(template, "AWS::OpenSearchServerless::Collection")
     assert collection["Type"] == "VECTORSEARCH" and collection["StandbyReplicas"] == "ENABLED"
     policies = resources(template, "AWS::OpenSearchServerless::SecurityPolicy")
@@ -222,6 +236,19 @@ def test_an_unacknowledged_cdk_nag_finding_fails_synth() -> None:
             {"functionEnvironment": {"ANTHROPIC_LOG": "debug", "Https_Proxy": "h"}},
             "ANTHROPIC_LOG, Https_Proxy",
         ),
+        # The function's own settings model reads functionEnvironment: what it refuses fails synth.
+        (
+            {"functionEnvironment": {"CONTEXT_STRATEGY": "foo"}},
+            r"functionEnvironment: environment variable CONTEXT_STRATEGY='foo': Input should be",
+        ),
+        (
+            {"functionEnvironment": {"CONTEXT_STRATGY": "structural"}},
+            r"CONTEXT_STRATGY: not a setting of the function \(did you mean CONTEXT_STRATEGY\?\)",
+        ),
+        ({"functionEnvironment": {"GROUP_SIZE": "1"}}, "GROUP_SIZE"),
+        ({"chunking": "hierarchical", "vectorStore": "s3vectors"}, "AWS does not recommend it"),
+        ({"stackName": "1-starts-with-a-digit"}, "stackName"),
+        ({"stackName": "x" * 129}, "stackName"),
     ],
 )
 def test_settings_that_cannot_work_fail_synth_with_a_clear_message(
@@ -384,3 +411,43 @@ def test_a_bad_setting_fails_synth_in_one_line() -> None:
         "error: CDK context vectorStore: Input should be 'opensearch' or 's3vectors'"
     )
     assert "Traceback" not in done.stderr
+
+
+def test_a_kms_key_with_s3_vectors_synthesizes_and_lets_its_indexing_service_use_the_key() -> None:
+    """`kmsKey=true` with S3 Vectors crashed at synth (kmsKeyArn for kms_key_arn); the key's policy must let
+    S3 Vectors' indexing principal decrypt, for this account's vector buckets only."""
+    from aws_cdk.assertions import Template
+
+    from stacks.app_builder import build_app
+
+    app, stack = build_app({**NO_BUNDLING, "vectorStore": "s3vectors", "kmsKey": True})
+    app.synth()
+    template = Template.from_stack(stack).to_json()
+    bucket = only(template, "AWS::S3Vectors::VectorBucket")
+    key_id = next(iter(resources(template, "AWS::KMS::Key")))
+    assert bucket["EncryptionConfiguration"] == {
+        "SseType": "aws:kms",
+        "KmsKeyArn": {"Fn::GetAtt": [key_id, "Arn"]},
+    }
+    statements = only(template, "AWS::KMS::Key")["KeyPolicy"]["Statement"]
+    (indexing,) = [
+        s for s in statements if s.get("Principal") == {"Service": "indexing.s3vectors.amazonaws.com"}
+    ]
+    assert indexing["Action"] == "kms:Decrypt"
+    assert "aws:SourceAccount" in flat(indexing["Condition"]) and ":bucket/*" in flat(indexing["Condition"])
+
+
+def test_names_fit_their_limits_for_any_stack_name() -> None:
+    from stacks import naming
+
+    for stack_name in ("ContextualKb", "A" * 32, "My--Stack-2024", "x" * 128, "Ab"):
+        collection = naming.collection_name(stack_name)
+        assert 3 <= len(collection) <= 28 and re.fullmatch(r"[a-z][a-z0-9-]*", collection), collection
+        for kind in ("enc", "net", "access"):
+            policy = naming.policy_name(stack_name, kind)
+            assert 3 <= len(policy) <= 32 and re.fullmatch(r"[a-z][a-z0-9-]+", policy), policy
+        for suffix in ("-kb-abc123", "-source"):
+            name = naming.bedrock_name(stack_name, suffix)
+            assert re.fullmatch(r"([0-9a-zA-Z][_-]?){1,100}", name) and len(name) <= 100, name
+    # Two long names that share their head still differ.
+    assert naming.policy_name("A" * 40 + "one", "access") != naming.policy_name("A" * 40 + "two", "access")
