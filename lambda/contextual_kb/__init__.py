@@ -1,10 +1,11 @@
 """Contextual retrieval for Amazon Bedrock Knowledge Bases.
 
-Five parts; each imports only what its line names (``tests/unit/test_architecture.py``, docs/ARCHITECTURE.md):
+Six parts; each imports only what its line names (``tests/unit/test_architecture.py``, docs/ARCHITECTURE.md):
 
 - ``runtime``: what the transformation Lambda runs (entry point
   ``contextual_kb.runtime.handler.lambda_handler``): nothing else of the package; the function's asset
   holds this part alone;
+- ``resources``: the stack's custom resources (the vector index, attaching a data source): nothing else;
 - ``query``: the deployed Knowledge Base's side (retrieve and rerank, answers, ingestion jobs, the stack):
   the runtime;
 - ``local``: offline tooling (the Bedrock stand-in, a local S3, KB-style staging, the fault harness): the

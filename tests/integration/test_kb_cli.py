@@ -47,7 +47,7 @@ class Clients:
     def __init__(self) -> None:
         self.clients = {
             name: boto3.client(name, region_name=REGION)
-            for name in ("cloudformation", "bedrock-agent", "bedrock-agent-runtime")
+            for name in ("cloudformation", "bedrock-agent", "bedrock-agent-runtime", "cloudwatch")
         }
         self.stubs = {name: Stubber(client) for name, client in self.clients.items()}
 
@@ -110,6 +110,7 @@ def test_sync_starts_follows_and_reports_every_failed_document(aws: Clients) -> 
     assert "started ingestion job JOB1234567" in result.output
     assert "numberOfNewDocumentsIndexed" in result.output and "COMPLETE" in result.output
     assert "failed: s3://b/broken.pdf: the file is encrypted" in result.output
+    assert "run `ckb doctor`" in result.stderr
     agent.assert_no_pending_responses()
 
 
@@ -130,10 +131,34 @@ def test_sync_follows_a_job_already_running_instead_of_starting_one(aws: Clients
     agent.add_response("list_ingestion_jobs", running, ANY_LIST_REQUEST)
     agent.add_response("get_ingestion_job", job("IN_PROGRESS"), GET_REQUEST)
     agent.add_response("get_ingestion_job", job("COMPLETE", numberOfDocumentsScanned=4), GET_REQUEST)
+    metrics(aws, fallbacks=0, chunks=40)
     result = runner.invoke(app, ["sync", "--region", REGION, "--interval", "0"])
     assert result.exit_code == 0, result.output
     assert "already IN_PROGRESS: following it, not starting another" in " ".join(result.output.split())
+    assert "ckb doctor" not in result.output
     agent.assert_no_pending_responses()  # and no StartIngestionJob
+    aws.stubs["cloudwatch"].assert_no_pending_responses()
+
+
+def metrics(aws: Clients, *, fallbacks: int, chunks: int) -> None:
+    """The function's ContextFallbacks and ChunksIn over the job, as CloudWatch sums them."""
+    for value in (fallbacks, chunks):
+        aws.stubs["cloudwatch"].add_response(
+            "get_metric_statistics",
+            {"Label": "m", "Datapoints": [{"Sum": float(value), "Timestamp": "2026-11-22T00:00:30Z"}]},
+        )
+
+
+def test_sync_suggests_the_doctor_when_most_chunks_fell_back(aws: Clients) -> None:
+    agent = aws.stubs["bedrock-agent"]
+    agent.add_response("list_ingestion_jobs", {"ingestionJobSummaries": []}, ANY_LIST_REQUEST)
+    agent.add_response("start_ingestion_job", job("STARTING"), {"knowledgeBaseId": KB, "dataSourceId": DS})
+    agent.add_response("get_ingestion_job", job("COMPLETE", numberOfDocumentsScanned=4), GET_REQUEST)
+    metrics(aws, fallbacks=30, chunks=40)
+    result = runner.invoke(app, ["sync", "--region", REGION, "--interval", "0"])
+    assert result.exit_code == 0, result.output  # the job did complete
+    assert "30 of 40 chunks got the structural context" in result.stderr
+    assert "run `ckb doctor`" in result.stderr
 
 
 def test_query_prints_a_table_and_json(aws: Clients) -> None:

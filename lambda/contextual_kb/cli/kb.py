@@ -9,16 +9,16 @@ from typing import Annotated, Any
 
 import typer
 from boto3.exceptions import S3UploadFailedError
-from rich.console import Console
+from botocore.exceptions import BotoCoreError, ClientError
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 from rich.table import Table
 from rich.text import Text
 
 from contextual_kb.cli.errors import CliError, choice, usage
-from contextual_kb.cli.terminal import console, plain, write_json
+from contextual_kb.cli.terminal import console, error_console, plain, write_json
 from contextual_kb.query import aws_clients
 from contextual_kb.query.deployment import DEFAULT_STACK, Deployment
-from contextual_kb.query.ingestion import Ingestion
+from contextual_kb.query.ingestion import Ingestion, Job
 from contextual_kb.query.retrieval import DEFAULT_RERANKER, RERANKERS, Result, Retriever
 
 MODEL_ACCESS_TODO = (
@@ -104,12 +104,64 @@ def sync(
     for name, value in sorted(job.statistics.items()):
         table.add_row(name, str(value))
     out.print(table)
-    errors = Console(stderr=True, soft_wrap=True, highlight=False)
+    errors = error_console()
     for reason in job.failure_reasons:
         errors.print(Text.assemble(("job failure:", "red"), " ", plain(reason)))
     for document in failed:
         errors.print(Text.assemble(("failed:", "red"), " ", plain(f"{document.uri}: {document.reason}")))
+    if job.status != "COMPLETE" or failed or _many_fallbacks(deployment, job):
+        errors.print("run `ckb doctor` to check the stack's setup: model access, quotas, the transformation")
     if job.status != "COMPLETE" or failed:
+        raise typer.Exit(code=1)
+
+
+def _many_fallbacks(deployment: Deployment, job: Job) -> bool:
+    """The job's chunks mostly did not get the model's context (CloudWatch; no verdict without metrics)."""
+    from contextual_kb.query.doctor import FALLBACK_SHARE_TO_SUGGEST, fallbacks_during
+
+    if job.started_at is None or job.updated_at is None:
+        return False
+    try:
+        fell, chunks = fallbacks_during(
+            lambda service: aws_clients.client(service, deployment.region), job.started_at, job.updated_at
+        )
+    except (ClientError, BotoCoreError):
+        return False  # no metrics to read: say nothing rather than guess
+    if chunks and fell / chunks > FALLBACK_SHARE_TO_SUGGEST:
+        errors = error_console()
+        errors.print(f"{fell:,} of {chunks:,} chunks got the structural context, not the model's")
+        return True
+    return False
+
+
+def doctor(
+    as_json: Annotated[bool, typer.Option("--json", help="Print the checks as JSON.")] = False,
+    stack: Stack = DEFAULT_STACK,
+    region: Region = None,
+) -> None:
+    """Check a deployed stack before the first sync: the transformation, the function's settings, model
+    access, the embedding model and reranker, Bedrock quotas, the intermediate bucket. Exit 1 on a failure."""
+    from contextual_kb.query.deployment import DeploymentError
+    from contextual_kb.query.doctor import Check, run
+
+    try:
+        deployment = deployment_of(stack, region)
+    except DeploymentError as exc:
+        checks = [Check("stack", "fail", str(exc), "deploy it with make deploy, or pass --stack / --region")]
+    else:
+        checks = list(run(deployment, lambda service: aws_clients.client(service, deployment.region)))
+    if as_json:
+        write_json([c.as_dict() for c in checks])
+    else:
+        out = console()
+        marks = {"ok": ("✔", "green"), "fail": ("✘", "bold red"), "warn": ("!", "yellow")}
+        for check in checks:
+            mark, style = marks[check.status]
+            line = Text.assemble((mark, style), " ", (check.name, "bold"), ": ", plain(check.detail))
+            if check.todo:
+                line.append_text(Text.assemble(". ", plain(check.todo)))
+            out.print(line)
+    if any(c.status == "fail" for c in checks):
         raise typer.Exit(code=1)
 
 
@@ -128,7 +180,7 @@ def retriever_of(deployment: Deployment, reranker: str, no_rerank: bool, search:
     )
     if deployment.vector_store == "s3vectors":
         retriever.use_semantic_only("S3 Vectors has no lexical index")
-    errors = Console(stderr=True, soft_wrap=True, highlight=False)
+    errors = error_console()
     for notice in retriever.notices:
         errors.print(Text.assemble(("note:", "yellow"), " ", plain(notice)))
     return retriever
@@ -273,5 +325,5 @@ def _short(text: str, limit: int) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    for command in (upload, sync, query, ask):
+    for command in (upload, sync, query, ask, doctor):
         app.command()(command)

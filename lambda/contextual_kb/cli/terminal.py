@@ -32,6 +32,11 @@ def console() -> Console:
     return Console(soft_wrap=not sys.stdout.isatty(), highlight=False)
 
 
+def error_console() -> Console:
+    """Standard error, never hard-wrapped: notes and failure lines stay whole (an S3 key is not cut)."""
+    return Console(stderr=True, soft_wrap=True, highlight=False)
+
+
 def write_json(value: object) -> None:
     """JSON alone on standard output, whatever the terminal."""
     sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")

@@ -25,6 +25,9 @@ class Deployment:
     data_source_id: str
     source_bucket: str
     vector_store: str  # opensearch | s3vectors
+    intermediate_bucket: str = ""
+    function_name: str = ""
+    function_arn: str = ""
 
     @classmethod
     def from_stack(cls, stack: str, region: str, client: Any = None) -> Deployment:
@@ -51,4 +54,7 @@ class Deployment:
             data_source_id=outputs["DataSourceId"],
             source_bucket=outputs["SourceBucketName"],
             vector_store=outputs.get("VectorStoreType", "opensearch"),
+            intermediate_bucket=outputs.get("IntermediateBucketName", ""),
+            function_name=outputs.get("TransformFunctionName", ""),
+            function_arn=outputs.get("TransformFunctionArn", ""),
         )

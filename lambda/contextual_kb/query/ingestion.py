@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import boto3
@@ -27,6 +28,8 @@ class Job:
     statistics: dict[str, int]
     failure_reasons: tuple[str, ...]
     joined: bool = False  # already running when asked: followed, not started again
+    started_at: datetime | None = None
+    updated_at: datetime | None = None
 
     @property
     def ended(self) -> bool:
@@ -118,6 +121,8 @@ def _job(raw: dict[str, Any], *, joined: bool = False) -> Job:
         statistics={k: int(v) for k, v in (raw.get("statistics") or {}).items()},
         failure_reasons=tuple(raw.get("failureReasons") or ()),
         joined=joined,
+        started_at=raw.get("startedAt"),
+        updated_at=raw.get("updatedAt"),
     )
 
 

@@ -1,0 +1,378 @@
+"""``ckb doctor``: a preflight of a deployed stack, run with the user's own credentials after ``make deploy``
+and before the first sync. Each check is one line: passed, failed (with what to do), or a warning.
+
+What it checks: the stack and its outputs; that the data source runs our function as its POST_CHUNKING
+transformation; the function's settings (valid, and time enough for the claude strategy); that the
+transformation model answers a 1-token call (AccessDenied explained: Anthropic's use-case form, the
+Marketplace permissions, SCPs that block ``global.`` profiles); the embedding model and the reranker; the
+account's Bedrock quotas for the model against the function's ``MAX_CONCURRENCY``; the intermediate bucket's
+lifecycle and the remembered contexts' prefix.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from contextual_kb.query.deployment import Deployment
+from contextual_kb.query.retrieval import DEFAULT_RERANKER, RERANKERS
+from contextual_kb.runtime.context.claude.pricing import model_label
+from contextual_kb.runtime.context.claude.prompts import BEDROCK_ANTHROPIC_VERSION
+from contextual_kb.runtime.settings import ConfigurationError, Settings
+
+Status = Literal["ok", "fail", "warn"]
+METRICS_NAMESPACE = "ContextualKB"  # the function's (POWERTOOLS_METRICS_NAMESPACE, stacks/function.py)
+METRICS_SERVICE = "contextual-kb"
+# What a busy sync asks of the model at MAX_CONCURRENCY calls in flight: about 2 s a call, 3,000 tokens a call
+# (a chunk, an uncached document or a share of one, a context): rough, and said so.
+SECONDS_PER_CALL = 2.0
+TOKENS_PER_CALL = 3000
+MODEL_ACCESS_TODO = (
+    "The first use of a model needs the caller (and the function's role) allowed aws-marketplace:Subscribe "
+    "and aws-marketplace:ViewSubscriptions"
+)
+ACCESS_TODO = (
+    "The first use of an Anthropic model needs Anthropic's use-case form, submitted once per account "
+    "(Bedrock console, Model catalog), and the caller (and the function's role) allowed "
+    "aws-marketplace:Subscribe and aws-marketplace:ViewSubscriptions; a global. profile also needs SCPs "
+    "that allow aws:RequestedRegion = unspecified"
+)
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: Status
+    detail: str
+    todo: str = ""
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+Clients = Callable[[str], Any]  # service name -> a boto3 client in the stack's region
+
+
+def run(deployment: Deployment, clients: Clients) -> Iterator[Check]:
+    """Every check, in order; each catches its own AWS errors (one failing check does not hide the rest)."""
+    yield Check(
+        "stack",
+        "ok",
+        f"{deployment.stack} in {deployment.region}: Knowledge Base {deployment.knowledge_base_id}",
+    )
+    environment: dict[str, str] = {}
+    for check in (_transformation, _function):
+        found = _guarded(check, deployment, clients, environment)
+        yield found
+    settings = _settings(environment)
+    for check in (_model, _embedding, _reranker, _quotas, _lifecycle):
+        yield _guarded(check, deployment, clients, environment, settings)
+
+
+def _guarded(check: Callable[..., Check], deployment: Deployment, clients: Clients, *args: Any) -> Check:
+    name = check.__name__.strip("_").replace("_", " ")
+    try:
+        return check(deployment, clients, *args)
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        code = error.get("Code", "Unknown")
+        todo = "check the caller's IAM permissions" if "AccessDenied" in code else ""
+        return Check(name, "fail", f"{exc.operation_name}: {code}: {error.get('Message', '')}".strip(), todo)
+    except BotoCoreError as exc:
+        return Check(name, "fail", str(exc))
+
+
+def _settings(environment: dict[str, str]) -> Settings | None:
+    try:
+        return Settings.from_env(environment)
+    except ConfigurationError:
+        return None
+
+
+def _transformation(deployment: Deployment, clients: Clients, environment: dict[str, str]) -> Check:
+    source = clients("bedrock-agent").get_data_source(
+        knowledgeBaseId=deployment.knowledge_base_id, dataSourceId=deployment.data_source_id
+    )["dataSource"]
+    custom = (source.get("vectorIngestionConfiguration") or {}).get("customTransformationConfiguration") or {}
+    steps = custom.get("transformations") or []
+    arns = [
+        s.get("transformationFunction", {}).get("transformationLambdaConfiguration", {}).get("lambdaArn", "")
+        for s in steps
+        if s.get("stepToApply") == "POST_CHUNKING"
+    ]
+    if not arns:
+        return Check(
+            "transformation",
+            "fail",
+            f"data source {deployment.data_source_id} runs no POST_CHUNKING transformation",
+            "deploy the stack again (make deploy): it sets the function on the data source",
+        )
+    expected = deployment.function_arn or deployment.function_name
+    if expected and not any(arn == expected or arn.split(":")[-1] == expected for arn in arns):
+        return Check(
+            "transformation",
+            "fail",
+            f"the data source runs {arns[0]}, not this stack's function {expected}",
+            "deploy the stack again, or set replaceTransformation if another transformation is meant to go",
+        )
+    return Check(
+        "transformation", "ok", f"data source {deployment.data_source_id} runs {arns[0].split(':')[-1]}"
+    )
+
+
+def _function(deployment: Deployment, clients: Clients, environment: dict[str, str]) -> Check:
+    if not deployment.function_name:
+        return Check(
+            "function settings", "warn", "the stack has no TransformFunctionName output: not checked"
+        )
+    configuration = clients("lambda").get_function_configuration(FunctionName=deployment.function_name)
+    environment.update((configuration.get("Environment") or {}).get("Variables") or {})
+    try:
+        settings = Settings.from_env(environment)
+    except ConfigurationError as exc:
+        return Check("function settings", "fail", str(exc), "fix functionEnvironment in cdk.json and deploy")
+    timeout = int(configuration.get("Timeout", 0))
+    if settings.context_strategy == "claude" and timeout < 300:
+        return Check(
+            "function settings",
+            "fail",
+            f"timeout {timeout} s: the claude strategy needs at least 300 s per call of the Knowledge Base",
+            "set functionTimeoutSeconds to 900 (the default) and deploy",
+        )
+    return Check(
+        "function settings",
+        "ok",
+        f"strategy {settings.context_strategy}, model {settings.model_id}, timeout {timeout} s, "
+        f"MAX_CONCURRENCY {settings.max_concurrency}",
+    )
+
+
+def _model(
+    deployment: Deployment, clients: Clients, environment: dict[str, str], settings: Settings | None
+) -> Check:
+    if settings is None or settings.context_strategy != "claude":
+        return Check("model", "ok", "no model: the strategy is not claude")
+    body = {
+        "anthropic_version": BEDROCK_ANTHROPIC_VERSION,
+        "max_tokens": 1,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "Say OK."}]}],
+    }
+    try:
+        clients("bedrock-runtime").invoke_model(modelId=settings.model_id, body=json.dumps(body))
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "")
+        message = exc.response.get("Error", {}).get("Message", "")
+        if code == "AccessDeniedException":
+            return Check(
+                "model", "fail", f"{settings.model_id}: AccessDenied: {message}".strip(), ACCESS_TODO
+            )
+        if code in {"ValidationException", "ResourceNotFoundException"}:
+            return Check(
+                "model",
+                "fail",
+                f"{settings.model_id}: {code}: {message}".strip(),
+                f"check MODEL_ID: is {settings.model_id} offered in {deployment.region} (or its profile's)?",
+            )
+        raise
+    return Check("model", "ok", f"{settings.model_id} answers (a 1-token call)")
+
+
+def _availability(clients: Clients, model_id: str) -> str:
+    """Why ``model_id`` cannot be used here, or "" (GetFoundationModelAvailability)."""
+    found = clients("bedrock").get_foundation_model_availability(modelId=model_id)
+    problems = []
+    if found.get("regionAvailability") != "AVAILABLE":
+        problems.append("not offered in this region")
+    if found.get("authorizationStatus") != "AUTHORIZED":
+        problems.append("not authorized for this account")
+    if found.get("entitlementAvailability") != "AVAILABLE":
+        problems.append("no entitlement (the Marketplace subscription)")
+    agreement = found.get("agreementAvailability") or {}
+    if agreement.get("status") not in {None, "AVAILABLE"}:
+        problems.append(f"agreement {agreement.get('status')} {agreement.get('errorMessage', '')}".strip())
+    return "; ".join(problems)
+
+
+def _embedding(deployment: Deployment, clients: Clients, *_: Any) -> Check:
+    kb = clients("bedrock-agent").get_knowledge_base(knowledgeBaseId=deployment.knowledge_base_id)[
+        "knowledgeBase"
+    ]
+    arn = kb["knowledgeBaseConfiguration"]["vectorKnowledgeBaseConfiguration"]["embeddingModelArn"]
+    model_id = arn.split("/")[-1]
+    problem = _availability(clients, model_id)
+    if problem:
+        return Check(
+            "embedding model",
+            "fail",
+            f"{model_id}: {problem}",
+            f"the Knowledge Base cannot embed chunks. {MODEL_ACCESS_TODO}",
+        )
+    return Check("embedding model", "ok", f"{model_id} is available")
+
+
+def _reranker(deployment: Deployment, clients: Clients, *_: Any) -> Check:
+    regions = RERANKERS[DEFAULT_RERANKER]
+    if deployment.region not in regions:
+        return Check(
+            "reranker",
+            "warn",
+            f"{DEFAULT_RERANKER} is not offered in {deployment.region} (it is in {', '.join(regions)})",
+            "query with --no-rerank here, or --reranker amazon.rerank-v1:0 where it is offered",
+        )
+    problem = _availability(clients, DEFAULT_RERANKER)
+    if problem:
+        return Check(
+            "reranker",
+            "fail",
+            f"{DEFAULT_RERANKER}: {problem}",
+            "subscribe to Cohere Rerank 3.5 (AWS Marketplace, through the Bedrock console), or query with "
+            "--no-rerank",
+        )
+    return Check("reranker", "ok", f"{DEFAULT_RERANKER} is available")
+
+
+def quota_family(model_id: str) -> str:
+    """The Service Quotas family a model id draws on: global cross-region, cross-region or on-demand."""
+    if model_id.startswith("global."):
+        return "global cross-region model inference"
+    if model_id.split(".", 1)[0] in {"us", "eu", "apac", "jp", "au", "ca", "us-gov"}:
+        return "cross-region model inference"
+    return "on-demand model inference"
+
+
+def quota_need(concurrency: int) -> tuple[int, int]:
+    """(requests, tokens) per minute a sync asks at ``concurrency`` calls in flight. Pure."""
+    requests = int(concurrency * 60 / SECONDS_PER_CALL)
+    return requests, requests * TOKENS_PER_CALL
+
+
+def _quotas(
+    deployment: Deployment, clients: Clients, environment: dict[str, str], settings: Settings | None
+) -> Check:
+    if settings is None or settings.context_strategy != "claude":
+        return Check("quotas", "ok", "no model: nothing to check")
+    label = model_label(settings.model_id).removeprefix("Claude ").lower()
+    family = quota_family(settings.model_id)
+    found: dict[str, float] = {}
+    daily: float | None = None
+    paginator = clients("service-quotas").get_paginator("list_service_quotas")
+    for page in paginator.paginate(ServiceCode="bedrock"):
+        for quota in page.get("Quotas", []):
+            name = str(quota.get("QuotaName", "")).lower().replace("invokemodel", "model inference")
+            if label not in name:
+                continue
+            if "tokens per day" in name:
+                daily = float(quota.get("Value", 0))
+            elif name.startswith(family) or (
+                family == "cross-region model inference" and name.startswith("cross-region")
+            ):
+                kind = (
+                    "requests"
+                    if "requests per minute" in name
+                    else "tokens"
+                    if "tokens per minute" in name
+                    else ""
+                )
+                if kind:
+                    found[kind] = float(quota.get("Value", 0))
+    if daily == 0:
+        return Check(
+            "quotas",
+            "fail",
+            f"the daily token quota for {label} is 0 in this account (new accounts may start so)",
+            "ask AWS for a quota increase (Service Quotas, Amazon Bedrock) before syncing",
+        )
+    if not found:
+        return Check(
+            "quotas",
+            "warn",
+            f"no {family} quota found for {label} in Service Quotas",
+            "check it in the Service Quotas console",
+        )
+    need_requests, need_tokens = quota_need(settings.max_concurrency)
+    requests, tokens = found.get("requests", float("inf")), found.get("tokens", float("inf"))
+    if requests < need_requests or tokens < need_tokens:
+        fits = min(requests * SECONDS_PER_CALL / 60, tokens * SECONDS_PER_CALL / 60 / TOKENS_PER_CALL)
+        return Check(
+            "quotas",
+            "warn",
+            f"{family} for {label}: {requests:,.0f} requests and {tokens:,.0f} tokens a minute; "
+            f"MAX_CONCURRENCY {settings.max_concurrency} asks about {need_requests:,} and {need_tokens:,}: a "
+            "sync will be throttled",
+            f"set MAX_CONCURRENCY to {max(1, int(fits))} in functionEnvironment, or ask for a quota increase",
+        )
+    return Check(
+        "quotas",
+        "ok",
+        f"{family} for {label}: {requests:,.0f} requests and {tokens:,.0f} tokens a minute, enough for "
+        f"MAX_CONCURRENCY {settings.max_concurrency}",
+    )
+
+
+def _lifecycle(
+    deployment: Deployment, clients: Clients, environment: dict[str, str], settings: Settings | None
+) -> Check:
+    if not deployment.intermediate_bucket:
+        return Check(
+            "intermediate bucket", "warn", "the stack has no IntermediateBucketName output: not checked"
+        )
+    prefix = settings.context_memory_prefix if settings is not None else "contextual-kb/contexts/"
+    try:
+        rules = clients("s3").get_bucket_lifecycle_configuration(Bucket=deployment.intermediate_bucket)[
+            "Rules"
+        ]
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "NoSuchLifecycleConfiguration":
+            raise
+        rules = []
+    expiring = [
+        str((r.get("Filter") or {}).get("Prefix", r.get("Prefix", "")))
+        for r in rules
+        if r.get("Status") == "Enabled" and (r.get("Expiration") or {}).get("Days")
+    ]
+    if prefix and any(prefix.startswith(p) for p in expiring):
+        return Check(
+            "intermediate bucket",
+            "fail",
+            f"a lifecycle rule expires the remembered contexts ({prefix}): a re-sync calls the model again",
+            "remove that rule; keep expiring aws/bedrock/knowledge_bases/ and the outputs",
+        )
+    if not any(p.startswith("aws/bedrock/knowledge_bases") for p in expiring):
+        return Check(
+            "intermediate bucket",
+            "warn",
+            f"nothing expires the Knowledge Base's intermediate files in {deployment.intermediate_bucket}",
+            "add a lifecycle rule on aws/bedrock/knowledge_bases/ (the stack's sets 30 days)",
+        )
+    kept = f"; remembered contexts kept under {prefix}" if prefix else "; remembering is off"
+    return Check("intermediate bucket", "ok", f"intermediate files expire{kept}")
+
+
+# Above this share of chunks given the structural context instead of the model's, `ckb sync` suggests the
+# doctor: the model is likely unreachable or throttled (ContextFallbacks against ChunksIn).
+FALLBACK_SHARE_TO_SUGGEST = 0.05
+
+
+def fallbacks_during(clients: Clients, start: datetime, end: datetime) -> tuple[int, int]:
+    """(chunks given the fallback, chunks in) by the function between ``start`` and ``end`` (CloudWatch)."""
+    totals = []
+    for metric in ("ContextFallbacks", "ChunksIn"):
+        found = clients("cloudwatch").get_metric_statistics(
+            Namespace=METRICS_NAMESPACE,
+            MetricName=metric,
+            Dimensions=[
+                {"Name": "Strategy", "Value": "claude"},
+                {"Name": "service", "Value": METRICS_SERVICE},
+            ],
+            StartTime=start,
+            EndTime=end,
+            Period=60,
+            Statistics=["Sum"],
+        )
+        totals.append(int(sum(point.get("Sum", 0) for point in found.get("Datapoints", []))))
+    return totals[0], totals[1]

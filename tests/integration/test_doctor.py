@@ -1,0 +1,361 @@
+"""`ckb doctor`: every check's passing and failing answer, with AWS answers stubbed (botocore's Stubber)."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from botocore.response import StreamingBody
+from botocore.stub import ANY, Stubber
+from typer.testing import CliRunner
+
+from contextual_kb.cli.main import app
+from contextual_kb.query import aws_clients
+from contextual_kb.query.doctor import quota_family, quota_need
+
+REGION = "us-east-1"
+KB, DS = "KBID123456", "DSID123456"
+FUNCTION = "ContextualKb-TransformFunction-abc"
+FUNCTION_ARN = f"arn:aws:lambda:{REGION}:123456789012:function:{FUNCTION}"
+INTERMEDIATE = "ckb-intermediate-bucket"
+HAIKU = "global.anthropic.claude-haiku-4-5-20251001-v1:0"
+SERVICES = (
+    "cloudformation",
+    "bedrock-agent",
+    "lambda",
+    "bedrock-runtime",
+    "bedrock",
+    "service-quotas",
+    "s3",
+    "cloudwatch",
+)
+runner = CliRunner()
+
+
+class Clients:
+    def __init__(self) -> None:
+        self.clients = {name: boto3.client(name, region_name=REGION) for name in SERVICES}
+        self.stubs = {name: Stubber(client) for name, client in self.clients.items()}
+
+    def client(self, service: str, region_name: str) -> Any:
+        return self.clients[service]
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[Clients]:
+    clients = Clients()
+    monkeypatch.setattr(aws_clients, "client", clients.client)
+    for stub in clients.stubs.values():
+        stub.activate()
+    yield clients
+    for stub in clients.stubs.values():
+        stub.deactivate()
+
+
+def stack_outputs() -> dict[str, Any]:
+    values = {
+        "KnowledgeBaseId": KB,
+        "DataSourceId": DS,
+        "SourceBucketName": "ckb-source",
+        "IntermediateBucketName": INTERMEDIATE,
+        "TransformFunctionName": FUNCTION,
+        "TransformFunctionArn": FUNCTION_ARN,
+        "VectorStoreType": "opensearch",
+    }
+    return {
+        "Stacks": [
+            {
+                "StackName": "ContextualKb",
+                "CreationTime": "2026-11-23T00:00:00Z",
+                "StackStatus": "CREATE_COMPLETE",
+                "Outputs": [{"OutputKey": k, "OutputValue": v} for k, v in values.items()],
+            }
+        ]
+    }
+
+
+def data_source(lambda_arn: str | None = FUNCTION_ARN) -> dict[str, Any]:
+    ingestion: dict[str, Any] = {}
+    if lambda_arn:
+        ingestion["customTransformationConfiguration"] = {
+            "intermediateStorage": {"s3Location": {"uri": f"s3://{INTERMEDIATE}/"}},
+            "transformations": [
+                {
+                    "stepToApply": "POST_CHUNKING",
+                    "transformationFunction": {
+                        "transformationLambdaConfiguration": {"lambdaArn": lambda_arn}
+                    },
+                }
+            ],
+        }
+    return {
+        "dataSource": {
+            "knowledgeBaseId": KB,
+            "dataSourceId": DS,
+            "name": "ContextualKb-source",
+            "status": "AVAILABLE",
+            "dataSourceConfiguration": {
+                "type": "S3",
+                "s3Configuration": {"bucketArn": "arn:aws:s3:::ckb-source"},
+            },
+            "vectorIngestionConfiguration": ingestion,
+            "createdAt": "2026-11-23T00:00:00Z",
+            "updatedAt": "2026-11-23T00:00:00Z",
+        }
+    }
+
+
+def function(environment: dict[str, str] | None = None, timeout: int = 900) -> dict[str, Any]:
+    return {
+        "FunctionName": FUNCTION,
+        "Timeout": timeout,
+        "Environment": {"Variables": {"CONTEXT_STRATEGY": "claude", **(environment or {})}},
+    }
+
+
+def knowledge_base() -> dict[str, Any]:
+    return {
+        "knowledgeBase": {
+            "knowledgeBaseId": KB,
+            "name": "ContextualKb-kb-abc123",
+            "knowledgeBaseArn": f"arn:aws:bedrock:{REGION}:123456789012:knowledge-base/{KB}",
+            "roleArn": "arn:aws:iam::123456789012:role/kb",
+            "knowledgeBaseConfiguration": {
+                "type": "VECTOR",
+                "vectorKnowledgeBaseConfiguration": {
+                    "embeddingModelArn": f"arn:aws:bedrock:{REGION}::foundation-model/"
+                    "amazon.titan-embed-text-v2:0"
+                },
+            },
+            "status": "ACTIVE",
+            "createdAt": "2026-11-23T00:00:00Z",
+            "updatedAt": "2026-11-23T00:00:00Z",
+        }
+    }
+
+
+def available(model_id: str, **changes: Any) -> dict[str, Any]:
+    return {
+        "modelId": model_id,
+        "agreementAvailability": {"status": "AVAILABLE"},
+        "authorizationStatus": "AUTHORIZED",
+        "entitlementAvailability": "AVAILABLE",
+        "regionAvailability": "AVAILABLE",
+        **changes,
+    }
+
+
+def quotas(requests: float = 10_000, tokens: float = 5_000_000, daily: float | None = None) -> dict[str, Any]:
+    listed = [
+        ("Global cross-region model inference requests per minute for Anthropic Claude Haiku 4.5", requests),
+        ("Global cross-region model inference tokens per minute for Anthropic Claude Haiku 4.5", tokens),
+        ("Cross-region model inference requests per minute for Anthropic Claude Haiku 4.5", 1.0),  # not ours
+        ("On-demand InvokeModel requests per minute for Amazon Titan Text Embeddings V2", 2000.0),
+    ]
+    if daily is not None:
+        listed.append(("Model invocation max tokens per day for Anthropic Claude Haiku 4.5", daily))
+    return {
+        "Quotas": [
+            {"ServiceCode": "bedrock", "QuotaName": name, "QuotaCode": f"L-{n:08d}", "Value": value}
+            for n, (name, value) in enumerate(listed)
+        ]
+    }
+
+
+def lifecycle(*prefixes: str) -> dict[str, Any]:
+    return {
+        "Rules": [
+            {"ID": f"r{n}", "Filter": {"Prefix": p}, "Status": "Enabled", "Expiration": {"Days": 30}}
+            for n, p in enumerate(prefixes)
+        ]
+    }
+
+
+def healthy(aws: Clients, **overrides: Any) -> None:
+    """Every answer of a healthy stack, unless an override replaces one (a callable: it adds its own)."""
+    answers: dict[str, Any] = {
+        "stack": lambda: aws.stubs["cloudformation"].add_response("describe_stacks", stack_outputs()),
+        "data_source": lambda: aws.stubs["bedrock-agent"].add_response("get_data_source", data_source()),
+        "function": lambda: aws.stubs["lambda"].add_response("get_function_configuration", function()),
+        "model": lambda: aws.stubs["bedrock-runtime"].add_response(
+            "invoke_model",
+            {"body": StreamingBody(io.BytesIO(b"{}"), 2), "contentType": "application/json"},
+            {"modelId": HAIKU, "body": ANY},
+        ),
+        "knowledge_base": lambda: aws.stubs["bedrock-agent"].add_response(
+            "get_knowledge_base", knowledge_base()
+        ),
+        "embedding": lambda: aws.stubs["bedrock"].add_response(
+            "get_foundation_model_availability", available("amazon.titan-embed-text-v2:0")
+        ),
+        "reranker": lambda: aws.stubs["bedrock"].add_response(
+            "get_foundation_model_availability", available("cohere.rerank-v3-5:0")
+        ),
+        "quotas": lambda: aws.stubs["service-quotas"].add_response("list_service_quotas", quotas()),
+        "lifecycle": lambda: aws.stubs["s3"].add_response(
+            "get_bucket_lifecycle_configuration",
+            lifecycle("aws/bedrock/knowledge_bases/", "contextual-kb/output/"),
+        ),
+    }
+    answers.update(overrides)
+    for answer in answers.values():
+        if answer is not None:
+            answer()
+
+
+def doctor(*args: str) -> tuple[int, list[dict[str, str]]]:
+    result = runner.invoke(app, ["doctor", "--region", REGION, "--json", *args])
+    return result.exit_code, json.loads(result.stdout)
+
+
+def by_name(checks: list[dict[str, str]]) -> dict[str, dict[str, str]]:
+    return {c["name"]: c for c in checks}
+
+
+def test_a_healthy_stack_passes_every_check(aws: Clients) -> None:
+    healthy(aws)
+    code, checks = doctor()
+    assert code == 0, checks
+    assert [c["name"] for c in checks] == [
+        "stack",
+        "transformation",
+        "function settings",
+        "model",
+        "embedding model",
+        "reranker",
+        "quotas",
+        "intermediate bucket",
+    ]
+    assert all(c["status"] == "ok" for c in checks), checks
+    for stub in aws.stubs.values():
+        stub.assert_no_pending_responses()
+    healthy(aws)
+    text = runner.invoke(app, ["doctor", "--region", REGION])
+    assert text.exit_code == 0
+    lines = text.stdout.strip().splitlines()
+    assert len(lines) == 8 and all(line.startswith("✔ ") for line in lines), lines
+
+
+def test_a_missing_stack_is_one_failed_check(aws: Clients) -> None:
+    aws.stubs["cloudformation"].add_client_error(
+        "describe_stacks", "ValidationError", "Stack with id ContextualKb does not exist", 400
+    )
+    code, checks = doctor()
+    assert code == 1 and [c["status"] for c in checks] == ["fail"]
+    assert "does not exist" in checks[0]["detail"] and "make deploy" in checks[0]["todo"]
+
+
+def test_a_data_source_without_our_transformation_fails(aws: Clients) -> None:
+    healthy(
+        aws, data_source=lambda: aws.stubs["bedrock-agent"].add_response("get_data_source", data_source(None))
+    )
+    code, checks = doctor()
+    assert code == 1 and by_name(checks)["transformation"]["status"] == "fail"
+    assert "runs no POST_CHUNKING transformation" in by_name(checks)["transformation"]["detail"]
+
+
+def test_another_function_on_the_data_source_fails(aws: Clients) -> None:
+    other = "arn:aws:lambda:us-east-1:123456789012:function:someone-elses"
+    healthy(
+        aws,
+        data_source=lambda: aws.stubs["bedrock-agent"].add_response("get_data_source", data_source(other)),
+    )
+    code, checks = doctor()
+    assert code == 1 and "someone-elses" in by_name(checks)["transformation"]["detail"]
+
+
+@pytest.mark.parametrize(
+    ("configuration", "expected"),
+    [
+        (function({"CONTEXT_MODE": "batch"}), "CONTEXT_MODE='batch'"),
+        (function(timeout=120), "timeout 120 s"),
+    ],
+)
+def test_bad_function_settings_fail(aws: Clients, configuration: dict[str, Any], expected: str) -> None:
+    model = None if "CONTEXT_MODE" in str(configuration) else ...
+    healthy(
+        aws,
+        function=lambda: aws.stubs["lambda"].add_response("get_function_configuration", configuration),
+        **({"model": None, "quotas": None} if model is None else {}),
+    )
+    code, checks = doctor()
+    assert code == 1 and expected in by_name(checks)["function settings"]["detail"]
+
+
+def test_model_access_denied_is_explained(aws: Clients) -> None:
+    healthy(
+        aws,
+        model=lambda: aws.stubs["bedrock-runtime"].add_client_error(
+            "invoke_model",
+            "AccessDeniedException",
+            "Model use case details have not been submitted for this account.",
+            403,
+        ),
+    )
+    code, checks = doctor()
+    check = by_name(checks)["model"]
+    assert code == 1 and check["status"] == "fail" and "use case details" in check["detail"]
+    assert "use-case form" in check["todo"] and "aws-marketplace:Subscribe" in check["todo"]
+    assert "aws:RequestedRegion = unspecified" in check["todo"]
+
+
+def test_an_embedding_model_not_authorized_and_a_reranker_without_subscription_fail(aws: Clients) -> None:
+    healthy(
+        aws,
+        embedding=lambda: aws.stubs["bedrock"].add_response(
+            "get_foundation_model_availability",
+            available("amazon.titan-embed-text-v2:0", authorizationStatus="NOT_AUTHORIZED"),
+        ),
+        reranker=lambda: aws.stubs["bedrock"].add_response(
+            "get_foundation_model_availability",
+            available("cohere.rerank-v3-5:0", entitlementAvailability="NOT_AVAILABLE"),
+        ),
+    )
+    code, checks = doctor()
+    assert code == 1
+    assert "not authorized" in by_name(checks)["embedding model"]["detail"]
+    assert (
+        "Marketplace" in by_name(checks)["reranker"]["detail"]
+        and "--no-rerank" in by_name(checks)["reranker"]["todo"]
+    )
+
+
+def test_quotas_below_what_max_concurrency_asks_warn_with_the_value_to_set(aws: Clients) -> None:
+    healthy(
+        aws,
+        quotas=lambda: aws.stubs["service-quotas"].add_response("list_service_quotas", quotas(requests=60)),
+    )
+    code, checks = doctor()
+    check = by_name(checks)["quotas"]
+    assert code == 0 and check["status"] == "warn"  # a warning, not a failure
+    assert "will be throttled" in check["detail"] and "set MAX_CONCURRENCY to 2" in check["todo"]
+
+
+def test_a_daily_token_quota_of_zero_fails(aws: Clients) -> None:
+    healthy(
+        aws, quotas=lambda: aws.stubs["service-quotas"].add_response("list_service_quotas", quotas(daily=0))
+    )
+    code, checks = doctor()
+    assert code == 1 and "daily token quota" in by_name(checks)["quotas"]["detail"]
+
+
+def test_a_lifecycle_that_expires_remembered_contexts_fails(aws: Clients) -> None:
+    healthy(
+        aws,
+        lifecycle=lambda: aws.stubs["s3"].add_response(
+            "get_bucket_lifecycle_configuration", lifecycle("aws/bedrock/knowledge_bases/", "contextual-kb/")
+        ),
+    )
+    code, checks = doctor()
+    assert code == 1 and "expires the remembered contexts" in by_name(checks)["intermediate bucket"]["detail"]
+
+
+def test_the_quota_family_and_need_follow_the_profile_and_the_concurrency() -> None:
+    assert quota_family(HAIKU) == "global cross-region model inference"
+    assert quota_family("us.anthropic.claude-haiku-4-5-20251001-v1:0") == "cross-region model inference"
+    assert quota_family("anthropic.claude-haiku-4-5-20251001-v1:0") == "on-demand model inference"
+    assert quota_need(32) == (960, 2_880_000)
