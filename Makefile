@@ -8,7 +8,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-long lint format bench bench-contextualize bench-load bench-reliability bench-structural bench-cold-start eval-dense synth deploy destroy clean
+.PHONY: demo test test-long lint format bench bench-contextualize bench-load bench-reliability bench-structural bench-chunking bench-cold-start eval-dense synth deploy destroy clean
 
 # The CDK CLI, pinned: the 3.x CLI rejects this app's cloud assembly.
 CDK := npx --yes aws-cdk@2.1148.1
@@ -51,6 +51,10 @@ bench-reliability: $(STAMP)  ## fault injection at full size: a 429 storm, 5xx, 
 
 bench-structural: $(STAMP)  ## the structural pass on a heading-dense manual of 1, 4 and 20 MB (~10 s)
 	$(BIN)/python bench/structural.py
+
+bench-chunking: $(STAMP)  ## chunking by structure: 1/10/50 MB documents whole; against fixed-size chunks (~5 min)
+	$(BIN)/python bench/chunking.py speed
+	$(BIN)/python bench/chunking.py quality
 
 bench-cold-start: $(STAMP)  ## the function's asset (size, contents) and a cold start's first model call (~30 s)
 	$(BIN)/python bench/cold_start.py

@@ -12,7 +12,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 VectorStore = Literal["opensearch", "s3vectors"]
-Chunking = Literal["fixed_size", "hierarchical", "semantic", "default"]
+# none: the data source hands the function whole documents, which it chunks by their structure.
+Chunking = Literal["fixed_size", "hierarchical", "semantic", "default", "none"]
 
 # Titan Text Embeddings V2 output sizes.
 TITAN_V2 = "amazon.titan-embed-text-v2:0"
@@ -50,8 +51,11 @@ class StackConfig(BaseModel):
     embedding_model_id: str = Field(default=TITAN_V2, alias="embeddingModelId")
     embedding_dimension: int = Field(default=1024, alias="embeddingDimension", ge=256, le=4096)
     chunking: Chunking = Field(default="fixed_size", alias="chunking")
+    # fixed_size, and none (the function's CHUNK_MAX_TOKENS): the largest chunk in tokens.
     chunk_max_tokens: int = Field(default=300, alias="chunkMaxTokens", ge=20, le=8192)
     chunk_overlap_percentage: int = Field(default=20, alias="chunkOverlapPercentage", ge=1, le=99)
+    # none (the function's CHUNK_OVERLAP_TOKENS): tokens each chunk repeats from the one before it.
+    chunk_overlap_tokens: int = Field(default=0, alias="chunkOverlapTokens", ge=0, le=4096)
     parent_max_tokens: int = Field(default=1500, alias="parentMaxTokens", ge=20, le=8192)
     child_max_tokens: int = Field(default=300, alias="childMaxTokens", ge=20, le=8192)
     overlap_tokens: int = Field(default=60, alias="overlapTokens", ge=1, le=8192)
@@ -83,6 +87,7 @@ class StackConfig(BaseModel):
                 f"childMaxTokens={self.child_max_tokens} must be smaller than "
                 f"parentMaxTokens={self.parent_max_tokens}"
             )
+        self._chunking_is_one_choice()
         redirecting = sorted(
             name
             for name in self.function_environment
@@ -110,6 +115,42 @@ class StackConfig(BaseModel):
             )
         return self
 
+    def _chunking_is_one_choice(self) -> None:
+        """``chunking=none`` sets the function's chunking (CHUNKING=structure and its sizes): the function
+        environment may not say otherwise, or a whole document would be embedded as one chunk (or chunks
+        chunked twice)."""
+        set_here = sorted(
+            n
+            for n in ("CHUNKING", "CHUNK_MAX_TOKENS", "CHUNK_OVERLAP_TOKENS")
+            if n in self.function_environment
+        )
+        if self.chunking == "none" and set_here:
+            raise ValueError(
+                f"functionEnvironment.{set_here[0]}: with chunking=none the stack sets it; use "
+                "chunkMaxTokens and chunkOverlapTokens for the sizes"
+            )
+        if self.chunking != "none" and self.function_environment.get("CHUNKING") == "structure":
+            raise ValueError(
+                f"functionEnvironment.CHUNKING=structure with chunking={self.chunking}: the function would "
+                "chunk the Knowledge Base's chunks again; use chunking=none"
+            )
+        if self.chunking == "none" and self.chunk_overlap_tokens > self.chunk_max_tokens // 2:
+            raise ValueError(
+                f"chunkOverlapTokens={self.chunk_overlap_tokens} must be at most half of "
+                f"chunkMaxTokens={self.chunk_max_tokens}"
+            )
+
+    @property
+    def function_chunking(self) -> dict[str, str]:
+        """The function's chunking settings that ``chunking`` implies."""
+        if self.chunking != "none":
+            return {}
+        return {
+            "CHUNKING": "structure",
+            "CHUNK_MAX_TOKENS": str(self.chunk_max_tokens),
+            "CHUNK_OVERLAP_TOKENS": str(self.chunk_overlap_tokens),
+        }
+
     def _settings_are_the_functions(self) -> None:
         """``functionEnvironment`` read by the function's own settings model (one source of truth): a
         variable it does not know, or a value it refuses, fails synth naming the key, instead of deploying a
@@ -125,7 +166,7 @@ class StackConfig(BaseModel):
                 hint = f" (did you mean {close[0]}?)" if close else " (README, Settings, lists them)"
                 raise ValueError(f"functionEnvironment.{name}: not a setting of the function{hint}")
         try:
-            Settings.from_env(self.function_environment)
+            Settings.from_env({**self.function_environment, **self.function_chunking})
         except ConfigurationError as exc:
             raise ValueError(f"functionEnvironment: {exc}") from None
 

@@ -87,6 +87,7 @@ class TransformFunction(Construct):
             "POWERTOOLS_METRICS_NAMESPACE": "ContextualKB",
             "CONTEXT_STRATEGY": "claude",
             **config.function_environment,
+            **config.function_chunking,
         }
         self.function = lambda_.Function(
             self,
@@ -110,11 +111,12 @@ class TransformFunction(Construct):
             )
         )
         # Deleting, only outputs: a failed call takes back the outputs it wrote (no response names them).
+        # They lie under OUTPUT_PREFIX inside the directory of the KB's batch keys (a job's directory).
         self.output_prefix = environment.get("OUTPUT_PREFIX", OUTPUT_PREFIX)
         self.role.add_to_policy(
             iam.PolicyStatement(
                 actions=["s3:DeleteObject"],
-                resources=[intermediate.arn_for_objects(f"{self.output_prefix}*")],
+                resources=[intermediate.arn_for_objects(f"*{self.output_prefix}*")],
             )
         )
         # Without ListBucket, S3 answers a missing key with 403, not 404: every document not yet remembered

@@ -3,6 +3,7 @@ POST_CHUNKING transformation."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from aws_cdk import Aws, Stack
@@ -48,6 +49,8 @@ def chunking_configuration(config: StackConfig) -> dict[str, Any] | None:
                 "breakpointPercentileThreshold": config.semantic_breakpoint_percentile,
             },
         }
+    if config.chunking == "none":  # the function chunks whole documents (CHUNKING=structure)
+        return {"chunkingStrategy": "NONE"}
     return None
 
 
@@ -140,11 +143,14 @@ class KnowledgeBase(Construct):
         chunking = chunking_configuration(config)
         if chunking is not None:
             ingestion["chunkingConfiguration"] = chunking
+        # A data source's chunking cannot change: CloudFormation replaces it, creating the new one before
+        # deleting the old, so the name changes with the chunking (two sources of one name cannot coexist).
+        chunked_by = json.dumps(chunking, sort_keys=True)
         self.data_source = bedrock.CfnDataSource(
             self,
             "DataSource",
             knowledge_base_id=self.knowledge_base.attr_knowledge_base_id,
-            name=naming.bedrock_name(stack.stack_name, "-source"),
+            name=naming.bedrock_name(stack.stack_name, f"-source-{naming.short_hash(chunked_by)}"),
             data_source_configuration={"type": "S3", "s3Configuration": {"bucketArn": source.bucket_arn}},
             vector_ingestion_configuration=ingestion,
             server_side_encryption_configuration={"kmsKeyArn": key.key_arn} if key else None,

@@ -46,7 +46,7 @@ def acknowledge(stack: ContextualKbStack) -> None:
     )
     _ack(
         function_role,
-        f"IAM5[Resource::<{intermediate}.Arn>/{transform.output_prefix}*]",
+        f"IAM5[Resource::<{intermediate}.Arn>/*{transform.output_prefix}*]",
         "A failed call deletes the outputs it wrote (no response names them); their keys follow the KB's "
         "batch keys, so the grant is on the output prefix, and it deletes nothing else.",
     )

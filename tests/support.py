@@ -66,3 +66,21 @@ def text_item(body: str, metadata: dict[str, Any] | None = None) -> dict[str, An
     if metadata is not None:
         item["contentMetadata"] = metadata
     return item
+
+
+OUTPUT_PREFIX = "contextual-kb/output/"  # Settings.output_prefix's default
+
+
+def output_key_in(directory: str, key: str) -> str:
+    """The output key ``key`` must get when the event's keys share ``directory``: that directory, our prefix,
+    then the rest of the key (written out here, not computed by the code under test)."""
+    assert key.startswith(directory), (directory, key)
+    return directory + OUTPUT_PREFIX + key[len(directory) :]
+
+
+def outputs_in(s3: Any, bucket: str) -> list[str]:
+    """Every output object in ``bucket``, wherever its directory: nothing a failed call wrote may remain."""
+    found = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        found += [o["Key"] for o in page.get("Contents", []) if OUTPUT_PREFIX in o["Key"]]
+    return found

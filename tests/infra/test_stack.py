@@ -225,7 +225,17 @@ def test_an_unacknowledged_cdk_nag_finding_fails_synth() -> None:
         ({"vectorStore": "pinecone"}, "vectorStore"),
         ({"embeddingDimension": 768}, "Titan Text Embeddings V2 gives 256, 512, 1024"),
         ({"chunking": "hierarchical", "parentMaxTokens": 300, "childMaxTokens": 300}, "childMaxTokens"),
-        ({"chunking": "none"}, "chunking"),
+        ({"chunking": "chunky"}, "chunking"),
+        (
+            {"chunking": "none", "functionEnvironment": {"CHUNKING": "kb"}},
+            "functionEnvironment.CHUNKING: with chunking=none the stack sets it",
+        ),
+        (
+            {"chunking": "none", "functionEnvironment": {"CHUNK_MAX_TOKENS": "500"}},
+            "use chunkMaxTokens and chunkOverlapTokens",
+        ),
+        ({"functionEnvironment": {"CHUNKING": "structure"}}, "would chunk the Knowledge Base's chunks again"),
+        ({"chunking": "none", "chunkOverlapTokens": 200}, "chunkOverlapTokens=200 must be at most half"),
         ({"functionTimeoutSeconds": 120}, "functionTimeoutSeconds"),
         (
             {"functionEnvironment": {"ANTHROPIC_BEDROCK_BASE_URL": "https://x"}},
@@ -275,6 +285,13 @@ def test_chunking_strategies_render_as_the_data_source_expects() -> None:
     semantic = chunking_configuration(load({"chunking": "semantic"}))
     assert semantic is not None and semantic["chunkingStrategy"] == "SEMANTIC"
     assert chunking_configuration(load({"chunking": "default"})) is None
+    assert chunking_configuration(load({"chunking": "none"})) == {"chunkingStrategy": "NONE"}
+    assert load({"chunking": "none", "chunkMaxTokens": 500, "chunkOverlapTokens": 50}).function_chunking == {
+        "CHUNKING": "structure",
+        "CHUNK_MAX_TOKENS": "500",
+        "CHUNK_OVERLAP_TOKENS": "50",
+    }
+    assert load({"chunking": "fixed_size"}).function_chunking == {}
 
 
 # The function's asset, zipped, at most (issue 16: 34 MB before, with the command line and the AWS SDK).

@@ -14,7 +14,7 @@ import pytest
 
 from tests.infra.conftest import NO_BUNDLING, resources
 
-CHUNKINGS = ("fixed_size", "hierarchical", "semantic", "default")
+CHUNKINGS = ("fixed_size", "hierarchical", "semantic", "default", "none")
 VARIANTS = [
     {"vectorStore": store, "kmsKey": kms, "chunking": chunking}
     for store in ("opensearch", "s3vectors")
@@ -89,3 +89,40 @@ def test_the_knowledge_base_name_changes_with_what_replaces_it(
     opensearch = {kb_name(v) for v in VARIANTS[:-2] if v["vectorStore"] == "opensearch"}
     s3vectors = {kb_name(v) for v in VARIANTS[:-2] if v["vectorStore"] == "s3vectors"}
     assert len(opensearch) == 1 and len(s3vectors) == 1 and opensearch != s3vectors
+
+
+def test_the_data_source_name_changes_with_its_chunking(
+    templates: dict[str, tuple[Path, dict[str, Any]]],
+) -> None:
+    """A data source's chunking cannot change: CloudFormation replaces the data source, creating the new one
+    first, so its name must change with the chunking (and with nothing else)."""
+
+    def source_name(variant: dict[str, Any]) -> str:
+        (source,) = resources(templates[label(variant)][1], "AWS::Bedrock::DataSource").values()
+        return str(source["Properties"]["Name"])
+
+    for store in ("opensearch", "s3vectors"):
+        chosen = [v for v in VARIANTS[:-2] if v["vectorStore"] == store]
+        by_chunking: dict[str, set[str]] = {}
+        for variant in chosen:
+            by_chunking.setdefault(variant["chunking"], set()).add(source_name(variant))
+        assert all(len(names) == 1 for names in by_chunking.values())  # a KMS key does not rename it
+        assert len(set.union(*by_chunking.values())) == len(by_chunking)
+
+
+def test_chunking_none_hands_whole_documents_to_the_function_that_chunks_them(
+    templates: dict[str, tuple[Path, dict[str, Any]]],
+) -> None:
+    template = templates[label({"vectorStore": "s3vectors", "kmsKey": False, "chunking": "none"})][1]
+    (source,) = resources(template, "AWS::Bedrock::DataSource").values()
+    ingestion = source["Properties"]["VectorIngestionConfiguration"]
+    assert ingestion["ChunkingConfiguration"] == {"ChunkingStrategy": "NONE"}
+    (function,) = [
+        f for f in resources(template, "AWS::Lambda::Function").values() if "POST_CHUNKING" in str(f)
+    ]
+    variables = function["Properties"]["Environment"]["Variables"]
+    assert {k: variables[k] for k in ("CHUNKING", "CHUNK_MAX_TOKENS", "CHUNK_OVERLAP_TOKENS")} == {
+        "CHUNKING": "structure",
+        "CHUNK_MAX_TOKENS": "300",
+        "CHUNK_OVERLAP_TOKENS": "0",
+    }

@@ -3,7 +3,7 @@
 Each case ends one of two ways:
 
 - ``error: <substring>``: a TransformationError whose message names the object and field at fault, and
-  no output object at all under ``OUTPUT_PREFIX`` (for any file of the event);
+  no output object at all (for any file of the event);
 - ``ok``: every chunk back exactly once, its original text intact at the end of ``contentBody``, the user's
   metadata (file and chunk) kept as it came, non-text items and unknown fields untouched; plus the case's
   own check.
@@ -13,7 +13,10 @@ actual runs (for docs/RELIABILITY.md). Decisions the cases pin:
 
 - a key twice in one JSON object is refused (Python and pydantic keep the last value, which would drop
   whatever came first, a whole list of chunks under a duplicated ``fileContents``);
-- ``fileMetadata: null`` is answered like an absent ``fileMetadata`` (left out of the response);
+- ``fileMetadata`` absent or ``null`` is answered with ``{}``, as AWS's documented output has it on every
+  file;
+- a lone surrogate escape (``"\\ud83d"``, legal JSON) is carried through as the same escape;
+- a batch key whose output key would pass S3's 1,024 bytes gets a shorter deterministic output key;
 - items whose ``contentType`` is not ``TEXT`` (any case) are passed through untouched and are not chunks,
   but must still carry a string ``contentBody`` as the contract says;
 - a ``version`` or ``priorTask`` we do not know is accepted (the shapes are what we check);
@@ -35,10 +38,10 @@ from contextual_kb.local.lambda_context import LocalLambdaContext
 from contextual_kb.runtime import handler
 from contextual_kb.runtime.errors import ContractError, StorageError, TransformationError
 from tests.conftest import output_lines
-from tests.support import event, file_entry
+from tests.support import OUTPUT_PREFIX, event, file_entry, output_key_in, outputs_in
 
 BUCKET = "ckb-bad-inputs"
-PREFIX = "contextual-kb/output/"  # config.Settings.output_prefix's default
+PREFIX = OUTPUT_PREFIX
 METADATA_KEY = "ckb_context"
 SEPARATOR = "\n\n"
 SOURCE = "s3://src/docs/guide.md"
@@ -167,7 +170,21 @@ def read_json(s3: Any, key: str) -> dict[str, Any]:
 
 
 def output_keys(s3: Any) -> list[str]:
-    return [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix=PREFIX).get("Contents", [])]
+    return sorted(outputs_in(s3, BUCKET))
+
+
+def shared_directory(raw: dict[str, Any]) -> str:
+    """The directory every batch key of the event is in (outputs go inside it)."""
+    keys = [ref["key"] for file in raw["inputFiles"] for ref in file["contentBatches"]]
+    common = keys[0] if keys else ""
+    for key in keys[1:]:
+        while not key.startswith(common):
+            common = common[:-1]
+    return common[: common.rfind("/") + 1]
+
+
+def expected_key(raw: dict[str, Any], key: str) -> str:
+    return output_key_in(shared_directory(raw), key)
 
 
 def is_text(item: dict[str, Any]) -> bool:
@@ -230,13 +247,11 @@ def assert_ok(outcome: Outcome) -> None:
     text_chunks = 0
     for given, out in zip(given_files, produced, strict=True):
         assert out["originalFileLocation"] == given["originalFileLocation"]
-        if given.get("fileMetadata") is None:
-            assert "fileMetadata" not in out
-        else:
-            assert out["fileMetadata"] == given["fileMetadata"]
-        assert [b["key"] for b in out["contentBatches"]] == [
-            PREFIX + b["key"] for b in given["contentBatches"]
-        ]
+        assert out["fileMetadata"] == (given["fileMetadata"] if given.get("fileMetadata") is not None else {})
+        if all(len(b["key"].encode()) + len(PREFIX) <= 1024 for b in given["contentBatches"]):
+            assert [b["key"] for b in out["contentBatches"]] == [
+                expected_key(outcome.event, b["key"]) for b in given["contentBatches"]
+            ]
         for before_ref, after_ref in zip(given["contentBatches"], out["contentBatches"], strict=True):
             before = read_json(outcome.s3, before_ref["key"])
             after = read_json(outcome.s3, after_ref["key"])
@@ -316,16 +331,36 @@ def no_batches(outcome: Outcome) -> None:
     assert output_keys(outcome.s3) == []
 
 
-def file_metadata_absent(outcome: Outcome) -> None:
-    assert "fileMetadata" not in outcome.response["outputFiles"][0]
+def file_metadata_empty(outcome: Outcome) -> None:
+    assert outcome.response["outputFiles"][0]["fileMetadata"] == {}
 
 
-def output_key_is_prefix_plus_input_key(outcome: Outcome) -> None:
+def output_key_is_inside_the_shared_directory(outcome: Outcome) -> None:
     for given, out in zip(outcome.event["inputFiles"], outcome.response["outputFiles"], strict=True):
-        assert out["contentBatches"][0]["key"] == PREFIX + given["contentBatches"][0]["key"]
+        assert out["contentBatches"][0]["key"] == expected_key(
+            outcome.event, given["contentBatches"][0]["key"]
+        )
     assert output_keys(outcome.s3) == sorted(
-        PREFIX + f["contentBatches"][0]["key"] for f in outcome.event["inputFiles"]
+        expected_key(outcome.event, f["contentBatches"][0]["key"]) for f in outcome.event["inputFiles"]
     )
+
+
+def shortened_output_key(outcome: Outcome) -> None:
+    """The second file's output key: within S3's limit, under the shared directory and our prefix, with the
+    input key's head and its batch number; the same key on a second run (deterministic)."""
+    key = outcome.response["outputFiles"][1]["contentBatches"][0]["key"]
+    assert len(key.encode()) <= 1024
+    assert key.startswith("j/" + PREFIX + "kkkk") and key.endswith("_1.JSON")
+    assert output_keys(outcome.s3) == sorted([expected_key(outcome.event, KEY), key])
+    again = handler.lambda_handler(outcome.event, LocalLambdaContext())
+    assert again["outputFiles"][1]["contentBatches"][0]["key"] == key
+
+
+def surrogate_kept(outcome: Outcome) -> None:
+    key = outcome.response["outputFiles"][0]["contentBatches"][0]["key"]
+    raw = outcome.s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+    assert raw.isascii() and b"cut emoji \\ud83d" in raw  # the escape as it came, valid JSON around it
+    assert outcome.summary["chunks_contextualized"] == 1
 
 
 def chunk_count(count: int) -> Callable[[Outcome], None]:
@@ -348,7 +383,7 @@ DUPLICATE_METADATA = (
 )
 ODD_KEY = "j/My Docs+ü%20文件 (v2)/a+b c.md_1.JSON"
 LONG_KEY = "j/" + "k" * (1024 - len(PREFIX) - len("j/") - len("_1.JSON")) + "_1.JSON"  # output: 1,024 bytes
-TOO_LONG_KEY = "j/" + "k" * 1000 + "_1.JSON"  # 1,009 bytes: fine as input, 1,030 with the output prefix
+TOO_LONG_KEY = "j/" + "k" * 1000 + "_1.JSON"  # 1,009 bytes: fine as input, 1,030 with our prefix added
 ODD_TEXT = "Emoji 😀 (pair \\ud83d\\ude00), RTL עברית, zero-width \u200b, NUL \\u0000, BOM \ufeff, LS \u2028."
 
 CASES: list[Case] = [
@@ -473,16 +508,16 @@ CASES: list[Case] = [
         "no `fileMetadata`",
         good_event_with(drop("inputFiles", 0, "fileMetadata")),
         "ok",
-        file_metadata_absent,
-        note="`fileMetadata` left out of the response",
+        file_metadata_empty,
+        note="`fileMetadata: {}` in the response, as AWS's documented output has it",
     ),
     Case(
         "fileMetadata-null",
         "`fileMetadata: null`",
         good_event_with(assign(None, "inputFiles", 0, "fileMetadata")),
         "ok",
-        file_metadata_absent,
-        note="answered like an absent `fileMetadata`: left out of the response",
+        file_metadata_empty,
+        note="answered like an absent `fileMetadata`: `{}`",
     ),
     Case(
         "unknown-event-fields",
@@ -552,19 +587,19 @@ CASES: list[Case] = [
         "batch-not-json",
         "the second file's batch object is PNG bytes",
         two_files({"j/b_1.JSON": b"\x89PNG\r\n\x1a\n not json"}, ["j/b_1.JSON"]),
-        f"error: s3://{BUCKET}/j/b_1.JSON: Invalid JSON",
+        f"error: s3://{BUCKET}/j/b_1.JSON: not valid JSON (not UTF-8 at byte 0)",
     ),
     Case(
         "batch-json-list",
         "the batch object is a JSON list",
         raw_batch(b'[{"contentBody": "x"}]'),
-        f"error: s3://{BUCKET}/{KEY}: Input should be an object (file {SOURCE})",
+        f"error: s3://{BUCKET}/{KEY}: expected a JSON object, got a list (file {SOURCE})",
     ),
     Case(
         "batch-truncated-json",
         "the batch object is cut short",
         two_files({"j/b_1.JSON": json.dumps({"fileContents": good_items()}).encode()[:-25]}, ["j/b_1.JSON"]),
-        f"error: s3://{BUCKET}/j/b_1.JSON: Invalid JSON: EOF while parsing",
+        f"error: s3://{BUCKET}/j/b_1.JSON: not valid JSON (Unterminated string starting at: line 1, column",
     ),
     Case(
         "batch-wrong-top-level-key",
@@ -583,19 +618,19 @@ CASES: list[Case] = [
         "batch-empty-object",
         "the batch object is 0 bytes",
         raw_batch(b""),
-        f"error: s3://{BUCKET}/{KEY}: Invalid JSON: EOF while parsing a value at line 1 column 0",
+        f"error: s3://{BUCKET}/{KEY}: not valid JSON (Expecting value: line 1, column 1)",
     ),
     Case(
         "batch-not-utf8",
         "the batch object is Latin-1, not UTF-8",
         raw_batch('{"fileContents": [{"contentBody": "Café", "contentType": "TEXT"}]}'.encode("latin-1")),
-        f"error: s3://{BUCKET}/{KEY}: Invalid JSON: invalid unicode code point",
+        f"error: s3://{BUCKET}/{KEY}: not valid JSON (not UTF-8 at byte 38)",
     ),
     Case(
         "batch-utf16",
         "the batch object is UTF-16 with a BOM",
         raw_batch(json.dumps({"fileContents": good_items()}).encode("utf-16")),
-        f"error: s3://{BUCKET}/{KEY}: Invalid JSON: expected value at line 1 column 1",
+        f"error: s3://{BUCKET}/{KEY}: not valid JSON (not UTF-8 at byte 0)",
     ),
     Case(
         "duplicate-top-level-key",
@@ -717,7 +752,9 @@ CASES: list[Case] = [
         "lone-surrogate-escape",
         'a chunk ending in an escaped lone surrogate `"\\ud83d"`',
         raw_batch(b'{"fileContents": [{"contentBody": "cut emoji \\ud83d", "contentType": "TEXT"}]}'),
-        f"error: s3://{BUCKET}/{KEY}: Invalid JSON",
+        "ok",
+        surrogate_kept,
+        note="the escape written back as it came (legal JSON; UTF-8 cannot carry it)",
     ),
     Case(
         "non-finite-metadata",
@@ -823,23 +860,24 @@ CASES: list[Case] = [
             [file_entry("s3://src/My Docs+ü%20文件/a+b c.md", [ODD_KEY])],
         ),
         "ok",
-        output_key_is_prefix_plus_input_key,
-        note="output key = `OUTPUT_PREFIX` + the input key, byte for byte",
+        output_key_is_inside_the_shared_directory,
+        note="output key = the keys' shared directory + `OUTPUT_PREFIX` + the rest, byte for byte",
     ),
     Case(
         "long-s3-key",
         "a 1,003-byte batch key (output key exactly 1,024 bytes)",
         staged({LONG_KEY: {"fileContents": good_items()}}, [file_entry(SOURCE, [LONG_KEY])]),
         "ok",
-        output_key_is_prefix_plus_input_key,
-        note="output key = `OUTPUT_PREFIX` + the input key (1,024 bytes)",
+        output_key_is_inside_the_shared_directory,
+        note="output key = shared directory + `OUTPUT_PREFIX` + the rest (1,024 bytes)",
     ),
     Case(
         "s3-key-too-long-for-output",
         "the second file's key is 1,009 bytes: 1,030 with the output prefix",
         two_files({TOO_LONG_KEY: {"fileContents": good_items()}}, [TOO_LONG_KEY]),
-        "error: event: inputFiles[1].contentBatches[0].key: the output key (OUTPUT_PREFIX "
-        "'contextual-kb/output/' + this key) would be 1030 bytes, over S3's 1024-byte limit",
+        "ok",
+        shortened_output_key,
+        note="a shorter output key, the same on every call: a hash in place of the key's middle",
     ),
 ]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -15,7 +16,6 @@ from contextual_kb.runtime.errors import ModelError
 from tests.conftest import output_lines
 
 BUCKET = "claude-intermediate"
-PREFIX = "contextual-kb/output/"
 METADATA_KEY = "ckb_context"
 
 
@@ -121,6 +121,36 @@ def test_per_chunk_contexts_one_cache_write_per_cacheable_document(
     assert log["model"]["estimated_cost_usd"] > 0
     assert log["model"]["fallbacks"] == {}
     assert log["contexts_by_source"] == {"claude": 12}
+
+
+def test_a_whole_document_chunked_by_structure_gets_claudes_contexts_with_the_document_cached(
+    s3: Any, standin: BedrockStandIn, captured: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CHUNKING=structure with the claude strategy: the one item the KB gives (chunking NONE) becomes our
+    chunks, each with Claude's context; the whole document is the cached prefix of every call."""
+    monkeypatch.setenv("CHUNKING", "structure")
+    monkeypatch.setenv("CHUNK_MAX_TOKENS", "200")
+    document = "\n\n".join(f"## Part {n}\n\n{text}" for n, text in enumerate(big_chunks(6)))
+    event, _ = stage(s3, {"ledger.md": [document]}, per_batch=1)
+    response = run(event)
+    (items,) = outputs(s3, response)
+    assert len(items) > 6
+    spans = [(i["contentMetadata"]["ckb_start"], i["contentMetadata"]["ckb_end"]) for i in items]
+    assert spans[0][0] == 0 and spans[-1][1] == len(document)
+    assert all(before[1] == after[0] for before, after in itertools.pairwise(spans))  # in order, no gap
+    assert all(
+        i["contentBody"] == context_of(i) + "\n\n" + document[a:b]
+        for i, (a, b) in zip(items, spans, strict=True)
+    )
+    assert all(context_of(i).startswith("This chunk is from") for i in items)
+    assert standin.stats.answered == len(items)
+    assert standin.stats.cache_writes == 1 and standin.stats.cache_reads == len(items) - 1
+    assert all(
+        b["messages"][0]["content"][0]["text"] == standin.seen[0]["messages"][0]["content"][0]["text"]
+        for b in standin.seen
+    )
+    log = summary(captured)
+    assert log["contexts_by_source"] == {"claude": len(items)} and log["documents_chunked"] == 1
 
 
 def test_unchanged_documents_make_no_model_call_on_resync(

@@ -78,8 +78,10 @@ def stack_outputs() -> dict[str, Any]:
     }
 
 
-def data_source(lambda_arn: str | None = FUNCTION_ARN) -> dict[str, Any]:
+def data_source(lambda_arn: str | None = FUNCTION_ARN, chunking: str | None = None) -> dict[str, Any]:
     ingestion: dict[str, Any] = {}
+    if chunking is not None:
+        ingestion["chunkingConfiguration"] = {"chunkingStrategy": chunking}
     if lambda_arn:
         ingestion["customTransformationConfiguration"] = {
             "intermediateStorage": {"s3Location": {"uri": f"s3://{INTERMEDIATE}/"}},
@@ -181,6 +183,7 @@ def healthy(aws: Clients, **overrides: Any) -> None:
         "stack": lambda: aws.stubs["cloudformation"].add_response("describe_stacks", stack_outputs()),
         "data_source": lambda: aws.stubs["bedrock-agent"].add_response("get_data_source", data_source()),
         "function": lambda: aws.stubs["lambda"].add_response("get_function_configuration", function()),
+        "chunking": lambda: aws.stubs["bedrock-agent"].add_response("get_data_source", data_source()),
         "model": lambda: aws.stubs["bedrock-runtime"].add_response(
             "invoke_model",
             {"body": StreamingBody(io.BytesIO(b"{}"), 2), "contentType": "application/json"},
@@ -224,6 +227,7 @@ def test_a_healthy_stack_passes_every_check(aws: Clients) -> None:
         "stack",
         "transformation",
         "function settings",
+        "chunking",
         "model",
         "embedding model",
         "reranker",
@@ -237,7 +241,7 @@ def test_a_healthy_stack_passes_every_check(aws: Clients) -> None:
     text = runner.invoke(app, ["doctor", "--region", REGION])
     assert text.exit_code == 0
     lines = text.stdout.strip().splitlines()
-    assert len(lines) == 8 and all(line.startswith("✔ ") for line in lines), lines
+    assert len(lines) == 9 and all(line.startswith("✔ ") for line in lines), lines
 
 
 def test_a_missing_stack_is_one_failed_check(aws: Clients) -> None:
@@ -266,6 +270,32 @@ def test_another_function_on_the_data_source_fails(aws: Clients) -> None:
     )
     code, checks = doctor()
     assert code == 1 and "someone-elses" in by_name(checks)["transformation"]["detail"]
+
+
+@pytest.mark.parametrize(
+    ("strategy", "chunking", "status", "expected"),
+    [
+        ("NONE", "kb", "fail", "each document is embedded whole"),
+        ("NONE", "structure", "ok", "whole documents, chunked by the function by structure"),
+        ("FIXED_SIZE", "structure", "warn", "chunks those chunks again"),
+    ],
+)
+def test_the_data_sources_chunking_and_the_functions_must_agree(
+    aws: Clients, strategy: str, chunking: str, status: str, expected: str
+) -> None:
+    with_chunking = data_source(chunking=strategy)
+    healthy(
+        aws,
+        data_source=lambda: aws.stubs["bedrock-agent"].add_response("get_data_source", with_chunking),
+        function=lambda: aws.stubs["lambda"].add_response(
+            "get_function_configuration", function({"CHUNKING": chunking})
+        ),
+        chunking=lambda: aws.stubs["bedrock-agent"].add_response("get_data_source", with_chunking),
+    )
+    code, checks = doctor()
+    found = by_name(checks)["chunking"]
+    assert found["status"] == status and expected in found["detail"], found
+    assert code == (1 if status == "fail" else 0)
 
 
 @pytest.mark.parametrize(

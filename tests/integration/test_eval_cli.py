@@ -187,3 +187,41 @@ def test_eval_flags_a_claude_row_that_mostly_fell_back(
     table = " ".join(runner.invoke(app, [*args, *chosen]).output.split())
     assert "claude (fell back)" in table
     assert "these rows measure structural contexts, not the model's" in table
+
+
+def test_chunkers_are_compared_on_whole_documents_at_the_same_length(labelled: tuple[Path, Path]) -> None:
+    """--chunkers: each document whole through the real handler (fixed-size, and ours), the golden chunks'
+    coverage by the top k; the fixed size matched to our average chunk length."""
+    corpus, queries = labelled
+    args = ["eval", "--local", "--corpus", str(corpus), "--queries", str(queries), "--k", "1,3"]
+    result = runner.invoke(app, [*args, "--chunkers", "fixed,structure", "--chunk-tokens", "20", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert [(r["chunker"], r["retrieval"]) for r in rows] == [
+        ("fixed", "bm25 index"),
+        ("fixed", "bm25 code-aware"),
+        ("structure", "bm25 index"),
+        ("structure", "bm25 code-aware"),
+    ]
+    assert all(r["length_matched"] and 0 <= r["coverage@1"] <= r["coverage@3"] <= 100 for r in rows)
+    assert rows[0]["setting"].endswith("20% overlap") and rows[2]["setting"] == "max 20 tokens"
+    assert "vs_fixed" in rows[2] and "vs_fixed" not in rows[0]
+    table = runner.invoke(app, [*args, "--chunkers", "fixed,structure", "--chunk-tokens", "20"])
+    assert table.exit_code == 0 and "Cov@3" in table.stdout and "ours minus fixed-size" in table.stdout
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--chunkers", "semantic", "--local"], "unknown chunker 'semantic'"),
+        (["--chunkers", "structure"], "Add --local"),
+        (
+            ["--chunkers", "structure", "--local", "--chunk-tokens", "40", "--chunk-overlap", "30"],
+            "more than half",
+        ),
+    ],
+)
+def test_chunker_mistakes_are_one_line(labelled: tuple[Path, Path], extra: list[str], message: str) -> None:
+    corpus, queries = labelled
+    result = runner.invoke(app, ["eval", "--corpus", str(corpus), "--queries", str(queries), *extra])
+    assert result.exit_code == 2 and message in result.output, result.output

@@ -15,10 +15,12 @@ from contextual_kb.local.runner import upload_objects
 from contextual_kb.runtime import handler
 from contextual_kb.runtime.errors import ContractError, StorageError
 from tests.conftest import EVENTS, output_lines
-from tests.support import event, file_entry, text_item
+from tests.support import event, file_entry, output_key_in, outputs_in, text_item
 
-OUTPUT_PREFIX = "contextual-kb/output/"
-GOOD_SAMPLES = ["markdown", "source-code", "multi-batch", "no-file-metadata"]
+GOOD_SAMPLES = ["markdown", "source-code", "multi-batch", "no-file-metadata", "whole-documents"]
+
+
+JOB_DIRECTORY = "aws/bedrock/knowledge_bases/LOCALKB0001/LOCALDS0001/LOCALJOB001/"
 
 
 def load(name: str) -> dict[str, Any]:
@@ -46,9 +48,10 @@ def test_every_sample_event_is_transformed(s3: Any, name: str) -> None:
     assert len(response["outputFiles"]) == len(raw["inputFiles"])
     for given, produced in zip(raw["inputFiles"], response["outputFiles"], strict=True):
         assert produced["originalFileLocation"] == given["originalFileLocation"]
-        assert produced.get("fileMetadata") == given.get("fileMetadata")
+        assert produced["fileMetadata"] == given.get("fileMetadata", {})  # {} when the input had none
+        # Inside the KB's job directory (where the KB role may read): JOB/contextual-kb/output/<name>.
         assert [b["key"] for b in produced["contentBatches"]] == [
-            OUTPUT_PREFIX + b["key"] for b in given["contentBatches"]
+            output_key_in(JOB_DIRECTORY, b["key"]) for b in given["contentBatches"]
         ]
         for before_ref, after_ref in zip(given["contentBatches"], produced["contentBatches"], strict=True):
             before = read(s3, raw["bucketName"], before_ref["key"])["fileContents"]
@@ -93,7 +96,7 @@ def test_malformed_samples_fail_clearly_and_write_nothing(
     raw = stage(s3, name)
     with pytest.raises(ContractError, match=message):
         handler.lambda_handler(raw, LocalLambdaContext())
-    assert keys(s3, raw["bucketName"], OUTPUT_PREFIX) == []
+    assert outputs_in(s3, raw["bucketName"]) == []
     errors = [line for line in output_lines(captured) if line.get("level") == "ERROR"]
     assert errors and errors[0]["ingestion_job_id"] == "LOCALJOB001"
     assert errors[0]["knowledge_base_id"] == "LOCALKB0001"
@@ -111,9 +114,11 @@ def test_missing_and_non_json_batches_name_the_key_and_nothing_is_written(s3: An
     not_json = event(
         "inter", [file_entry("s3://src/a.md", ["j/a_1.JSON"]), file_entry("s3://src/b.md", ["j/b_1.JSON"])]
     )
-    with pytest.raises(ContractError, match=r"s3://inter/j/b_1.JSON: .*Invalid JSON.*\(file s3://src/b.md\)"):
+    with pytest.raises(
+        ContractError, match=r"s3://inter/j/b_1.JSON: not valid JSON .*\(file s3://src/b.md\)"
+    ):
         handler.lambda_handler(not_json, LocalLambdaContext())
-    assert keys(s3, "inter", OUTPUT_PREFIX) == []
+    assert outputs_in(s3, "inter") == []
 
 
 def test_empty_document_gives_an_empty_output_batch(s3: Any) -> None:
@@ -255,3 +260,34 @@ def test_a_bad_setting_fails_the_invocation_in_one_line_with_the_event_keys(
     errors = [line for line in output_lines(captured) if line.get("level") == "ERROR"]
     assert errors and errors[0]["knowledge_base_id"] == "KB9"
     assert "environment variable CONTEXT_STRATEGY='foo'" in errors[0]["exception"]
+
+
+def test_whole_documents_are_chunked_by_structure_end_to_end(
+    s3: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sample event of a data source with chunking NONE (each document one item) through the real
+    handler with CHUNKING=structure: several chunks per document, covering it in order, each with its
+    context, section and span; file metadata kept; outputs inside the job's directory."""
+    monkeypatch.setenv("CHUNKING", "structure")
+    monkeypatch.setenv("CHUNK_MAX_TOKENS", "120")
+    raw = stage(s3, "whole-documents")
+    response = handler.lambda_handler(raw, LocalLambdaContext())
+    for given, produced in zip(raw["inputFiles"], response["outputFiles"], strict=True):
+        assert produced["fileMetadata"] == given.get("fileMetadata", {})
+        (in_ref,) = given["contentBatches"]
+        (out_ref,) = produced["contentBatches"]
+        assert out_ref["key"] == output_key_in(JOB_DIRECTORY, in_ref["key"])
+        document = read(s3, raw["bucketName"], in_ref["key"])["fileContents"][0]["contentBody"]
+        chunks = read(s3, raw["bucketName"], out_ref["key"])["fileContents"]
+        assert len(chunks) > 1
+        position = 0
+        for chunk in chunks:
+            meta = chunk["contentMetadata"]
+            assert meta["ckb_start"] == position
+            text = document[meta["ckb_start"] : meta["ckb_end"]]
+            assert chunk["contentBody"] == meta["ckb_context"] + "\n\n" + text
+            position = meta["ckb_end"]
+        assert position == len(document)
+    runbook = read(s3, raw["bucketName"], response["outputFiles"][0]["contentBatches"][0]["key"])
+    sections = [c["contentMetadata"].get("ckb_section") for c in runbook["fileContents"]]
+    assert "Payments Service Runbook › Alarms" in sections

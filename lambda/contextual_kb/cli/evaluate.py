@@ -95,6 +95,22 @@ def eval_command(
             "local stand-in.",
         ),
     ] = False,
+    chunkers: Annotated[
+        str | None,
+        typer.Option(
+            help="Offline: compare chunkers instead (fixed: the KB's fixed-size with 20% overlap; structure: "
+            "ours) on whole documents, by how much of each golden chunk the top k cover, at the same average "
+            "chunk length; comma-separated.",
+            metavar="NAMES",
+        ),
+    ] = None,
+    chunk_tokens: Annotated[
+        int,
+        typer.Option(help="With --chunkers: our chunks' CHUNK_MAX_TOKENS.", min=20, max=8192, metavar="N"),
+    ] = 300,
+    chunk_overlap: Annotated[
+        int, typer.Option(help="With --chunkers: our CHUNK_OVERLAP_TOKENS.", min=0, max=4096, metavar="N")
+    ] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print only the rows, as JSON.")] = False,
     stack: Annotated[
         str, typer.Option(envvar="CKB_STACK", help="Deployed: the stack's name.", metavar="NAME")
@@ -120,6 +136,19 @@ def eval_command(
     chosen_analyzers = names("--analyzers", analyzers, list(ANALYZERS), "analyzer")
     retrievals = names("--retrieval", retrieval, RETRIEVALS, "retrieval")
     documents, labelled = load_corpus(corpus), load_queries(queries)
+    if chunkers is not None:
+        _compare_chunkers(
+            documents,
+            labelled,
+            chunkers,
+            chunk_tokens,
+            chunk_overlap,
+            chosen_analyzers,
+            cutoffs,
+            local,
+            as_json,
+        )
+        return
     if not local:
         rows = _deployed(documents, labelled, cutoffs, stack, region, state, skip_sync)
     else:
@@ -146,6 +175,82 @@ def eval_command(
         )
         return
     print_table(console(), rows, cutoffs, title=f"{len(labelled)} queries, {len(documents)} documents")
+
+
+def _compare_chunkers(
+    documents: list[dict],
+    labelled: list[dict],
+    chunkers: str,
+    chunk_tokens: int,
+    chunk_overlap: int,
+    analyzers: list[str],
+    cutoffs: list[int],
+    local: bool,
+    as_json: bool,
+) -> None:
+    from contextual_kb.evaluation.chunkers import CHUNKERS, compare_chunkers, versus_fixed
+
+    chosen = names("--chunkers", chunkers, CHUNKERS, "chunker")
+    if not local:
+        raise usage("--chunkers", "chunkers are compared offline only", "Add --local")
+    if chunk_overlap > chunk_tokens // 2:
+        raise usage("--chunk-overlap", f"{chunk_overlap} is more than half of --chunk-tokens {chunk_tokens}")
+    rows = compare_chunkers(
+        documents,
+        labelled,
+        chunkers=chosen,
+        max_tokens=chunk_tokens,
+        overlap_tokens=chunk_overlap,
+        analyzers=analyzers,
+        ks=cutoffs,
+    )
+    compared = compared_cutoff(cutoffs)
+    gains = versus_fixed(rows, compared)
+    if as_json:
+        write_json(
+            [
+                row.as_dict() | ({"vs_fixed": gain.as_dict()} if gain else {})
+                for row, gain in zip(rows, gains, strict=True)
+            ]
+        )
+        return
+    out = console()
+    table = Table(
+        title=f"{len(labelled)} queries, {len(documents)} documents, each chunked whole",
+        caption="Cov@k: the share of each golden chunk's text that the top k cover (x100, averaged over "
+        "queries); Half@k: queries covered at least half",
+        box=box.SIMPLE_HEAD,
+    )
+    for name in ("chunker", "chunks", "chars", "retrieval"):
+        table.add_column(name, no_wrap=True, justify="left" if name in {"chunker", "retrieval"} else "right")
+    for name in (*(f"Cov@{k}" for k in cutoffs), f"Half@{compared}"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for row in rows:
+        table.add_row(
+            row.chunker,
+            str(row.chunks),
+            f"{row.average_chars:.0f}" + ("" if row.matched else "!"),
+            _SHOWN.get(row.retrieval, row.retrieval).removeprefix("bm25 "),
+            *(f"{row.scores.coverage_at[k]:.2f}" for k in cutoffs),
+            f"{row.scores.half_at[compared]:.2f}",
+        )
+    out.print(table)
+    for chunker, setting in dict((row.chunker, row.setting) for row in rows).items():
+        out.print(
+            f"{chunker}: {setting}; BM25 over structural contexts + chunks", markup=False, highlight=False
+        )
+    if not all(row.matched for row in rows):
+        out.print("!: average length more than 10% from ours: not a like-for-like comparison", markup=False)
+    shown = [(row, gain) for row, gain in zip(rows, gains, strict=True) if gain]
+    if shown:
+        out.print(
+            f"Cov@{compared}, ours minus fixed-size [95% interval], queries up/down (sign-test p):",
+            markup=False,
+        )
+        labels = [_SHOWN.get(row.retrieval, row.retrieval).removeprefix("bm25 ") for row, _ in shown]
+        width = max(map(len, labels))
+        for label, (_, gain) in zip(labels, shown, strict=True):
+            out.print(f"  {label:<{width}}  {_gain(gain)}", markup=False, highlight=False)
 
 
 _SHOWN = {

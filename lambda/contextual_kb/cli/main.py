@@ -99,6 +99,17 @@ def transform(
         ),
     ] = None,
     bedrock: Annotated[bool, typer.Option("--bedrock", help=BEDROCK_HELP)] = False,
+    chunking: Annotated[
+        str | None,
+        typer.Option(
+            envvar="CHUNKING",
+            help="kb: keep the Knowledge Base's chunks; structure: chunk each document by its own structure "
+            "(a data source whose chunking is NONE; sizes from CHUNK_MAX_TOKENS, CHUNK_OVERLAP_TOKENS).",
+            callback=choice(("kb", "structure")),
+            metavar="NAME",
+            show_default="kb",
+        ),
+    ] = None,
     show: Annotated[
         int, typer.Option(help="Print this many chunks before and after.", min=0, metavar="N")
     ] = 0,
@@ -123,6 +134,8 @@ def transform(
     parse_event(event)  # a malformed event fails here, before any server starts
     objects_dir = objects or (event_file.parent / "objects")
     os.environ["CONTEXT_STRATEGY"] = strategy = strategy or "claude"
+    if chunking:
+        os.environ["CHUNKING"] = chunking
     if endpoint:
         os.environ["AWS_ENDPOINT_URL_S3"] = endpoint
     out = console()

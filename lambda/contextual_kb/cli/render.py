@@ -10,9 +10,12 @@ from rich.text import Text
 from contextual_kb.cli.terminal import clean, plain
 from contextual_kb.local.runner import RunResult
 from contextual_kb.runtime.enrichment import BODY_SEPARATOR
+from contextual_kb.runtime.models import ContentItem
+from contextual_kb.runtime.transform import END_KEY, SECTION_KEY, START_KEY
 
 PREVIEW_CHARS = 360
-_NUMBER_COLUMNS = ("batches in", "batches out", "chunks", "contextualized")
+# Batches out are left to --json: the source's name needs the width at 80 columns.
+_NUMBER_COLUMNS = ("batches", "chunks in", "chunks out", "contexts")
 MIN_SOURCE_WIDTH = 16
 
 
@@ -34,30 +37,28 @@ def print_summary(console: Console, result: RunResult) -> None:
         table.add_row(
             plain(source_label(f.source, width)),
             str(f.batches_in),
-            str(f.batches_out),
             str(f.chunks_in),
+            str(f.chunks_out),
             str(f.contextualized),
         )
-    total_chunks = sum(f.chunks_in for f in result.files)
-    total_ctx = sum(f.contextualized for f in result.files)
-    table.add_row("total", "", "", str(total_chunks), str(total_ctx), style="bold")
+    totals = [
+        sum(getattr(f, name) for f in result.files) for name in ("chunks_in", "chunks_out", "contextualized")
+    ]
+    table.add_row("total", "", *map(str, totals), style="bold")
     console.print(table, soft_wrap=False)
 
 
 def print_chunks(console: Console, result: RunResult, count: int) -> None:
     """The first ``count`` chunks of each file: the context the transformation added (labelled, so it reads
-    without colour), then the original chunk."""
+    without colour), then the chunk (the KB's, or, chunked here by structure, ours with its section)."""
     for given, produced in zip(result.response_inputs(), result.response["outputFiles"], strict=True):
         before = [i for k in given for i in result.before[k].file_contents if i.is_text]
         after = [
             i for b in produced["contentBatches"] for i in result.after[b["key"]].file_contents if i.is_text
         ]
-        for index, (old, new) in enumerate(list(zip(before, after, strict=True))[:count]):
-            context = ""
-            if new.content_body != old.content_body:
-                context = new.content_body[
-                    : len(new.content_body) - len(old.content_body) - len(BODY_SEPARATOR)
-                ]
+        rechunked = len(before) != len(after) or any(START_KEY in (i.content_metadata or {}) for i in after)
+        for index, new in enumerate(after[:count]):
+            context, chunk = split_body(new, None if rechunked else before[index])
             body = Text()
             body.append("context: ", style="bold")
             if context:
@@ -66,11 +67,31 @@ def print_chunks(console: Console, result: RunResult, count: int) -> None:
                 body.append("(none: the chunk passed through unchanged)", style="italic")
             body.append("\n\n")
             body.append("chunk: ", style="bold")
-            body.append(clean(_preview(old.content_body)), style="dim")
+            body.append(clean(_preview(chunk)), style="dim")
             uri = produced["originalFileLocation"].get("s3_location", {}).get("uri", "?")
             title = f"{source_label(uri, max(MIN_SOURCE_WIDTH, console.width - 20))} · chunk {index + 1}"
+            section = (new.content_metadata or {}).get(SECTION_KEY)
+            if rechunked and isinstance(section, str) and section:
+                title += f" · {section}"
             # Panels lay their text out to the width themselves, piped or not.
             console.print(Panel(body, title=plain(title), title_align="left"), soft_wrap=False)
+
+
+def split_body(new: ContentItem, old: ContentItem | None) -> tuple[str, str]:
+    """(context, chunk) of an output item: the chunk is the KB's item's text (``old``) or, for a chunk made
+    here, the last ``ckb_end - ckb_start`` characters of the body. Pure."""
+    body = new.content_body
+    if old is not None:
+        chunk = old.content_body
+    else:
+        metadata = new.content_metadata or {}
+        start, end = metadata.get(START_KEY), metadata.get(END_KEY)
+        if not isinstance(start, int) or not isinstance(end, int) or not 0 <= end - start <= len(body):
+            return "", body
+        chunk = body[len(body) - (end - start) :]
+    if body == chunk or not body.endswith(BODY_SEPARATOR + chunk):
+        return "", body
+    return body[: len(body) - len(chunk) - len(BODY_SEPARATOR)], chunk
 
 
 def _preview(text: str) -> str:

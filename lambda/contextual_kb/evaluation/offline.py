@@ -195,19 +195,24 @@ def bm25_rankings(
     depth: int,
 ) -> list[list[int]]:
     """Per query, the indices (in corpus order) of the ``depth`` best chunks by BM25 (k1=1.5, b=0.75)."""
+    texts = [bodies[i] for i in _ids(documents)]
+    return rank_bm25(texts, [q["query"] for q in queries], analyzer, depth)
+
+
+def rank_bm25(texts: Sequence[str], queries: Sequence[str], analyzer: str, depth: int) -> list[list[int]]:
+    """Per query, the indices of the ``depth`` best ``texts`` by BM25 (k1=1.5, b=0.75) with ``analyzer``."""
     import bm25s
 
     from contextual_kb.evaluation.lexical import ANALYZERS
 
     tokenize = ANALYZERS[analyzer]
-    ids = _ids(documents)
     retriever = bm25s.BM25(k1=1.5, b=0.75)
-    retriever.index([tokenize(bodies[i]) for i in ids], show_progress=False)
+    retriever.index([tokenize(text) for text in texts], show_progress=False)
     vocabulary = retriever.vocab_dict
-    depth = min(depth, len(ids))
+    depth = min(depth, len(texts))
     rankings = []
     for query in queries:
-        tokens = [t for t in tokenize(query["query"]) if t in vocabulary] or [next(iter(vocabulary))]
+        tokens = [t for t in tokenize(query) if t in vocabulary] or [next(iter(vocabulary))]
         found, _ = retriever.retrieve([tokens], k=depth, show_progress=False)
         rankings.append([int(i) for i in found[0]])
     return rankings

@@ -260,7 +260,13 @@ def run(scenario: Scenario, standin: BedrockStandIn) -> Outcome:
         Bucket=BUCKET, Prefix=settings.context_memory_prefix or "contextual-kb/contexts/"
     )
     outcome.remembered_objects = listed.get("KeyCount", 0)
-    outcome.outputs_left = s3.list_objects_v2(Bucket=BUCKET, Prefix=settings.output_prefix).get("KeyCount", 0)
+    # Outputs lie under the batch keys' shared directory: any key holding the output prefix is one.
+    listed_all = [
+        o["Key"]
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET)
+        for o in page.get("Contents", [])
+    ]
+    outcome.outputs_left = sum(1 for key in listed_all if settings.output_prefix in key)
     outcome.standin = standin.stats.as_dict()
     if result is not None:
         outcome.seconds = result.seconds

@@ -14,18 +14,26 @@ _TOKEN = re.compile(r"\w+|[^\w\s]")
 
 
 def fixed_size_chunks(text: str, *, max_tokens: int = 300, overlap_percentage: int = 20) -> list[str]:
+    spans = fixed_size_spans(text, max_tokens=max_tokens, overlap_percentage=overlap_percentage)
+    return [text[start:end] for start, end in spans]
+
+
+def fixed_size_spans(
+    text: str, *, max_tokens: int = 300, overlap_percentage: int = 20
+) -> list[tuple[int, int]]:
+    """Where each fixed-size chunk lies in ``text`` (start, end), in order."""
     if max_tokens < 1:
         raise ValueError("max_tokens must be at least 1")
     if not 0 <= overlap_percentage <= 99:
         raise ValueError("overlap_percentage must be between 0 and 99")
     tokens = [(m.start(), m.end()) for m in _TOKEN.finditer(text)]
     step = max(1, max_tokens - max_tokens * overlap_percentage // 100)
-    chunks: list[str] = []
+    spans: list[tuple[int, int]] = []
     first = 0
     while first < len(tokens):
         last = min(first + max_tokens, len(tokens))
-        chunks.append(text[tokens[first][0] : tokens[last - 1][1]])
+        spans.append((tokens[first][0], tokens[last - 1][1]))
         if last == len(tokens):
             break
         first += step
-    return chunks
+    return spans

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from contextual_kb.local.inputs import InputFileError, read_json
 from contextual_kb.local.lambda_context import LocalLambdaContext
 from contextual_kb.runtime import handler
-from contextual_kb.runtime.models import BatchObject
+from contextual_kb.runtime.models import BatchObject, parse_batch
 from contextual_kb.runtime.observability import logger
 
 
@@ -29,6 +29,7 @@ class FileSummary:
     batches_in: int
     batches_out: int
     chunks_in: int
+    chunks_out: int  # the KB's text items, or our chunks with CHUNKING=structure
     contextualized: int
     output_keys: list[str]
 
@@ -117,18 +118,15 @@ def invoke(
         in_keys = [b["key"] for b in given["contentBatches"]]
         out_keys = [b["key"] for b in produced["contentBatches"]]
         chunks = [item for key in in_keys for item in before[key].file_contents if item.is_text]
-        contextualized = sum(
-            1
-            for key in out_keys
-            for item in after[key].file_contents
-            if item.is_text and metadata_key in (item.content_metadata or {})
-        )
+        written = [item for key in out_keys for item in after[key].file_contents if item.is_text]
+        contextualized = sum(1 for item in written if metadata_key in (item.content_metadata or {}))
         files.append(
             FileSummary(
                 source=given["originalFileLocation"].get("s3_location", {}).get("uri", "?"),
                 batches_in=len(in_keys),
                 batches_out=len(out_keys),
                 chunks_in=len(chunks),
+                chunks_out=len(written),
                 contextualized=contextualized,
                 output_keys=out_keys,
             )
@@ -154,7 +152,8 @@ def _keys(files: list[dict[str, Any]]) -> Iterator[str]:
 
 
 def _read(s3: Any, bucket: str, key: str) -> BatchObject:
-    return BatchObject.model_validate_json(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+    body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    return parse_batch(body, where=f"s3://{bucket}/{key}", file=key)
 
 
 def _snapshot(s3: Any, bucket: str, keys: Iterator[str]) -> dict[str, BatchObject]:

@@ -141,7 +141,22 @@ def write_samples(documents: Path, out: Path) -> list[Path]:
     )
     del objects[staged.batch_keys[-1]]["fileContents"][0]["contentBody"]
     emit("malformed-batch", (staged, objects))
+
+    # Chunking strategy NONE: each document whole, one item in one batch; run with CHUNKING=structure.
+    emit(
+        "whole-documents",
+        _whole("docs/payments-runbook.md", runbook, {"team": "payments", "doc_type": "runbook"}),
+        _whole("src/ratelimit/token_bucket.py", source, {"language": "python"}),
+        _whole("contracts/northwind-msa.txt", contract, None),
+    )
     return written
+
+
+def _whole(name: str, text: str, file_metadata: dict[str, Any] | None) -> tuple[StagedFile, dict[str, Any]]:
+    """A document as a data source with chunking strategy NONE hands it over: one text item, whole."""
+    batches = batch_objects([text], chunks_per_batch=1)
+    keys = batch_keys_for(_uri(name), len(batches))
+    return StagedFile(_uri(name), keys, [text], file_metadata), dict(zip(keys, batches, strict=True))
 
 
 if __name__ == "__main__":

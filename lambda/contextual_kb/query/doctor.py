@@ -70,7 +70,7 @@ def run(deployment: Deployment, clients: Clients) -> Iterator[Check]:
         found = _guarded(check, deployment, clients, environment)
         yield found
     settings = _settings(environment)
-    for check in (_model, _embedding, _reranker, _quotas, _lifecycle):
+    for check in (_chunking, _model, _embedding, _reranker, _quotas, _lifecycle):
         yield _guarded(check, deployment, clients, environment, settings)
 
 
@@ -123,6 +123,46 @@ def _transformation(deployment: Deployment, clients: Clients, environment: dict[
     return Check(
         "transformation", "ok", f"data source {deployment.data_source_id} runs {arns[0].split(':')[-1]}"
     )
+
+
+def _chunking(
+    deployment: Deployment, clients: Clients, environment: dict[str, str], settings: Settings | None
+) -> Check:
+    """The data source's chunking and the function's agree: with NONE the function must chunk (else each
+    document is embedded whole, one chunk); with the KB's own chunking it must not chunk again."""
+    source = clients("bedrock-agent").get_data_source(
+        knowledgeBaseId=deployment.knowledge_base_id, dataSourceId=deployment.data_source_id
+    )["dataSource"]
+    ingestion = source.get("vectorIngestionConfiguration") or {}
+    strategy = (ingestion.get("chunkingConfiguration") or {}).get("chunkingStrategy", "DEFAULT (FIXED_SIZE)")
+    if settings is None:
+        return Check(
+            "chunking", "warn", f"data source chunking {strategy}; the function's settings are unreadable"
+        )
+    if strategy == "NONE" and settings.chunking != "structure":
+        return Check(
+            "chunking",
+            "fail",
+            "the data source's chunking is NONE but the function keeps the chunks it is given (CHUNKING=kb): "
+            "each document is embedded whole, as one chunk",
+            "deploy with -c chunking=none (it sets CHUNKING=structure), or set CHUNKING=structure",
+        )
+    if strategy != "NONE" and settings.chunking == "structure":
+        return Check(
+            "chunking",
+            "warn",
+            f"the data source chunks ({strategy}) and the function chunks those chunks again "
+            "(CHUNKING=structure)",
+            "use -c chunking=none to let the function chunk whole documents",
+        )
+    if settings.chunking == "structure":
+        return Check(
+            "chunking",
+            "ok",
+            f"whole documents, chunked by the function by structure (at most {settings.chunk_max_tokens} "
+            f"tokens, {settings.chunk_overlap_tokens} overlap)",
+        )
+    return Check("chunking", "ok", f"the data source chunks ({strategy}); the function keeps its chunks")
 
 
 def _function(deployment: Deployment, clients: Clients, environment: dict[str, str]) -> Check:

@@ -77,10 +77,14 @@ def record(strategy: str, stats: RunStats) -> None:
         ("Files", stats.files),
         ("BatchesIn", stats.batches_in),
         ("ChunksIn", stats.chunks_in),
+        ("ChunksOut", stats.chunks_out),
         ("ChunksContextualized", stats.chunks_contextualized),
         ("ChunksPassedThrough", stats.chunks_passed_through),
         ("NonTextItems", stats.non_text_items),
         ("EmptyDocuments", stats.empty_documents),
+        ("DocumentsChunked", stats.documents_chunked),
+        # Documents chunked with no time left to read their outline: by paragraphs, not by sections.
+        ("ChunkedWithoutOutline", stats.chunked_without_outline),
         ("ContextMetadataTruncated", stats.metadata_truncated),
         ("ContextErrors", stats.context_errors),
         # Chunks given the document-level context: no time was left to outline their document.

@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from contextual_kb.runtime.errors import TransformationError
 
@@ -18,6 +18,7 @@ StrategyName = Literal["claude", "structural", "none"]
 ContextMode = Literal["per_chunk", "grouped", "published"]
 CacheTtl = Literal["5m", "1h"]
 OnModelError = Literal["fallback", "fail"]
+Chunking = Literal["kb", "structure"]
 
 # Claude Haiku 4.5 through the global cross-region inference profile: list price, any commercial region.
 DEFAULT_MODEL_ID = "global.anthropic.claude-haiku-4-5-20251001-v1:0"
@@ -40,7 +41,15 @@ class Settings(BaseModel):
     # Names listed in a structural context: up to this many defined in the chunk, and as many declared by the
     # file (types first); 0 leaves both out.
     structural_max_names: int = Field(default=6, ge=0, le=100, alias="STRUCTURAL_MAX_NAMES")
-    # Output objects go under this prefix + the input key, so a retried call overwrites its own output.
+    # kb: keep the Knowledge Base's chunks. structure: chunk each document by its own structure (for a data
+    # source whose chunking strategy is NONE, which hands the function whole documents).
+    chunking: Chunking = Field(default="kb", alias="CHUNKING")
+    # CHUNKING=structure: the largest chunk, in tokens (words and punctuation marks), overlap included.
+    chunk_max_tokens: int = Field(default=300, ge=20, le=8192, alias="CHUNK_MAX_TOKENS")
+    # CHUNKING=structure: tokens each chunk repeats from the end of the one before it (at most half the size).
+    chunk_overlap_tokens: int = Field(default=0, ge=0, le=4096, alias="CHUNK_OVERLAP_TOKENS")
+    # Outputs go under the directory the event's batch keys share, then this prefix, then the rest of the
+    # input key: inside the KB's intermediate location, and a retried call overwrites its own output.
     output_prefix: str = Field(default="contextual-kb/output/", alias="OUTPUT_PREFIX")
     # Chunk metadata key that carries the context alone (the query side shows it apart from the chunk).
     context_metadata_key: str = Field(default="ckb_context", min_length=1, alias="CONTEXT_METADATA_KEY")
@@ -94,6 +103,15 @@ class Settings(BaseModel):
     # JSON price overrides in USD per million tokens, e.g. {"input": 1, "output": 5, "cache_read": 0.1}.
     model_prices: str = Field(default="", alias="MODEL_PRICES")
 
+    @model_validator(mode="after")
+    def _overlap_within_size(self) -> Settings:
+        if self.chunk_overlap_tokens > self.chunk_max_tokens // 2:
+            raise ValueError(
+                f"CHUNK_OVERLAP_TOKENS={self.chunk_overlap_tokens} must be at most half of "
+                f"CHUNK_MAX_TOKENS={self.chunk_max_tokens}"
+            )
+        return self
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """An empty variable means the default (a console leaves empty values behind), except where the
@@ -107,7 +125,9 @@ class Settings(BaseModel):
             return cls.model_validate(values)
         except ValidationError as exc:
             first = exc.errors()[0]
-            name = str(first["loc"][0]) if first.get("loc") else "?"
+            if not first.get("loc"):  # a rule between variables: its message names them
+                raise ConfigurationError(str(first["msg"]).removeprefix("Value error, ")) from exc
+            name = str(first["loc"][0])
             raise ConfigurationError(
                 f"environment variable {name}={values.get(name)!r}: {first['msg']}"
             ) from exc

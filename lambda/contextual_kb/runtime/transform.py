@@ -4,7 +4,13 @@
    the call with an error naming it, and no output exists for any file of that call.
 2. File by file: the batches are put in document order, the text chunks joined into the whole document,
    the strategy gives one context per chunk, and each input batch becomes one output batch (same items,
-   same order) under ``OUTPUT_PREFIX`` + the input key, so a retried call overwrites its own output.
+   same order), or several parts when it grows past ``OUTPUT_PART_MAX_BYTES``. Output keys are the input
+   keys moved under ``OUTPUT_PREFIX`` inside the directory the event's keys share (``output_keys``), so a
+   retried call overwrites its own output.
+
+With ``CHUNKING=structure`` the document is chunked again by its own structure (``chunking``): each new
+chunk takes the place of the KB's text item it starts in (its metadata copied, plus its section and span),
+non-text items stay where they were.
 
 Files are loaded as the strategy asks for them: one at a time for the structural strategy; for the claude
 strategy, the documents it has open side by side (one at least, more only within its 2M-character budget).
@@ -19,6 +25,7 @@ time. If the call fails, the outputs it wrote are deleted: none is left that no 
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections import Counter, deque
 from collections.abc import Iterator
@@ -27,30 +34,36 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from contextual_kb.runtime.budget import WorkLeft
+from contextual_kb.runtime.chunking import Chunk, chunk_document
 from contextual_kb.runtime.context.base import ChunkContext, ContextStrategy, Invocation, SourceDocument
 from contextual_kb.runtime.context.claude.accounting import ModelAccounting
 from contextual_kb.runtime.deadline import Deadline
-from contextual_kb.runtime.documents import assemble
+from contextual_kb.runtime.documents import Document, Span, assemble
 from contextual_kb.runtime.enrichment import Enriched, enrich
-from contextual_kb.runtime.errors import ContractError
 from contextual_kb.runtime.models import (
     BatchObject,
     ContentBatchRef,
+    ContentItem,
     InputFile,
     OutputFile,
     TransformationEvent,
     TransformationResponse,
+    batch_json,
     parse_batch,
 )
 from contextual_kb.runtime.observability import logger, tracer
+from contextual_kb.runtime.output_keys import output_key, shared_directory
 from contextual_kb.runtime.outputs import OutputWriter
 from contextual_kb.runtime.settings import Settings
 from contextual_kb.runtime.storage import StoredObject
 
 # Bodies read ahead while validating, in bytes (about): memory must follow the largest file, not their number.
 READ_WINDOW_BYTES = 1024 * 1024
-# S3 object keys are at most 1,024 bytes of UTF-8.
-S3_MAX_KEY_BYTES = 1024
+# An output batch larger than this (about, in bytes of JSON) is written in parts: a whole document chunked
+# here (50 MB at most) would otherwise be one object of its size and more, held in memory whole to be written.
+OUTPUT_PART_MAX_BYTES = 4 * 1024 * 1024
+# Metadata keys of a chunk made here: its section path and its span in the document (characters).
+SECTION_KEY, START_KEY, END_KEY = "ckb_section", "ckb_start", "ckb_end"
 
 
 class BatchStore(Protocol):
@@ -68,11 +81,14 @@ class RunStats:
     files: int = 0
     batches_in: int = 0
     batches_out: int = 0
-    chunks_in: int = 0
+    chunks_in: int = 0  # the KB's text items
+    chunks_out: int = 0  # chunks written: the KB's, or ours with CHUNKING=structure
     chunks_contextualized: int = 0
     chunks_passed_through: int = 0
     non_text_items: int = 0
     empty_documents: int = 0
+    documents_chunked: int = 0  # CHUNKING=structure: documents chunked here
+    chunked_without_outline: int = 0  # of those, chunked with no time left to read their outline
     metadata_truncated: int = 0
     context_errors: int = 0  # chunks whose context could not be put on them: passed through, logged
     contexts_by_source: Counter[str] = field(default_factory=Counter)
@@ -89,11 +105,22 @@ class RunStats:
 
 
 @dataclass(frozen=True, slots=True)
+class _Rechunked:
+    """CHUNKING=structure: the document's new chunks, and for each of the KB's text items (in document
+    order) the first of the chunks that start in it (``first[i]:first[i + 1]`` replace item ``i``)."""
+
+    chunks: tuple[Chunk, ...]
+    first: tuple[int, ...]
+    without_outline: bool
+
+
+@dataclass(frozen=True, slots=True)
 class _LoadedFile:
     file: InputFile
     batches: dict[str, BatchObject]  # by key
     document: SourceDocument
     size: int  # bytes of its batch objects, as validated
+    rechunked: _Rechunked | None = None
 
 
 class Transformation:
@@ -115,9 +142,11 @@ class Transformation:
         )
         bucket = event.bucket_name
         validated = self._validate_all(event, work)
+        directory = shared_directory(ref.key for file in event.input_files for ref in file.content_batches)
         writer = OutputWriter(self.store, bucket, parallelism=self.settings.s3_max_concurrency, work=work)
         loaded: deque[_LoadedFile] = deque()
         outputs: list[OutputFile] = []
+        deadline = invocation.deadline
 
         def documents() -> Iterator[SourceDocument]:
             for file in event.input_files:
@@ -125,8 +154,11 @@ class Transformation:
                     ref.key: self._load(bucket, ref, file, validated, work) for ref in file.content_batches
                 }
                 document = _source_document(file, batches, self.settings.min_overlap_chars)
+                rechunked = None
+                if self.settings.chunking == "structure" and document.document.text:
+                    document, rechunked = self._rechunk(document, deadline)
                 size = sum(validated.sizes[ref.key] for ref in file.content_batches)
-                loaded.append(_LoadedFile(file, batches, document, size))
+                loaded.append(_LoadedFile(file, batches, document, size, rechunked))
                 yield document
 
         try:
@@ -134,7 +166,7 @@ class Transformation:
                 current = loaded.popleft()
                 if result.document is not current.document:  # results must come back in order
                     raise RuntimeError("strategy returned documents out of order")
-                outputs.append(self._write_file(bucket, current, result.contexts, stats, writer))
+                outputs.append(self._write_file(current, result.contexts, stats, writer, directory))
                 work.file_done(current.size)
             if loaded:
                 raise RuntimeError(f"strategy returned no result for {len(loaded)} file(s)")
@@ -149,7 +181,6 @@ class Transformation:
         ``work`` what is ahead (writes, re-reads, characters) and how fast S3 answers."""
         validated = _Validated()
         budget = self.settings.prefetch_max_bytes
-        _check_output_keys(event, self.settings.output_prefix)
         refs = [(file, ref) for file in event.input_files for ref in file.content_batches]
         bucket = event.bucket_name
         for (file, ref), stored in self._read_in_order(bucket, refs, work):
@@ -212,114 +243,202 @@ class Transformation:
         work.read(time.perf_counter() - started, reread=True)
         return parse_batch(stored.body, where=f"s3://{bucket}/{ref.key}", file=file.source)
 
+    def _rechunk(self, document: SourceDocument, deadline: Deadline) -> tuple[SourceDocument, _Rechunked]:
+        """The document with our chunks in place of the KB's: ``document.document.spans`` are now ours."""
+        settings = self.settings
+        text = document.document.text
+        started = time.perf_counter()
+        chunked = chunk_document(
+            text,
+            max_tokens=settings.chunk_max_tokens,
+            overlap_tokens=settings.chunk_overlap_tokens,
+            path=document.path,
+            expired=lambda: deadline.compute_remaining() <= 0,
+        )
+        chunks = chunked.chunks
+        item_starts = [span.start for span in document.document.spans]
+        first = first_chunks(item_starts, [chunk.start for chunk in chunks])
+        per_item = [first[i + 1] - first[i] for i in range(len(item_starts))]
+        sizes: list[int] = []
+        position = 0
+        for count in document.batch_sizes:
+            sizes.append(sum(per_item[position : position + count]))
+            position += count
+        logger.debug(
+            "document chunked by structure",
+            extra={
+                "file": document.source,
+                "chars": len(text),
+                "chunks_in": len(item_starts),
+                "chunks_out": len(chunks),
+                "outline": chunked.outline is not None,
+                "seconds": round(time.perf_counter() - started, 3),
+            },
+        )
+        rechunked = SourceDocument(
+            source=document.source,
+            path=document.path,
+            metadata=document.metadata,
+            document=Document(text, tuple(Span(c.start, c.end) for c in chunks)),
+            keys=document.keys,
+            batch_sizes=tuple(sizes),
+            outline=chunked.outline,
+        )
+        return rechunked, _Rechunked(chunks, first, chunked.outline is None)
+
     def _write_file(
         self,
-        bucket: str,
         loaded: _LoadedFile,
         contexts: tuple[ChunkContext | None, ...],
         stats: RunStats,
         writer: OutputWriter,
+        directory: str,
     ) -> OutputFile:
         file = loaded.file
-        order = [ref.key for ref in file.batches_in_document_order()]
-        # Chunk i of the document is the i-th text item over the batches in document order.
-        first_index: dict[str, int] = {}
+        chunk_count = loaded.document.chunk_count
+        if chunk_count != len(contexts):
+            raise RuntimeError(
+                f"strategy gave {len(contexts)} contexts for {chunk_count} chunks of {file.source}"
+            )
+        # Text item i of the document is the i-th text item over the batches in document order.
+        first_item: dict[str, int] = {}
         count = 0
-        for key in order:
-            first_index[key] = count
-            count += sum(1 for item in loaded.batches[key].file_contents if item.is_text)
-        if count != len(contexts):
-            raise RuntimeError(f"strategy gave {len(contexts)} contexts for {count} chunks of {file.source}")
+        for ref in file.batches_in_document_order():
+            first_item[ref.key] = count
+            count += sum(1 for item in loaded.batches[ref.key].file_contents if item.is_text)
 
         settings = self.settings
+        rechunked = loaded.rechunked
+        text = loaded.document.document.text
         out_refs: list[ContentBatchRef] = []
         file_stats = Counter[str]()
+
+        def contextualized(item: ContentItem, index: int) -> ContentItem:
+            context = contexts[index]
+            try:
+                done = enrich(
+                    item,
+                    context,
+                    metadata_key=settings.context_metadata_key,
+                    max_bytes=settings.context_metadata_max_bytes,
+                    file_metadata=file.file_metadata,
+                )
+            except Exception:  # this chunk's context, not the call: the chunk goes back as it came
+                logger.exception(
+                    "a context could not be put on its chunk; the chunk passes through unchanged",
+                    extra={"file": file.source, "chunk_index": index},
+                )
+                file_stats["context_errors"] += 1
+                done = Enriched(item, contextualized=False)
+            file_stats["chunks_out"] += 1
+            if done.contextualized and context is not None:
+                file_stats["chunks_contextualized"] += 1
+                stats.contexts_by_source[context.source] += 1
+            else:
+                file_stats["chunks_passed_through"] += 1
+            file_stats["metadata_truncated"] += int(done.metadata_truncated)
+            return done.item
+
         for ref in file.content_batches:  # the response keeps the event's batch order
             batch = loaded.batches[ref.key]
-            index = first_index[ref.key]
-            items = []
+            text_index = first_item[ref.key]
+            items: list[ContentItem] = []
             for item in batch.file_contents:
                 if not item.is_text:
                     items.append(item)
                     file_stats["non_text_items"] += 1
                     continue
-                context = contexts[index]
-                index += 1
-                try:
-                    done = enrich(
-                        item,
-                        context,
-                        metadata_key=settings.context_metadata_key,
-                        max_bytes=settings.context_metadata_max_bytes,
-                        file_metadata=file.file_metadata,
-                    )
-                except Exception:  # this chunk's context, not the call: the chunk goes back as it came
-                    logger.exception(
-                        "a context could not be put on its chunk; the chunk passes through unchanged",
-                        extra={"file": file.source, "batch_key": ref.key, "chunk_index": index - 1},
-                    )
-                    file_stats["context_errors"] += 1
-                    done = Enriched(item, contextualized=False)
-                items.append(done.item)
                 file_stats["chunks_in"] += 1
-                if done.contextualized and context is not None:
-                    file_stats["chunks_contextualized"] += 1
-                    stats.contexts_by_source[context.source] += 1
+                if rechunked is None:
+                    items.append(contextualized(item, text_index))
                 else:
-                    file_stats["chunks_passed_through"] += 1
-                file_stats["metadata_truncated"] += int(done.metadata_truncated)
-            out_key = settings.output_prefix + ref.key
-            # A copy, not a new object: fields of the batch object we do not know travel through.
-            out_batch = batch.model_copy(update={"file_contents": items})
-            body = out_batch.model_dump_json(by_alias=True, exclude_unset=True)
-            writer.write(out_key, body.encode("utf-8"))
-            out_refs.append(ContentBatchRef(key=out_key))
+                    for index in range(rechunked.first[text_index], rechunked.first[text_index + 1]):
+                        items.append(contextualized(_chunk_item(item, rechunked.chunks[index], text), index))
+                text_index += 1
+            for part, part_items in enumerate(_parts(items), 1):
+                key = output_key(ref.key, directory=directory, prefix=settings.output_prefix, part=part)
+                # A copy, not a new object: fields of the batch object we do not know travel through.
+                writer.write(key, batch_json(batch.model_copy(update={"file_contents": part_items})))
+                out_refs.append(ContentBatchRef(key=key))
 
-        stats.files += 1
-        stats.batches_in += len(file.content_batches)
-        stats.batches_out += len(out_refs)
-        for name, value in file_stats.items():
-            setattr(stats, name, getattr(stats, name) + value)
-        if count == 0:
-            stats.empty_documents += 1
-        logger.info(
-            "file transformed",
-            extra={
-                "file": file.source,
-                "batch_keys": [ref.key for ref in file.content_batches],
-                "batches": len(out_refs),
-                **dict(file_stats),
-            },
-        )
+        _count_file(stats, loaded, file_stats, len(out_refs), empty=count == 0)
         return OutputFile.model_validate(
             {
                 "originalFileLocation": file.original_file_location.dump(),
-                **({"fileMetadata": file.file_metadata} if file.file_metadata is not None else {}),
+                # On every file, as AWS's documented output has it: {} when the input had none.
+                "fileMetadata": file.file_metadata if file.file_metadata is not None else {},
                 "contentBatches": [r.dump() for r in out_refs],
             }
         )
+
+
+def _count_file(
+    stats: RunStats, loaded: _LoadedFile, counts: Counter[str], outputs: int, *, empty: bool
+) -> None:
+    file = loaded.file
+    stats.files += 1
+    stats.batches_in += len(file.content_batches)
+    stats.batches_out += outputs
+    if loaded.rechunked is not None:
+        stats.documents_chunked += 1
+        stats.chunked_without_outline += int(loaded.rechunked.without_outline)
+    for name, value in counts.items():
+        setattr(stats, name, getattr(stats, name) + value)
+    stats.empty_documents += int(empty)
+    logger.info(
+        "file transformed",
+        extra={
+            "file": file.source,
+            "batch_keys": [ref.key for ref in file.content_batches],
+            "batches": outputs,
+            **dict(counts),
+        },
+    )
+
+
+def first_chunks(item_starts: list[int], chunk_starts: list[int]) -> tuple[int, ...]:
+    """For each item (by its start in the document), the index of the first chunk that starts in it, and
+    the number of chunks last: a chunk belongs to the last item that starts at or before it (the first item
+    when it starts before them all). Both lists are in document order. Pure."""
+    owners = [max(0, bisect.bisect_right(item_starts, start) - 1) for start in chunk_starts]
+    first = [bisect.bisect_left(owners, item) for item in range(len(item_starts))]
+    return (*first, len(chunk_starts))
+
+
+def _chunk_item(item: ContentItem, chunk: Chunk, text: str) -> ContentItem:
+    """One of our chunks in place of the KB's ``item``: its text, the item's type and metadata (the user's
+    keys win), its section and span; unknown fields of the item travel too."""
+    ours: dict[str, object] = {START_KEY: chunk.start, END_KEY: chunk.end}
+    if chunk.section:
+        ours = {SECTION_KEY: chunk.section, **ours}
+    return item.model_copy(
+        update={
+            "content_body": text[chunk.start : chunk.end],
+            "content_metadata": {**ours, **(item.content_metadata or {})},
+        }
+    )
+
+
+def _parts(items: list[ContentItem]) -> Iterator[list[ContentItem]]:
+    """``items`` in runs of about ``OUTPUT_PART_MAX_BYTES`` of JSON (at least one item each, and one run when
+    there are none: an empty batch is written back empty)."""
+    part: list[ContentItem] = []
+    size = 0
+    for item in items:
+        # The body counts twice: a context of its size at most, and escapes; the metadata about 2 KB at most.
+        weight = 2 * len(item.content_body) + 2048
+        if part and size + weight > OUTPUT_PART_MAX_BYTES:
+            yield part
+            part, size = [], 0
+        part.append(item)
+        size += weight
+    yield part
 
 
 @dataclass
 class _Validated:
     batches: dict[str, tuple[str, BatchObject | None]] = field(default_factory=dict)  # key -> (etag, kept)
     sizes: dict[str, int] = field(default_factory=dict)  # key -> bytes
-
-
-def _check_output_keys(event: TransformationEvent, prefix: str) -> None:
-    """Refuse, before anything is written, an input key that the output prefix would push past S3's key
-    limit: S3 would refuse that write after the call's earlier files were written."""
-    for i, file in enumerate(event.input_files):
-        for j, ref in enumerate(file.content_batches):
-            size = len((prefix + ref.key).encode("utf-8", "surrogatepass"))  # a lone surrogate counts too
-            if size > S3_MAX_KEY_BYTES:
-                raise ContractError(
-                    f"the output key (OUTPUT_PREFIX {prefix!r} + this key) would be {size} bytes, "
-                    f"over S3's {S3_MAX_KEY_BYTES}-byte limit",
-                    where="event",
-                    field=f"inputFiles[{i}].contentBatches[{j}].key",
-                    file=file.source,
-                )
 
 
 def _s3_path(file: InputFile) -> str | None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from contextual_kb.runtime.context.claude.accounting import ModelAccounting
+from contextual_kb.runtime.context.outline import Outline
 from contextual_kb.runtime.deadline import Deadline
 from contextual_kb.runtime.documents import Document
 
@@ -22,6 +23,8 @@ class SourceDocument:
     document: Document  # the reassembled text; document.spans[i] is chunk i
     keys: tuple[str, ...] = ()  # its batch object keys, for logs
     batch_sizes: tuple[int, ...] = ()  # text chunks per batch object, in document order
+    # The document's outline when it was already read (to chunk it by structure): not read twice.
+    outline: Outline | None = None
 
     def chunk(self, index: int) -> str:
         span = self.document.spans[index]

@@ -46,7 +46,7 @@ class StructuralStrategy(ContextStrategy):
         try:
             if expired is not None and expired():
                 raise OutlineTimeoutError
-            info = outline(text, path=document.path, expired=expired)
+            info = document.outline or outline(text, path=document.path, expired=expired)
         except OutlineTimeoutError:
             return _document_level(document)
         head = _document_line(document.path, info)
