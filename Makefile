@@ -13,6 +13,14 @@ STAMP  := $(VENV)/.installed
 # The CDK CLI, pinned: the 3.x CLI rejects this app's cloud assembly.
 CDK := npx --yes aws-cdk@2.1148.1
 VECTOR_STORE ?= opensearch
+# Attach to a Knowledge Base you already have (README): make deploy KNOWLEDGE_BASE_ID=... DATA_SOURCE_ID=...
+# KNOWLEDGE_BASE_ROLE_ARN=... (stack ContextualKbAttached); otherwise the full stack with VECTOR_STORE.
+ifdef KNOWLEDGE_BASE_ID
+STACK_CONTEXT := -c knowledgeBaseId=$(KNOWLEDGE_BASE_ID) -c dataSourceId=$(DATA_SOURCE_ID) \
+	-c knowledgeBaseRoleArn=$(KNOWLEDGE_BASE_ROLE_ARN)
+else
+STACK_CONTEXT := -c vectorStore=$(VECTOR_STORE)
+endif
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
 $(STAMP): pyproject.toml constraints.txt
@@ -70,11 +78,11 @@ synth: $(STAMP)  ## CloudFormation for both vector stores, offline: cdk.out/open
 	$(CDK) synth -q -c vectorStore=opensearch -o cdk.out/opensearch
 	$(CDK) synth -q -c vectorStore=s3vectors -o cdk.out/s3vectors
 
-deploy: $(STAMP)  ## deploy with your AWS credentials; VECTOR_STORE=opensearch (default) or s3vectors
-	$(CDK) deploy -c vectorStore=$(VECTOR_STORE) --require-approval broadening
+deploy: $(STAMP)  ## deploy with your AWS credentials; VECTOR_STORE=opensearch (default) or s3vectors; or attach (KNOWLEDGE_BASE_ID=...)
+	$(CDK) deploy $(STACK_CONTEXT) --require-approval broadening
 
-destroy: $(STAMP)  ## delete the stack (the buckets are kept: see README)
-	$(CDK) destroy -c vectorStore=$(VECTOR_STORE)
+destroy: $(STAMP)  ## delete the stack (the buckets are kept: see README); attached: the data source is put back
+	$(CDK) destroy $(STACK_CONTEXT)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis cdk.out

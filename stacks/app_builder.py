@@ -9,6 +9,7 @@ from typing import Any
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
+from stacks.attach import AttachStack
 from stacks.config import load
 from stacks.nag import acknowledge
 from stacks.stack import ContextualKbStack
@@ -26,11 +27,12 @@ def feature_flags() -> dict[str, Any]:
 
 def build_app(
     context: dict[str, Any] | None = None, *, code: object | None = None
-) -> tuple[cdk.App, ContextualKbStack]:
+) -> tuple[cdk.App, ContextualKbStack | AttachStack]:
     # Context from the CDK CLI (cdk.json, -c) takes precedence over these, as CDK documents.
     app = cdk.App(context={**feature_flags(), **(context or {})})
     config = load({key: app.node.try_get_context(key) for key in _context_keys()})
-    stack = ContextualKbStack(app, config.stack_name, config=config, code=code)  # type: ignore[arg-type]
+    kind = AttachStack if config.attach else ContextualKbStack  # attach: to a Knowledge Base the user has
+    stack = kind(app, config.stack_name, config=config, code=code)  # type: ignore[arg-type]
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     acknowledge(stack)
     return app, stack

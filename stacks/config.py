@@ -75,8 +75,31 @@ class StackConfig(BaseModel):
     # OpenSearch Serverless standby replicas in a second AZ (AWS's default); off halves the idle OCUs.
     opensearch_standby_replicas: bool = Field(default=True, alias="opensearchStandbyReplicas")
 
+    # --- attach mode: contextual retrieval for a Knowledge Base the user already has (README) ---
+    knowledge_base_id: str | None = Field(default=None, alias="knowledgeBaseId", pattern=r"^[0-9a-zA-Z]{10}$")
+    data_source_id: str | None = Field(default=None, alias="dataSourceId", pattern=r"^[0-9a-zA-Z]{10}$")
+    # The KB's service role (synth is offline: it cannot be read), granted the function and the bucket.
+    knowledge_base_role_arn: str | None = Field(
+        default=None, alias="knowledgeBaseRoleArn", pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+$"
+    )
+    # An intermediate bucket the user has (else the stack makes one), and its KMS key when it has one.
+    intermediate_bucket_name: str | None = Field(
+        default=None, alias="intermediateBucketName", pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
+    )
+    intermediate_kms_key_arn: str | None = Field(
+        default=None, alias="intermediateKmsKeyArn", pattern=r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/.+$"
+    )
+    # Replace a transformation the data source already runs (it is put back on destroy).
+    replace_transformation: bool = Field(default=False, alias="replaceTransformation")
+
+    @property
+    def attach(self) -> bool:
+        """The stack attaches to an existing Knowledge Base instead of making one."""
+        return self.knowledge_base_id is not None
+
     @model_validator(mode="after")
     def _combinations(self) -> StackConfig:
+        self._attach_is_whole()
         if self.embedding_model_id == TITAN_V2 and self.embedding_dimension not in TITAN_V2_DIMENSIONS:
             raise ValueError(
                 f"embeddingDimension={self.embedding_dimension}: Titan Text Embeddings V2 gives "
@@ -115,6 +138,39 @@ class StackConfig(BaseModel):
             )
         return self
 
+    def _attach_is_whole(self) -> None:
+        """Attach mode needs the three ids; what only a new Knowledge Base has is refused there, and what only
+        attach mode reads is refused without it."""
+        trio = {"knowledgeBaseId": self.knowledge_base_id, "dataSourceId": self.data_source_id,
+                "knowledgeBaseRoleArn": self.knowledge_base_role_arn}  # fmt: skip
+        given = {name for name, value in trio.items() if value is not None}
+        if given and given != set(trio):
+            missing = ", ".join(sorted(set(trio) - given))
+            raise ValueError(
+                f"attaching to an existing Knowledge Base needs {missing} too (README, Use your existing "
+                "Knowledge Base)"
+            )
+        aliases = {name: field.alias for name, field in type(self).model_fields.items()}
+        chosen = {aliases[name] for name in self.model_fields_set}
+        if self.attach:
+            new_only = sorted(chosen & _NEW_KNOWLEDGE_BASE_ONLY)
+            if new_only:
+                raise ValueError(
+                    f"{new_only[0]}: the attached Knowledge Base keeps its own (it applies to a new one only)"
+                )
+            if self.intermediate_bucket_name and self.kms_key:
+                raise ValueError(
+                    "kmsKey with intermediateBucketName: give the bucket's key as intermediateKmsKeyArn"
+                )
+            if self.intermediate_kms_key_arn and not self.intermediate_bucket_name:
+                raise ValueError(
+                    "intermediateKmsKeyArn without intermediateBucketName: use kmsKey for a new bucket"
+                )
+        else:
+            attach_only = sorted(chosen & _ATTACH_ONLY)
+            if attach_only:
+                raise ValueError(f"{attach_only[0]} applies only when attaching (with knowledgeBaseId)")
+
     def _chunking_is_one_choice(self) -> None:
         """``chunking=none`` sets the function's chunking (CHUNKING=structure and its sizes): the function
         environment may not say otherwise, or a whole document would be embedded as one chunk (or chunks
@@ -124,6 +180,11 @@ class StackConfig(BaseModel):
             for n in ("CHUNKING", "CHUNK_MAX_TOKENS", "CHUNK_OVERLAP_TOKENS")
             if n in self.function_environment
         )
+        if self.attach and set_here:
+            raise ValueError(
+                f"functionEnvironment.{set_here[0]}: when attaching, the stack sets it from the data "
+                "source's chunking; use chunkMaxTokens and chunkOverlapTokens for the sizes"
+            )
         if self.chunking == "none" and set_here:
             raise ValueError(
                 f"functionEnvironment.{set_here[0]}: with chunking=none the stack sets it; use "
@@ -134,7 +195,9 @@ class StackConfig(BaseModel):
                 f"functionEnvironment.CHUNKING=structure with chunking={self.chunking}: the function would "
                 "chunk the Knowledge Base's chunks again; use chunking=none"
             )
-        if self.chunking == "none" and self.chunk_overlap_tokens > self.chunk_max_tokens // 2:
+        if (
+            self.chunking == "none" or self.attach
+        ) and self.chunk_overlap_tokens > self.chunk_max_tokens // 2:
             raise ValueError(
                 f"chunkOverlapTokens={self.chunk_overlap_tokens} must be at most half of "
                 f"chunkMaxTokens={self.chunk_max_tokens}"
@@ -142,8 +205,9 @@ class StackConfig(BaseModel):
 
     @property
     def function_chunking(self) -> dict[str, str]:
-        """The function's chunking settings that ``chunking`` implies."""
-        if self.chunking != "none":
+        """The function's chunking settings that ``chunking`` implies (attach mode: the sizes, and CHUNKING
+        from the data source at deploy time; ``structure`` here, to check the sizes)."""
+        if self.chunking != "none" and not self.attach:
             return {}
         return {
             "CHUNKING": "structure",
@@ -177,6 +241,29 @@ class StackConfig(BaseModel):
         return self.function_environment.get("MODEL_ID", DEFAULT_MODEL_ID)
 
 
+# Context keys of a new Knowledge Base only: an attached one has its own vector store, model and chunking.
+_NEW_KNOWLEDGE_BASE_ONLY = frozenset(
+    {
+        "vectorStore",
+        "embeddingModelId",
+        "embeddingDimension",
+        "chunking",
+        "chunkOverlapPercentage",
+        "parentMaxTokens",
+        "childMaxTokens",
+        "overlapTokens",
+        "semanticMaxTokens",
+        "semanticBufferSize",
+        "semanticBreakpointPercentile",
+        "opensearchStandbyReplicas",
+    }
+)
+_ATTACH_ONLY = frozenset({"intermediateBucketName", "intermediateKmsKeyArn", "replaceTransformation"})
+
+
+ATTACH_STACK_NAME = "ContextualKbAttached"
+
+
 def load(context: dict[str, Any]) -> StackConfig:
     """The config from context values; JSON strings are accepted for structured values (``-c``)."""
     values: dict[str, Any] = {}
@@ -190,9 +277,15 @@ def load(context: dict[str, Any]) -> StackConfig:
                 except ValueError as exc:
                     raise ConfigError(f"CDK context {name}: not JSON ({exc})") from None
             values[name] = value
+    if values.get("knowledgeBaseId") and "stackName" not in values:
+        # Its own default name: a deploy in attach mode must never update a full stack into an attach one
+        # (that would delete the Knowledge Base the full stack made).
+        values["stackName"] = ATTACH_STACK_NAME
     try:
         return StackConfig.model_validate(values)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ())) or "context"
-        raise ConfigError(f"CDK context {where}: {first['msg']}") from None
+        message = str(first["msg"]).removeprefix("Value error, ")
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        # A rule between keys names them in its message; a key's own error is prefixed with it.
+        raise ConfigError(f"CDK context {where}: {message}" if where else f"CDK context: {message}") from None

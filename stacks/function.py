@@ -70,7 +70,10 @@ class TransformFunction(Construct):
         config: StackConfig,
         intermediate: s3.IBucket,
         code: lambda_.Code | None = None,
+        chunking: dict[str, str] | None = None,
     ) -> None:
+        """``chunking``: the function's chunking settings when the config's are not the final word (attach
+        mode: CHUNKING comes from the data source, at deploy time)."""
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         self.log_group = log_group = logs.LogGroup(self, "Logs", retention=logs.RetentionDays.ONE_MONTH)
@@ -87,7 +90,7 @@ class TransformFunction(Construct):
             "POWERTOOLS_METRICS_NAMESPACE": "ContextualKB",
             "CONTEXT_STRATEGY": "claude",
             **config.function_environment,
-            **config.function_chunking,
+            **(config.function_chunking if chunking is None else chunking),
         }
         self.function = lambda_.Function(
             self,

@@ -8,6 +8,8 @@ from __future__ import annotations
 import aws_cdk as cdk
 from constructs import IConstruct
 
+from stacks.attach import AttachStack
+from stacks.function import TransformFunction
 from stacks.stack import ContextualKbStack
 from stacks.vector_store import OpenSearchVectorStore
 
@@ -22,10 +24,24 @@ def _logical(scope: IConstruct) -> str:
     return cdk.Stack.of(scope).get_logical_id(scope.node.default_child)  # type: ignore[arg-type]
 
 
-def acknowledge(stack: ContextualKbStack) -> None:
-    transform = stack.transform
+def _bucket(bucket: IConstruct) -> str:
+    """How cdk-nag writes a bucket's ARN in a finding: the bucket's logical ID, or an imported one's ARN."""
+    if bucket.node.default_child is not None:
+        return f"<{_logical(bucket)}.Arn>"
+    return f"arn:<AWS::Partition>:s3:::{bucket.bucket_name}"  # type: ignore[attr-defined]
+
+
+def acknowledge(stack: ContextualKbStack | AttachStack) -> None:
+    if isinstance(stack, AttachStack):
+        _function(stack.transform, _bucket(stack.intermediate), stack.config.model_id)
+        _attach(stack)
+        return
+    _function(stack.transform, _bucket(stack.storage.intermediate), stack.config.model_id)
+    _full_stack(stack)
+
+
+def _function(transform: TransformFunction, intermediate: str, model_id: str) -> None:
     function_role = transform.role
-    intermediate = _logical(stack.storage.intermediate)
     _ack(
         transform.function,
         "L1",
@@ -40,13 +56,13 @@ def acknowledge(stack: ContextualKbStack) -> None:
     )
     _ack(
         function_role,
-        f"IAM5[Resource::<{intermediate}.Arn>/*]",
+        f"IAM5[Resource::{intermediate}/*]",
         "The function reads the batch objects the KB writes and writes its outputs and remembered contexts; "
         "their keys are chosen per ingestion job, so the grant is on objects of the intermediate bucket.",
     )
     _ack(
         function_role,
-        f"IAM5[Resource::<{intermediate}.Arn>/*{transform.output_prefix}*]",
+        f"IAM5[Resource::{intermediate}/*{transform.output_prefix}*]",
         "A failed call deletes the outputs it wrote (no response names them); their keys follow the KB's "
         "batch keys, so the grant is on the output prefix, and it deletes nothing else.",
     )
@@ -55,13 +71,18 @@ def acknowledge(stack: ContextualKbStack) -> None:
         f"IAM5[Resource::<{_logical(transform.log_group)}.Arn>:log-stream:*]",
         "Lambda creates one log stream per execution environment in the function's own log group.",
     )
-    model = stack.config.model_id.split(".", 1)[-1]
+    model = model_id.split(".", 1)[-1]
     _ack(
         function_role,
         f"IAM5[Resource::arn:<AWS::Partition>:bedrock:*::foundation-model/{model}]",
         "A cross-region inference profile routes to regions AWS chooses; the statement allows the model "
         "only when called through the configured profile (condition bedrock:InferenceProfileArn).",
     )
+
+
+def _full_stack(stack: ContextualKbStack) -> None:
+    intermediate = _bucket(stack.storage.intermediate)
+    transform = stack.transform
     kb_role = stack.knowledge_base.role
     _ack(
         kb_role,
@@ -70,7 +91,7 @@ def acknowledge(stack: ContextualKbStack) -> None:
     )
     _ack(
         kb_role,
-        f"IAM5[Resource::<{intermediate}.Arn>/*]",
+        f"IAM5[Resource::{intermediate}/*]",
         "The KB writes and reads its intermediate files (batch objects) under keys it chooses per job.",
     )
     _ack(
@@ -100,3 +121,36 @@ def acknowledge(stack: ContextualKbStack) -> None:
             f"IAM5[Resource::<{_logical(store.index_function)}.Arn>:*]",
             "The Provider framework may invoke any version of the index's function (CDK's own grant).",
         )
+
+
+def _attach(stack: AttachStack) -> None:
+    _ack(
+        stack.attach_function,
+        "L1",
+        "Python 3.13, like the transformation function: the attach resource is tested on it.",
+    )
+    _ack(
+        stack.attach_role,
+        f"IAM5[Resource::<{_logical(stack.attach_log_group)}.Arn>:log-stream:*]",
+        "Lambda creates one log stream per execution environment in the function's own log group.",
+    )
+    _ack(
+        stack.provider,
+        "IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]",
+        "CDK's custom-resource Provider framework gives its function this managed policy (logs only).",
+    )
+    _ack(
+        stack.provider,
+        f"IAM5[Resource::<{_logical(stack.attach_function)}.Arn>:*]",
+        "The Provider framework may invoke any version of the attach function (CDK's own grant).",
+    )
+    _ack(
+        stack.kb_policy,
+        f"IAM5[Resource::{_bucket(stack.intermediate)}/*]",
+        "The KB writes and reads its intermediate files (batch objects) under keys it chooses per job.",
+    )
+    _ack(
+        stack.kb_policy,
+        f"IAM5[Resource::<{_logical(stack.transform.function)}.Arn>:*]",
+        "The KB service may invoke a version or alias of the function (documented requirement).",
+    )

@@ -18,7 +18,10 @@ CONTEXTS_PREFIX = "contextual-kb/contexts/"
 
 
 class Storage(Construct):
-    def __init__(self, scope: Construct, construct_id: str, *, kms_key: bool, expiration_days: int) -> None:
+    def __init__(
+        self, scope: Construct, construct_id: str, *, kms_key: bool, expiration_days: int, source: bool = True
+    ) -> None:
+        """``source``: a source bucket too (not when attaching: the data source has its own)."""
         super().__init__(scope, construct_id)
         self.key: kms.Key | None = (
             kms.Key(
@@ -45,16 +48,20 @@ class Storage(Construct):
             lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(365))],
             **common,
         )
-        self.source = s3.Bucket(
-            self,
-            "Source",
-            versioned=True,
-            encryption=encryption,
-            encryption_key=self.key,
-            bucket_key_enabled=bool(self.key),
-            server_access_logs_bucket=self.access_logs,
-            server_access_logs_prefix="source/",
-            **common,
+        self._source = (
+            s3.Bucket(
+                self,
+                "Source",
+                versioned=True,
+                encryption=encryption,
+                encryption_key=self.key,
+                bucket_key_enabled=bool(self.key),
+                server_access_logs_bucket=self.access_logs,
+                server_access_logs_prefix="source/",
+                **common,
+            )
+            if source
+            else None
         )
         self.intermediate = s3.Bucket(
             self,
@@ -70,3 +77,11 @@ class Storage(Construct):
             ],
             **common,
         )
+
+    @property
+    def source(self) -> s3.Bucket:
+        if self._source is None:
+            raise AttributeError(
+                "this storage has no source bucket (attach mode: the data source has its own)"
+            )
+        return self._source

@@ -32,6 +32,7 @@ SERVICES = (
     "service-quotas",
     "s3",
     "cloudwatch",
+    "iam",
 )
 runner = CliRunner()
 
@@ -56,7 +57,15 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[Clients]:
         stub.deactivate()
 
 
-def stack_outputs() -> dict[str, Any]:
+KB_ROLE = "arn:aws:iam::123456789012:role/service-role/AmazonBedrockExecutionRoleForKnowledgeBase_x1"
+ATTACHED = {
+    "StackMode": "attach",
+    "KnowledgeBaseRoleArn": KB_ROLE,
+    "KnowledgeBasePolicyName": "KnowledgeBaseAccess46FD1151",
+}
+
+
+def stack_outputs(**extra: str) -> dict[str, Any]:
     values = {
         "KnowledgeBaseId": KB,
         "DataSourceId": DS,
@@ -65,6 +74,7 @@ def stack_outputs() -> dict[str, Any]:
         "TransformFunctionName": FUNCTION,
         "TransformFunctionArn": FUNCTION_ARN,
         "VectorStoreType": "opensearch",
+        **extra,
     }
     return {
         "Stacks": [
@@ -389,3 +399,41 @@ def test_the_quota_family_and_need_follow_the_profile_and_the_concurrency() -> N
     assert quota_family("us.anthropic.claude-haiku-4-5-20251001-v1:0") == "cross-region model inference"
     assert quota_family("anthropic.claude-haiku-4-5-20251001-v1:0") == "on-demand model inference"
     assert quota_need(32) == (960, 2_880_000)
+
+
+def simulated(decision: str) -> dict[str, Any]:
+    return {
+        "EvaluationResults": [{"EvalActionName": "s3:Any", "EvalDecision": decision}],
+        "IsTruncated": False,
+    }
+
+
+@pytest.mark.parametrize("denied", [None, "s3:PutObject"])
+def test_an_attached_stack_checks_the_knowledge_bases_own_role(aws: Clients, denied: str | None) -> None:
+    """Attach mode: IAM's simulator says whether the existing KB's role may invoke the function and use the
+    intermediate bucket (the stack's policy on it)."""
+    healthy(
+        aws,
+        stack=lambda: aws.stubs["cloudformation"].add_response("describe_stacks", stack_outputs(**ATTACHED)),
+    )
+    for action, resource in (
+        ("lambda:InvokeFunction", FUNCTION_ARN),
+        ("s3:PutObject", f"arn:aws:s3:::{INTERMEDIATE}/aws/bedrock/knowledge_bases/probe"),
+        ("s3:GetObject", f"arn:aws:s3:::{INTERMEDIATE}/aws/bedrock/knowledge_bases/probe"),
+        ("s3:ListBucket", f"arn:aws:s3:::{INTERMEDIATE}"),
+    ):
+        aws.stubs["iam"].add_response(
+            "simulate_principal_policy",
+            simulated("implicitDeny" if action == denied else "allowed"),
+            {"PolicySourceArn": KB_ROLE, "ActionNames": [action], "ResourceArns": [resource]},
+        )
+    code, checks = doctor()
+    found = by_name(checks)["knowledge base role"]
+    if denied is None:
+        assert code == 0 and found["status"] == "ok", checks
+        assert [c["name"] for c in checks][3] == "knowledge base role"
+    else:
+        assert code == 1 and found["status"] == "fail"
+        assert "may not s3:PutObject on arn:aws:s3:::ckb-intermediate-bucket/" in found["detail"]
+        assert "KnowledgeBaseAccess46FD1151" in found["todo"]
+    aws.stubs["iam"].assert_no_pending_responses()

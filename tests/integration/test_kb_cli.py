@@ -346,3 +346,122 @@ def test_document_text_is_shown_as_text_never_as_markup_or_terminal_codes(aws: C
     assert asked.exit_code == 0, asked.output
     assert "Answer [/b] [2J cleared [1]." in asked.output and "\x1b" not in asked.output
     assert "[1] s3://b/[red]x.md" in asked.output
+
+
+def data_source_response(prefixes: list[str] | None = None, kind: str = "S3") -> dict[str, Any]:
+    configuration: dict[str, Any] = {"type": kind}
+    if kind == "S3":
+        configuration["s3Configuration"] = {"bucketArn": f"arn:aws:s3:::{BUCKET}"}
+        if prefixes:
+            configuration["s3Configuration"]["inclusionPrefixes"] = prefixes
+    return {
+        "dataSource": {
+            "knowledgeBaseId": KB,
+            "dataSourceId": DS,
+            "name": "docs",
+            "status": "AVAILABLE",
+            "dataSourceConfiguration": configuration,
+            "createdAt": "2026-11-22T00:00:00Z",
+            "updatedAt": "2026-11-22T00:00:00Z",
+        }
+    }
+
+
+def test_sync_reprocess_marks_every_document_then_syncs_and_says_how(aws: Clients) -> None:
+    """Each document under the data source's prefix gets ckb_reprocessed in its metadata file (the user's
+    kept, their format too), metadata files and documents outside the prefix are left alone; then a job."""
+    from moto import mock_aws
+
+    agent = aws.stubs["bedrock-agent"]
+    agent.add_response("list_ingestion_jobs", {"ingestionJobSummaries": []}, ANY_LIST_REQUEST)  # none running
+    agent.add_response(
+        "get_data_source", data_source_response(["docs/"]), {"knowledgeBaseId": KB, "dataSourceId": DS}
+    )
+    agent.add_response("list_ingestion_jobs", {"ingestionJobSummaries": []}, ANY_LIST_REQUEST)
+    agent.add_response("start_ingestion_job", job("STARTING"), {"knowledgeBaseId": KB, "dataSourceId": DS})
+    agent.add_response("get_ingestion_job", job("COMPLETE", numberOfModifiedDocumentsIndexed=3), GET_REQUEST)
+    metrics(aws, fallbacks=0, chunks=30)
+    with mock_aws():
+        s3 = boto3.client("s3", region_name=REGION)
+        s3.create_bucket(Bucket=BUCKET)
+        for key in ("docs/a.md", "docs/sub/b.pdf", "docs/c.txt", "elsewhere/d.md"):
+            s3.put_object(Bucket=BUCKET, Key=key, Body=b"text")
+        mine = {"metadataAttributes": {"team": "payments"}}
+        s3.put_object(Bucket=BUCKET, Key="docs/a.md.metadata.json", Body=json.dumps(mine).encode())
+        s3.put_object(Bucket=BUCKET, Key="docs/c.txt.metadata.json", Body=b"{broken")
+        result = runner.invoke(app, ["sync", "--reprocess", "--region", REGION, "--interval", "0"])
+        sidecars = {
+            key: s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+            for key in (o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"])
+            if key.endswith(".metadata.json")
+        }
+    assert result.exit_code == 0, result.output
+    assert "3 document(s), 12 bytes, under s3://ckb-source-bucket/docs/" in result.output
+    assert "marked for re-ingestion: 2 document(s) (1 metadata file(s) made, 1 updated" in result.output
+    assert "a metadata change is documented to re-ingest" in result.output
+    assert "not marked: s3://ckb-source-bucket/docs/c.txt: its metadata file is not JSON" in result.stderr
+    a = json.loads(sidecars["docs/a.md.metadata.json"])["metadataAttributes"]
+    assert a["team"] == "payments" and a["ckb_reprocessed"].endswith("Z")
+    assert set(json.loads(sidecars["docs/sub/b.pdf.metadata.json"])["metadataAttributes"]) == {
+        "ckb_reprocessed"
+    }
+    assert sidecars["docs/c.txt.metadata.json"] == b"{broken"  # left as it was
+    assert "elsewhere/d.md.metadata.json" not in sidecars  # outside the data source's prefix
+    assert "started ingestion job JOB1234567" in result.output
+    agent.assert_no_pending_responses()
+
+
+def test_sync_reprocess_dry_run_counts_and_changes_nothing(aws: Clients) -> None:
+    from moto import mock_aws
+
+    agent = aws.stubs["bedrock-agent"]
+    agent.add_response("list_ingestion_jobs", {"ingestionJobSummaries": []}, ANY_LIST_REQUEST)
+    agent.add_response("get_data_source", data_source_response())
+    with mock_aws():
+        s3 = boto3.client("s3", region_name=REGION)
+        s3.create_bucket(Bucket=BUCKET)
+        s3.put_object(Bucket=BUCKET, Key="a.md", Body=b"x" * 4_000_000)
+        result = runner.invoke(app, ["sync", "--reprocess", "--dry-run", "--region", REGION])
+        keys = [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"]]
+    assert result.exit_code == 0, result.output
+    assert "1 document(s), 4,000,000 bytes" in result.output and "about $3.45-$12.34" in result.output
+    assert "dry run: nothing changed" in result.output and keys == ["a.md"]
+    agent.assert_no_pending_responses()  # no job started
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        ("web", "of type WEB: --reprocess marks S3 documents only"),
+        ("running", "ingestion job JOB1234567 is IN_PROGRESS: documents marked now may be missed by it"),
+        ("empty", "no documents under s3://ckb-source-bucket/: nothing to reprocess"),
+    ],
+)
+def test_sync_reprocess_refusals_are_one_line(aws: Clients, setup: str, message: str) -> None:
+    from moto import mock_aws
+
+    agent = aws.stubs["bedrock-agent"]
+    if setup == "running":
+        summary = {
+            "knowledgeBaseId": KB,
+            "dataSourceId": DS,
+            "ingestionJobId": "JOB1234567",
+            "status": "IN_PROGRESS",
+            "startedAt": "2026-11-22T00:00:00Z",
+            "updatedAt": "2026-11-22T00:00:00Z",
+        }
+        agent.add_response("list_ingestion_jobs", {"ingestionJobSummaries": [summary]}, ANY_LIST_REQUEST)
+        agent.add_response("get_ingestion_job", job("IN_PROGRESS"), GET_REQUEST)
+    else:
+        agent.add_response("list_ingestion_jobs", {"ingestionJobSummaries": []}, ANY_LIST_REQUEST)
+        agent.add_response("get_data_source", data_source_response(kind="WEB" if setup == "web" else "S3"))
+    with mock_aws():
+        boto3.client("s3", region_name=REGION).create_bucket(Bucket=BUCKET)
+        result = runner.invoke(app, ["sync", "--reprocess", "--region", REGION])
+    assert result.exit_code == 1 and message in result.stderr, result.output
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_prefix_and_dry_run_need_reprocess(aws: Clients) -> None:
+    result = runner.invoke(app, ["sync", "--dry-run", "--region", REGION])
+    assert result.exit_code == 2 and "--dry-run: applies only with --reprocess" in result.stderr

@@ -46,6 +46,12 @@ def upload(
 ) -> None:
     """Upload documents to the Knowledge Base's source bucket, with progress."""
     deployment = deployment_of(stack, region)
+    if not deployment.source_bucket:
+        raise CliError(
+            f"data source {deployment.data_source_id} has no S3 bucket",
+            "it is not an S3 data source",
+            "add documents through its own source (the web site, Confluence, SharePoint, ...), then ckb sync",
+        )
     files: list[tuple[Path, str]] = []
     for path in paths:
         if path.is_dir():
@@ -81,13 +87,32 @@ def sync(
     interval: Annotated[
         float, typer.Option(help="Seconds between status checks.", min=0, metavar="SECONDS")
     ] = 5.0,
+    reprocess: Annotated[
+        bool,
+        typer.Option(
+            "--reprocess",
+            help="Ingest again documents already ingested, so they go through the transformation (S3 data "
+            "sources: each document's .metadata.json gets ckb_reprocessed; README).",
+        ),
+    ] = False,
+    prefix: Annotated[
+        str,
+        typer.Option(help="With --reprocess: only the documents under this key prefix.", metavar="PREFIX"),
+    ] = "",
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="With --reprocess: count the documents, change nothing.")
+    ] = False,
     stack: Stack = DEFAULT_STACK,
     region: Region = None,
 ) -> None:
     """Start an ingestion job (or follow the one already running) until it ends; report what failed."""
+    if (prefix or dry_run) and not reprocess:
+        raise usage("--prefix" if prefix else "--dry-run", "applies only with --reprocess")
     deployment = deployment_of(stack, region)
     ingestion = ingestion_of(deployment)
     out = console()
+    if reprocess and not _reprocess(deployment, ingestion, prefix, dry_run):
+        return
     job = ingestion.start()
     if job.joined:
         out.print(f"ingestion job {job.job_id} is already {job.status}: following it, not starting another")
@@ -113,6 +138,56 @@ def sync(
         errors.print("run `ckb doctor` to check the stack's setup: model access, quotas, the transformation")
     if job.status != "COMPLETE" or failed:
         raise typer.Exit(code=1)
+
+
+def _reprocess(deployment: Deployment, ingestion: Ingestion, prefix: str, dry_run: bool) -> bool:
+    """Mark the documents for the next job to ingest again; False when nothing more is to be done."""
+    from datetime import UTC, datetime
+
+    from contextual_kb.query import reprocess
+
+    running = ingestion.running()
+    if running is not None:
+        raise CliError(
+            f"ingestion job {running.job_id} is {running.status}",
+            "documents marked now may be missed by it",
+            "wait for it (ckb sync follows it), then run ckb sync --reprocess",
+        )
+    s3 = aws_clients.client("s3", deployment.region)
+    try:
+        plan = reprocess.plan(s3, ingestion.data_source(), prefix)
+    except reprocess.UnsupportedError as exc:
+        raise CliError(str(exc)) from None
+    out = console()
+    where = ", ".join(f"s3://{plan.bucket}/{p}" for p in plan.prefixes) or f"s3://{plan.bucket}/"
+    if not plan.documents:
+        raise CliError(f"no documents under {where}", "nothing to reprocess")
+    low, high = plan.estimated_usd()
+    out.print(
+        f"{len(plan.documents):,} document(s), {plan.total_bytes:,} bytes, under {where}. Ingesting them "
+        f"again costs their embeddings and, with claude, contexts: about ${low:,.2f}-${high:,.2f} if they "
+        "are plain text (grouped-per-chunk, Haiku 4.5; README, Use your existing Knowledge Base)"
+    )
+    if dry_run:
+        out.print("dry run: nothing changed")
+        return False
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    with Progress(TextColumn("{task.description}"), BarColumn(), console=out, transient=True) as progress:
+        task = progress.add_task("marking", total=len(plan.documents))
+        marked = reprocess.mark(s3, plan, stamp, progress=lambda n: progress.advance(task, n))
+    done = marked.created + marked.updated
+    out.print(
+        f"marked for re-ingestion: {done:,} document(s) ({marked.created:,} metadata file(s) made, "
+        f"{marked.updated:,} updated with your attributes kept): {reprocess.ATTRIBUTE}={stamp}. Why "
+        "metadata: a metadata change is documented to re-ingest a document in full; direct ingestion is not "
+        "documented to run the transformation"
+    )
+    errors = error_console()
+    for key, why in marked.skipped[:20]:
+        errors.print(Text.assemble(("not marked:", "yellow"), " ", plain(f"s3://{plan.bucket}/{key}: {why}")))
+    if len(marked.skipped) > 20:
+        errors.print(f"... and {len(marked.skipped) - 20:,} more not marked")
+    return True
 
 
 def _many_fallbacks(deployment: Deployment, job: Job) -> bool:

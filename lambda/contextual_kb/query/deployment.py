@@ -28,6 +28,13 @@ class Deployment:
     intermediate_bucket: str = ""
     function_name: str = ""
     function_arn: str = ""
+    mode: str = "stack"  # stack: its own Knowledge Base; attach: one the user already had
+    knowledge_base_role_arn: str = ""  # attach: the KB's own role, given the stack's policy
+    knowledge_base_policy: str = ""  # attach: that policy's name
+
+    @property
+    def attached(self) -> bool:
+        return self.mode == "attach"
 
     @classmethod
     def from_stack(cls, stack: str, region: str, client: Any = None) -> Deployment:
@@ -38,7 +45,8 @@ class Deployment:
             message = exc.response.get("Error", {}).get("Message", str(exc))
             raise DeploymentError(
                 f"stack {stack} in {region}: {message} "
-                "(deploy it with `make deploy`, or pass --stack / --region)"
+                "(deploy it with `make deploy`, or pass --stack / --region; attached to your own Knowledge "
+                "Base: --stack ContextualKbAttached)"
             ) from None
         outputs = {o["OutputKey"]: o["OutputValue"] for o in described[0].get("Outputs", [])}
         needed = ("KnowledgeBaseId", "DataSourceId", "SourceBucketName")
@@ -57,4 +65,7 @@ class Deployment:
             intermediate_bucket=outputs.get("IntermediateBucketName", ""),
             function_name=outputs.get("TransformFunctionName", ""),
             function_arn=outputs.get("TransformFunctionArn", ""),
+            mode=outputs.get("StackMode", "stack"),
+            knowledge_base_role_arn=outputs.get("KnowledgeBaseRoleArn", ""),
+            knowledge_base_policy=outputs.get("KnowledgeBasePolicyName", ""),
         )

@@ -70,6 +70,8 @@ def run(deployment: Deployment, clients: Clients) -> Iterator[Check]:
         found = _guarded(check, deployment, clients, environment)
         yield found
     settings = _settings(environment)
+    if deployment.attached:  # a Knowledge Base the user had: its own role must have been given ours
+        yield _guarded(_knowledge_base_role, deployment, clients, environment, settings)
     for check in (_chunking, _model, _embedding, _reranker, _quotas, _lifecycle):
         yield _guarded(check, deployment, clients, environment, settings)
 
@@ -122,6 +124,51 @@ def _transformation(deployment: Deployment, clients: Clients, environment: dict[
         )
     return Check(
         "transformation", "ok", f"data source {deployment.data_source_id} runs {arns[0].split(':')[-1]}"
+    )
+
+
+# What the Knowledge Base's role must be allowed for the transformation, as IAM's simulator judges it.
+_KB_ROLE_NEEDS = (
+    ("lambda:InvokeFunction", "function"),
+    ("s3:PutObject", "object"),
+    ("s3:GetObject", "object"),
+    ("s3:ListBucket", "bucket"),
+)
+
+
+def _knowledge_base_role(
+    deployment: Deployment, clients: Clients, environment: dict[str, str], settings: Settings | None
+) -> Check:
+    """Attach mode: the existing Knowledge Base's role may invoke the function and use the intermediate
+    bucket (IAM's policy simulator, on the role's policies as they are now)."""
+    role = deployment.knowledge_base_role_arn
+    if not role or not deployment.function_arn or not deployment.intermediate_bucket:
+        return Check("knowledge base role", "warn", "the stack's outputs do not name the role: not checked")
+    partition = role.split(":")[1]
+    resources = {
+        "function": deployment.function_arn,
+        "object": f"arn:{partition}:s3:::{deployment.intermediate_bucket}/aws/bedrock/knowledge_bases/probe",
+        "bucket": f"arn:{partition}:s3:::{deployment.intermediate_bucket}",
+    }
+    iam = clients("iam")
+    denied = []
+    for action, kind in _KB_ROLE_NEEDS:
+        results = iam.simulate_principal_policy(
+            PolicySourceArn=role, ActionNames=[action], ResourceArns=[resources[kind]]
+        )["EvaluationResults"]
+        if not results or results[0].get("EvalDecision") != "allowed":
+            denied.append(f"{action} on {resources[kind]}")
+    if denied:
+        return Check(
+            "knowledge base role",
+            "fail",
+            f"{role} may not {'; '.join(denied)}",
+            f"deploy the stack again: its policy {deployment.knowledge_base_policy} grants them"
+            if deployment.knowledge_base_policy
+            else "deploy the stack again: its policy grants them",
+        )
+    return Check(
+        "knowledge base role", "ok", f"{role.rsplit('/', 1)[-1]} may invoke the function and use the bucket"
     )
 
 

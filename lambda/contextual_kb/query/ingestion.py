@@ -50,6 +50,19 @@ class Ingestion:
 
     def start(self) -> Job:
         """A new job, or the one already running (never two at once)."""
+        running = self.running()
+        if running is not None:
+            return running
+        started = self._call(
+            "StartIngestionJob",
+            self.client.start_ingestion_job,
+            knowledgeBaseId=self.kb,
+            dataSourceId=self.ds,
+        )
+        return _job(started["ingestionJob"])
+
+    def running(self) -> Job | None:
+        """The job running on this data source, if one is."""
         running = self._call(
             "ListIngestionJobs",
             self.client.list_ingestion_jobs,
@@ -58,15 +71,12 @@ class Ingestion:
             filters=[{"attribute": "STATUS", "operator": "EQ", "values": list(RUNNING)}],
             maxResults=10,
         ).get("ingestionJobSummaries", [])
-        if running:
-            return self.get(running[0]["ingestionJobId"], joined=True)
-        started = self._call(
-            "StartIngestionJob",
-            self.client.start_ingestion_job,
-            knowledgeBaseId=self.kb,
-            dataSourceId=self.ds,
-        )
-        return _job(started["ingestionJob"])
+        return self.get(running[0]["ingestionJobId"], joined=True) if running else None
+
+    def data_source(self) -> dict[str, Any]:
+        return self._call(
+            "GetDataSource", self.client.get_data_source, knowledgeBaseId=self.kb, dataSourceId=self.ds
+        )["dataSource"]
 
     def get(self, job_id: str, *, joined: bool = False) -> Job:
         got = self._call(

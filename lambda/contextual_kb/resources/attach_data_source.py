@@ -1,0 +1,349 @@
+"""The custom resources that attach this stack's function to a data source the user already has, and detach
+it (the attach mode of the stack: ``-c knowledgeBaseId=... -c dataSourceId=...``).
+
+``Custom::DataSourceInspection`` reads, never writes (GetKnowledgeBase, GetDataSource). It refuses, in one
+line and before anything is changed, a knowledge base or data source that does not exist here, a knowledge
+base that is not a vector one, a data source of a type that takes no transformation, one being deleted,
+and a knowledge base whose service role is not the ``knowledgeBaseRoleArn`` the stack grants. It answers
+the function's chunking (``structure`` when the data source's chunking is NONE: the function must chunk
+whole documents), the source bucket (S3 data sources) and the vector store's type.
+
+``Custom::DataSourceAttachment`` writes:
+
+- **Create**: GetDataSource, then UpdateDataSource with the data source's whole configuration as read,
+  only ``vectorIngestionConfiguration.customTransformationConfiguration`` set to ours. The request is made
+  of every member of UpdateDataSource's input that GetDataSource returned, read from the SDK's own model,
+  so nothing the user had (name, description, data source configuration, parsing, chunking, context
+  enrichment, deletion policy, encryption) is dropped or changed. AWS: "retrieve the complete existing
+  configuration using GetDataSource and pass the full vectorIngestionConfiguration with only the specific
+  values modified" (kb-data-source-customize-ingestion). A data source that already runs another
+  transformation is refused unless ``ReplaceTransformation`` is true; the transformation replaced (or
+  none) is kept in the physical resource ID, which CloudFormation hands back on update and delete.
+- **Update**: ours set again (a new function ARN or intermediate location), the same physical ID; another
+  data source: a new physical ID, and CloudFormation's delete of the old one detaches that one.
+- **Delete**: GetDataSource; if its transformation is still ours, the kept one is put back (or none is
+  left), everything else as it is now: a user's later changes stay. If the transformation was changed by
+  hand, it is left alone and the log says so. A data source or knowledge base already gone: nothing to do.
+
+Run by CDK's Provider framework (``on_event`` returns the result or raises; the framework answers
+CloudFormation). boto3 is the Lambda runtime's.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import logging
+import zlib
+from typing import Any
+
+logger = logging.getLogger(__name__)
+logger.setLevel(logging.INFO)
+
+ID_PREFIX = "ckb-attach"
+NO_TRANSFORMATION = "none"
+MAX_PHYSICAL_ID_BYTES = 1024  # CloudFormation: a custom resource's physical ID is up to 1 KB
+VECTOR = "VECTOR"
+# Data source types that hand documents to a vector ingestion (AWS documents custom transformations for S3
+# and, with Markdown, for web connectors; none for these two).
+UNSUPPORTED_TYPES = {"REDSHIFT_METADATA", "MANAGED_KNOWLEDGE_BASE_CONNECTOR"}
+GONE = {"ResourceNotFoundException"}
+STORES = {"OPENSEARCH_SERVERLESS": "opensearch", "S3_VECTORS": "s3vectors"}
+
+
+class AttachError(Exception):
+    """The data source cannot be attached (or detached) as asked: the message says what and what to do."""
+
+
+# --- pure ---------------------------------------------------------------------------------------------------
+
+
+def update_request(
+    data_source: dict[str, Any], members: set[str], transformation: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The UpdateDataSource request that leaves ``data_source`` (GetDataSource's ``dataSource``) as it is but
+    for its custom transformation: ``transformation``, or none. ``members``: UpdateDataSource's input members.
+    Pure."""
+    request = {name: copy.deepcopy(value) for name, value in data_source.items() if name in members}
+    ingestion = dict(request.get("vectorIngestionConfiguration") or {})
+    if transformation is None:
+        ingestion.pop("customTransformationConfiguration", None)
+    else:
+        ingestion["customTransformationConfiguration"] = copy.deepcopy(transformation)
+    if ingestion:
+        request["vectorIngestionConfiguration"] = ingestion
+    else:
+        request.pop("vectorIngestionConfiguration", None)
+    return request
+
+
+def ours(function_arn: str, intermediate_uri: str) -> dict[str, Any]:
+    return {
+        "intermediateStorage": {"s3Location": {"uri": intermediate_uri}},
+        "transformations": [
+            {
+                "stepToApply": "POST_CHUNKING",
+                "transformationFunction": {"transformationLambdaConfiguration": {"lambdaArn": function_arn}},
+            }
+        ],
+    }
+
+
+def transformation_of(data_source: dict[str, Any]) -> dict[str, Any] | None:
+    return (data_source.get("vectorIngestionConfiguration") or {}).get("customTransformationConfiguration")
+
+
+def functions_of(transformation: dict[str, Any] | None) -> list[str]:
+    """The Lambda ARNs a transformation runs."""
+    if not transformation:
+        return []
+    return [
+        str(
+            step.get("transformationFunction", {})
+            .get("transformationLambdaConfiguration", {})
+            .get("lambdaArn", "")
+        )
+        for step in transformation.get("transformations") or []
+    ]
+
+
+def is_ours(transformation: dict[str, Any] | None, function_arns: set[str]) -> bool:
+    """The transformation runs one of ``function_arns`` (a version or alias of it counts)."""
+    return any(
+        _unqualified(arn) in {_unqualified(a) for a in function_arns} for arn in functions_of(transformation)
+    )
+
+
+def _unqualified(arn: str) -> str:
+    parts = arn.split(":")
+    return (
+        ":".join(parts[:7]) if len(parts) > 7 else arn
+    )  # arn:aws:lambda:region:account:function:name[:qual]
+
+
+def physical_id(knowledge_base_id: str, data_source_id: str, kept: dict[str, Any] | None) -> str:
+    """The ID that carries the transformation to put back on delete (compressed JSON), within 1 KB."""
+    state = NO_TRANSFORMATION
+    if kept is not None:
+        packed = zlib.compress(json.dumps(kept, sort_keys=True, separators=(",", ":")).encode("utf-8"), 9)
+        state = "z" + base64.urlsafe_b64encode(packed).decode("ascii").rstrip("=")
+    found = f"{ID_PREFIX}:{knowledge_base_id}:{data_source_id}:{state}"
+    if len(found.encode("utf-8")) > MAX_PHYSICAL_ID_BYTES:
+        raise AttachError(
+            f"data source {data_source_id}: its current transformation is too large to keep for the detach "
+            f"({len(found)} bytes past CloudFormation's 1 KB physical ID); remove it by hand, then deploy"
+        )
+    return found
+
+
+def parse_physical_id(value: str) -> tuple[str, str, dict[str, Any] | None] | None:
+    """(knowledge base, data source, the kept transformation) from a physical ID; None for an ID that is
+    not ours (a create that failed leaves the framework's request ID: nothing to detach)."""
+    parts = value.split(":", 3)
+    if len(parts) != 4 or parts[0] != ID_PREFIX:
+        return None
+    _, knowledge_base_id, data_source_id, state = parts
+    if state == NO_TRANSFORMATION:
+        return knowledge_base_id, data_source_id, None
+    if not state.startswith("z"):
+        return None
+    packed = base64.urlsafe_b64decode(state[1:] + "=" * (-len(state[1:]) % 4))
+    return knowledge_base_id, data_source_id, json.loads(zlib.decompress(packed))
+
+
+def role_name(arn: str) -> str:
+    return arn.rsplit("/", 1)[-1]
+
+
+def inspect(
+    knowledge_base: dict[str, Any], data_source: dict[str, Any], expected_role_arn: str
+) -> dict[str, str]:
+    """What the stack needs to know of an existing knowledge base and data source, or AttachError. Pure."""
+    kb_id, ds_id = knowledge_base.get("knowledgeBaseId", "?"), data_source.get("dataSourceId", "?")
+    kind = (knowledge_base.get("knowledgeBaseConfiguration") or {}).get("type", "")
+    if kind != VECTOR:
+        raise AttachError(
+            f"knowledge base {kb_id} is of type {kind or 'unknown'}: only a VECTOR knowledge base runs a "
+            "custom transformation"
+        )
+    role = str(knowledge_base.get("roleArn", ""))
+    if expected_role_arn and role_name(role) != role_name(expected_role_arn):
+        raise AttachError(
+            f"knowledge base {kb_id}'s service role is {role}, not knowledgeBaseRoleArn {expected_role_arn}: "
+            f"deploy with -c knowledgeBaseRoleArn={role}"
+        )
+    status = data_source.get("status", "")
+    if status in {"DELETING", "DELETE_UNSUCCESSFUL"}:
+        raise AttachError(f"data source {ds_id} is {status}: attach to a data source that is AVAILABLE")
+    configuration = data_source.get("dataSourceConfiguration") or {}
+    source_type = str(configuration.get("type", ""))
+    if source_type in UNSUPPORTED_TYPES:
+        raise AttachError(
+            f"data source {ds_id} is of type {source_type}, which runs no custom transformation"
+        )
+    chunking = (
+        (data_source.get("vectorIngestionConfiguration") or {}).get("chunkingConfiguration") or {}
+    ).get("chunkingStrategy", "FIXED_SIZE")
+    bucket_arn = str((configuration.get("s3Configuration") or {}).get("bucketArn", ""))
+    storage = str((knowledge_base.get("storageConfiguration") or {}).get("type", ""))
+    return {
+        "Chunking": "structure" if chunking == "NONE" else "kb",
+        "ChunkingStrategy": chunking,
+        "SourceType": source_type,
+        "SourceBucketName": bucket_arn.rsplit(":", 1)[-1] if bucket_arn else "",
+        "VectorStoreType": STORES.get(storage, storage.lower() or "unknown"),
+        "RoleArn": role,
+    }
+
+
+# --- with AWS -----------------------------------------------------------------------------------------------
+
+
+class DataSources:
+    """The few bedrock-agent calls, with errors turned into one line."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    @property
+    def update_members(self) -> set[str]:
+        return set(self.client.meta.service_model.operation_model("UpdateDataSource").input_shape.members)
+
+    def knowledge_base(self, knowledge_base_id: str) -> dict[str, Any]:
+        return self._call(
+            "GetKnowledgeBase", f"knowledge base {knowledge_base_id}", knowledgeBaseId=knowledge_base_id
+        )["knowledgeBase"]
+
+    def data_source(self, knowledge_base_id: str, data_source_id: str) -> dict[str, Any]:
+        return self._call(
+            "GetDataSource",
+            f"data source {data_source_id} of knowledge base {knowledge_base_id}",
+            knowledgeBaseId=knowledge_base_id,
+            dataSourceId=data_source_id,
+        )["dataSource"]
+
+    def update(self, request: dict[str, Any]) -> None:
+        self._call("UpdateDataSource", f"data source {request.get('dataSourceId')}", **request)
+
+    def _call(self, operation: str, what: str, **kwargs: Any) -> dict[str, Any]:
+        from botocore.exceptions import ClientError
+
+        method = getattr(self.client, _snake(operation))
+        try:
+            return method(**kwargs)
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            code = str(error.get("Code", "Unknown"))
+            region = self.client.meta.region_name
+            if code in GONE:
+                raise GoneError(f"{what}: not found in {region} ({code})") from None
+            raise AttachError(
+                f"{what}: {operation} failed in {region}: {code}: {error.get('Message', '')}"
+            ) from None
+
+
+class GoneError(AttachError):
+    """The knowledge base or data source does not exist (in this region)."""
+
+
+def _snake(name: str) -> str:
+    return "".join("_" + c.lower() if c.isupper() else c for c in name).lstrip("_")
+
+
+def handle(event: dict[str, Any], sources: DataSources) -> dict[str, Any]:
+    kind = event.get("ResourceType", "")
+    if kind == "Custom::DataSourceInspection":
+        return _inspection(event, sources)
+    if kind == "Custom::DataSourceAttachment":
+        return _attachment(event, sources)
+    raise AttachError(f"unknown resource type {kind}")
+
+
+def _inspection(event: dict[str, Any], sources: DataSources) -> dict[str, Any]:
+    properties = event["ResourceProperties"]
+    kb_id, ds_id = str(properties["KnowledgeBaseId"]), str(properties["DataSourceId"])
+    physical = f"ckb-inspect:{kb_id}:{ds_id}"
+    if event["RequestType"] == "Delete":
+        return {"PhysicalResourceId": event.get("PhysicalResourceId", physical)}
+    data = inspect(
+        sources.knowledge_base(kb_id), sources.data_source(kb_id, ds_id), str(properties.get("RoleArn", ""))
+    )
+    logger.info("inspected %s", json.dumps({"knowledgeBaseId": kb_id, "dataSourceId": ds_id, **data}))
+    return {"PhysicalResourceId": physical, "Data": data}
+
+
+def _attachment(event: dict[str, Any], sources: DataSources) -> dict[str, Any]:
+    properties = event["ResourceProperties"]
+    request = event["RequestType"]
+    if request == "Delete":
+        return _detach(event, sources)
+    kb_id, ds_id = str(properties["KnowledgeBaseId"]), str(properties["DataSourceId"])
+    function_arn = str(properties["FunctionArn"])
+    ours_now = ours(function_arn, str(properties["IntermediateUri"]))
+    replace = str(properties.get("ReplaceTransformation", "false")).lower() == "true"
+    previous = parse_physical_id(event.get("PhysicalResourceId", "")) if request == "Update" else None
+    same_source = previous is not None and previous[:2] == (kb_id, ds_id)
+    known = {function_arn}
+    if request == "Update":
+        known.add(str(event.get("OldResourceProperties", {}).get("FunctionArn", function_arn)))
+    data_source = sources.data_source(kb_id, ds_id)
+    current = transformation_of(data_source)
+    if same_source and previous is not None:
+        kept = previous[2]  # what was there before the first attach, not our own earlier setting
+    else:
+        if current is not None and not is_ours(current, known) and not replace:
+            raise AttachError(
+                f"data source {ds_id} already runs the transformation {', '.join(functions_of(current))}: "
+                "deploy with -c replaceTransformation=true to replace it (it is put back on destroy)"
+            )
+        kept = None if is_ours(current, known) else current
+    identifier = physical_id(kb_id, ds_id, kept)  # refuses a state too large to keep, before writing
+    sources.update(update_request(data_source, sources.update_members, ours_now))
+    logger.info(
+        "attached %s",
+        json.dumps(
+            {
+                "knowledgeBaseId": kb_id,
+                "dataSourceId": ds_id,
+                "function": function_arn,
+                "replaced": functions_of(kept),
+            }
+        ),
+    )
+    return {"PhysicalResourceId": identifier, "Data": {"Replaced": ",".join(functions_of(kept))}}
+
+
+def _detach(event: dict[str, Any], sources: DataSources) -> dict[str, Any]:
+    identifier = str(event.get("PhysicalResourceId", ""))
+    parsed = parse_physical_id(identifier)
+    if parsed is None:  # a create that failed before attaching: nothing was changed
+        logger.info("nothing to detach (%s)", identifier)
+        return {"PhysicalResourceId": identifier}
+    kb_id, ds_id, kept = parsed
+    properties = event.get("ResourceProperties", {})
+    try:
+        data_source = sources.data_source(kb_id, ds_id)
+    except GoneError as exc:
+        logger.info("nothing to detach: %s", exc)
+        return {"PhysicalResourceId": identifier}
+    current = transformation_of(data_source)
+    if not is_ours(current, {str(properties.get("FunctionArn", ""))}):
+        logger.warning(
+            "data source %s no longer runs this stack's function (it runs %s): left as it is",
+            ds_id,
+            ", ".join(functions_of(current)) or "no transformation",
+        )
+        return {"PhysicalResourceId": identifier}
+    sources.update(update_request(data_source, sources.update_members, kept))
+    logger.info(
+        "detached %s",
+        json.dumps({"knowledgeBaseId": kb_id, "dataSourceId": ds_id, "restored": functions_of(kept) or None}),
+    )
+    return {"PhysicalResourceId": identifier}
+
+
+def on_event(event: dict[str, Any], _context: Any) -> dict[str, Any]:
+    import boto3
+
+    return handle(event, DataSources(boto3.client("bedrock-agent")))

@@ -1,0 +1,193 @@
+"""The attach mode: contextual retrieval for a Knowledge Base the user already has (``-c knowledgeBaseId=...
+-c dataSourceId=... -c knowledgeBaseRoleArn=...``).
+
+Deployed: the transformation function and its role, an intermediate bucket (or the user's,
+``intermediateBucketName``), a policy on the Knowledge Base's own service role (invoke the function and its
+versions; read and write the intermediate bucket; its KMS key when there is one), the function's dashboard
+and alarms, and two custom resources (``contextual_kb/resources/attach_data_source.py``): one reads the
+Knowledge Base and the data source and refuses what cannot be attached, before anything is changed; the
+other switches the data source to the function, and on destroy puts back what was there. No Knowledge
+Base, vector store or source bucket is made.
+
+Order: the inspection first (it gives the function its chunking: ``structure`` when the data source's is
+NONE), then the function and the policy on the Knowledge Base's role, and only then the data source is
+switched, so that its first sync finds everything it needs.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Aws, CfnOutput, CustomResource, Duration, Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+from aws_cdk import custom_resources as cr
+from constructs import Construct
+
+from stacks.bundling import resources_code
+from stacks.config import StackConfig
+from stacks.function import TransformFunction
+from stacks.monitoring import Monitoring
+from stacks.storage import Storage
+
+ATTACH_HANDLER = "contextual_kb.resources.attach_data_source.on_event"
+
+
+class AttachStack(Stack):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: StackConfig,
+        code: lambda_.Code | None = None,
+        **kwargs: object,
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)  # type: ignore[arg-type]
+        assert config.knowledge_base_id and config.data_source_id and config.knowledge_base_role_arn
+        self.config = config
+        kb_id, ds_id = config.knowledge_base_id, config.data_source_id
+        self.storage: Storage | None = None
+        if config.intermediate_bucket_name:
+            key = (
+                kms.Key.from_key_arn(self, "IntermediateKey", config.intermediate_kms_key_arn)
+                if (config.intermediate_kms_key_arn)
+                else None
+            )
+            self.intermediate: s3.IBucket = s3.Bucket.from_bucket_attributes(
+                self, "Intermediate", bucket_name=config.intermediate_bucket_name, encryption_key=key
+            )
+        else:
+            self.storage = Storage(
+                self,
+                "Storage",
+                kms_key=config.kms_key,
+                expiration_days=config.intermediate_expiration_days,
+                source=False,
+            )
+            self.intermediate = self.storage.intermediate
+        kb_arn = f"arn:{Aws.PARTITION}:bedrock:{Aws.REGION}:{Aws.ACCOUNT_ID}:knowledge-base/{kb_id}"
+
+        # The custom resources' function: reads the Knowledge Base and the data source, updates the latter.
+        self.attach_log_group = logs.LogGroup(self, "AttachLogs", retention=logs.RetentionDays.ONE_MONTH)
+        self.attach_role = iam.Role(
+            self, "AttachRole", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com")
+        )
+        self.attach_role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+                resources=[
+                    self.attach_log_group.log_group_arn,
+                    f"{self.attach_log_group.log_group_arn}:log-stream:*",
+                ],
+            )
+        )
+        self.attach_role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["bedrock:GetKnowledgeBase", "bedrock:GetDataSource", "bedrock:UpdateDataSource"],
+                resources=[kb_arn],
+            )
+        )
+        self.attach_function = lambda_.Function(
+            self,
+            "AttachFunction",
+            description=f"{self.stack_name}: attaches the transformation to data source {ds_id}, detaches it",
+            runtime=lambda_.Runtime.PYTHON_3_13,
+            architecture=lambda_.Architecture.ARM_64,
+            handler=ATTACH_HANDLER,
+            code=resources_code(),
+            timeout=Duration.minutes(2),
+            memory_size=256,
+            role=self.attach_role,
+            log_group=self.attach_log_group,
+        )
+        self.provider_log_group = logs.LogGroup(self, "ProviderLogs", retention=logs.RetentionDays.ONE_MONTH)
+        self.provider = cr.Provider(
+            self, "AttachProvider", on_event_handler=self.attach_function, log_group=self.provider_log_group
+        )
+        self.inspection = CustomResource(
+            self,
+            "Inspection",
+            service_token=self.provider.service_token,
+            resource_type="Custom::DataSourceInspection",
+            properties={
+                "KnowledgeBaseId": kb_id,
+                "DataSourceId": ds_id,
+                "RoleArn": config.knowledge_base_role_arn,
+            },
+        )
+
+        self.transform = TransformFunction(
+            self,
+            "Transform",
+            config=config,
+            intermediate=self.intermediate,
+            code=code,
+            chunking={
+                **config.function_chunking,
+                "CHUNKING": self.inspection.get_att_string(
+                    "Chunking"
+                ),  # structure when the data source's is NONE
+            },
+        )
+        function = self.transform.function
+
+        # What the Knowledge Base's own role needs for a custom transformation (as the full stack grants its
+        # role): invoke the function and its versions; its batch objects in the intermediate bucket.
+        self.kb_role = iam.Role.from_role_arn(
+            self, "KnowledgeBaseRole", config.knowledge_base_role_arn, mutable=True
+        )
+        statements = [
+            iam.PolicyStatement(
+                actions=["lambda:InvokeFunction"],
+                resources=[function.function_arn, f"{function.function_arn}:*"],
+            ),
+            iam.PolicyStatement(actions=["s3:ListBucket"], resources=[self.intermediate.bucket_arn]),
+            iam.PolicyStatement(
+                actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
+                resources=[self.intermediate.arn_for_objects("*")],
+            ),
+        ]
+        if self.intermediate.encryption_key is not None:
+            statements.append(
+                iam.PolicyStatement(
+                    actions=["kms:Decrypt", "kms:GenerateDataKey"],
+                    resources=[self.intermediate.encryption_key.key_arn],
+                )
+            )
+        self.kb_policy = iam.Policy(self, "KnowledgeBaseAccess", roles=[self.kb_role], statements=statements)
+        self.kb_policy.node.add_dependency(self.inspection)  # a wrong role is said by the inspection first
+
+        self.attachment = CustomResource(
+            self,
+            "Attachment",
+            service_token=self.provider.service_token,
+            resource_type="Custom::DataSourceAttachment",
+            properties={
+                "KnowledgeBaseId": kb_id,
+                "DataSourceId": ds_id,
+                "FunctionArn": function.function_arn,
+                "IntermediateUri": f"s3://{self.intermediate.bucket_name}/",
+                "ReplaceTransformation": "true" if config.replace_transformation else "false",
+            },
+        )
+        self.attachment.node.add_dependency(self.kb_policy)
+        self.attachment.node.add_dependency(self.transform)
+
+        self.monitoring = Monitoring(
+            self, "Monitoring", function=function, timeout_seconds=config.function_timeout_seconds
+        )
+        for name, value in (
+            ("KnowledgeBaseId", kb_id),
+            ("DataSourceId", ds_id),
+            ("SourceBucketName", self.inspection.get_att_string("SourceBucketName")),
+            ("IntermediateBucketName", self.intermediate.bucket_name),
+            ("TransformFunctionName", function.function_name),
+            ("TransformFunctionArn", function.function_arn),
+            ("VectorStoreType", self.inspection.get_att_string("VectorStoreType")),
+            ("KnowledgeBaseRoleArn", config.knowledge_base_role_arn),
+            ("KnowledgeBasePolicyName", self.kb_policy.policy_name),
+            ("StackMode", "attach"),
+        ):
+            CfnOutput(self, name, value=value)

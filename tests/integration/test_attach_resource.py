@@ -1,0 +1,305 @@
+"""The attach mode's custom resources against botocore's Stubber: real-looking data sources of each chunking
+kind go through create, update and delete with their configuration exactly as it was but for the
+transformation; refusals come before any write."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime
+from typing import Any
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from contextual_kb.resources.attach_data_source import (
+    AttachError,
+    DataSources,
+    handle,
+    ours,
+    parse_physical_id,
+    physical_id,
+)
+
+KB, DS = "KBEXIST001", "DSEXIST001"
+REGION = "us-east-1"
+FUNCTION = "arn:aws:lambda:us-east-1:123456789012:function:Attach-TransformFunction-abc"
+NEW_FUNCTION = "arn:aws:lambda:us-east-1:123456789012:function:Attach-TransformFunction-def"
+OTHER = "arn:aws:lambda:us-east-1:123456789012:function:teams-own-chunker"
+ROLE = "arn:aws:iam::123456789012:role/service-role/AmazonBedrockExecutionRoleForKnowledgeBase_x1"
+URI = "s3://attach-intermediate/"
+PARSER = "arn:aws:bedrock:us-east-1::foundation-model/anthropic.claude-haiku-4-5-20251001-v1:0"
+WHEN = datetime(2026, 11, 1, tzinfo=UTC)
+
+CHUNKINGS: dict[str, dict[str, Any] | None] = {
+    "fixed_size": {
+        "chunkingStrategy": "FIXED_SIZE",
+        "fixedSizeChunkingConfiguration": {"maxTokens": 512, "overlapPercentage": 10},
+    },
+    "hierarchical": {
+        "chunkingStrategy": "HIERARCHICAL",
+        "hierarchicalChunkingConfiguration": {
+            "levelConfigurations": [{"maxTokens": 1500}, {"maxTokens": 300}],
+            "overlapTokens": 60,
+        },
+    },
+    "semantic": {
+        "chunkingStrategy": "SEMANTIC",
+        "semanticChunkingConfiguration": {
+            "maxTokens": 300,
+            "bufferSize": 1,
+            "breakpointPercentileThreshold": 90,
+        },
+    },
+    "none": {"chunkingStrategy": "NONE"},
+    "default": None,
+}
+
+
+def data_source(
+    chunking: dict[str, Any] | None, transformation: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A data source as GetDataSource returns it: everything a console user may have set."""
+    ingestion: dict[str, Any] = {
+        "parsingConfiguration": {
+            "parsingStrategy": "BEDROCK_FOUNDATION_MODEL",
+            "bedrockFoundationModelConfiguration": {
+                "modelArn": PARSER,
+                "parsingPrompt": {"parsingPromptText": "Transcribe tables as Markdown."},
+            },
+        }
+    }
+    if chunking is not None:
+        ingestion["chunkingConfiguration"] = copy.deepcopy(chunking)
+    if transformation is not None:
+        ingestion["customTransformationConfiguration"] = copy.deepcopy(transformation)
+    return {
+        "knowledgeBaseId": KB,
+        "dataSourceId": DS,
+        "name": "team-docs",
+        "status": "AVAILABLE",
+        "description": "The team's runbooks",
+        "dataSourceConfiguration": {
+            "type": "S3",
+            "s3Configuration": {
+                "bucketArn": "arn:aws:s3:::team-docs-bucket",
+                "inclusionPrefixes": ["runbooks/"],
+                "bucketOwnerAccountId": "123456789012",
+            },
+        },
+        "serverSideEncryptionConfiguration": {"kmsKeyArn": "arn:aws:kms:us-east-1:123456789012:key/abc"},
+        "vectorIngestionConfiguration": ingestion,
+        "dataDeletionPolicy": "RETAIN",
+        "createdAt": WHEN,
+        "updatedAt": WHEN,
+        "failureReasons": [],
+    }
+
+
+def knowledge_base(kind: str = "VECTOR", role: str = ROLE) -> dict[str, Any]:
+    return {
+        "knowledgeBase": {
+            "knowledgeBaseId": KB,
+            "name": "team-kb",
+            "knowledgeBaseArn": f"arn:aws:bedrock:{REGION}:123456789012:knowledge-base/{KB}",
+            "roleArn": role,
+            "knowledgeBaseConfiguration": {"type": kind},
+            "storageConfiguration": {"type": "OPENSEARCH_SERVERLESS"},
+            "status": "ACTIVE",
+            "createdAt": WHEN,
+            "updatedAt": WHEN,
+        }
+    }
+
+
+def update_of(source: dict[str, Any], transformation: dict[str, Any] | None) -> dict[str, Any]:
+    """What UpdateDataSource must receive: the data source as read, minus the fields it only reports, with
+    ``transformation`` (written out here, not computed by the code under test)."""
+    request = {
+        k: copy.deepcopy(v)
+        for k, v in source.items()
+        if k not in {"status", "createdAt", "updatedAt", "failureReasons"}
+    }
+    ingestion = request["vectorIngestionConfiguration"]
+    ingestion.pop("customTransformationConfiguration", None)
+    if transformation is not None:
+        ingestion["customTransformationConfiguration"] = transformation
+    return request
+
+
+def event(request: str, kind: str = "Custom::DataSourceAttachment", **extra: Any) -> dict[str, Any]:
+    properties = {
+        "KnowledgeBaseId": KB,
+        "DataSourceId": DS,
+        "FunctionArn": FUNCTION,
+        "IntermediateUri": URI,
+        "ReplaceTransformation": "false",
+        "RoleArn": ROLE,
+    }
+    properties.update(extra.pop("properties", {}))
+    return {"RequestType": request, "ResourceType": kind, "ResourceProperties": properties, **extra}
+
+
+@pytest.fixture
+def agent() -> Any:
+    client = boto3.client("bedrock-agent", region_name=REGION)
+    with Stubber(client) as stub:
+        yield client, stub
+        stub.assert_no_pending_responses()
+
+
+def answer_update(stub: Stubber, request: dict[str, Any]) -> None:
+    stub.add_response("update_data_source", {"dataSource": data_source(None)}, request)
+
+
+@pytest.mark.parametrize("chunking", list(CHUNKINGS))
+def test_attach_then_detach_round_trips_every_chunking_kind_exactly(agent: Any, chunking: str) -> None:
+    client, stub = agent
+    before = data_source(CHUNKINGS[chunking])
+    stub.add_response("get_data_source", {"dataSource": before}, {"knowledgeBaseId": KB, "dataSourceId": DS})
+    answer_update(stub, update_of(before, ours(FUNCTION, URI)))
+    created = handle(event("Create"), DataSources(client))
+    assert created["PhysicalResourceId"] == f"ckb-attach:{KB}:{DS}:none"
+
+    attached = data_source(CHUNKINGS[chunking], ours(FUNCTION, URI))
+    stub.add_response(
+        "get_data_source", {"dataSource": attached}, {"knowledgeBaseId": KB, "dataSourceId": DS}
+    )
+    answer_update(stub, update_of(before, None))  # exactly what was there: no transformation
+    handle(event("Delete", PhysicalResourceId=created["PhysicalResourceId"]), DataSources(client))
+
+
+def test_inspection_tells_the_function_to_chunk_when_the_data_source_chunks_nothing(agent: Any) -> None:
+    client, stub = agent
+    for chunking, expected in (("none", "structure"), ("fixed_size", "kb"), ("default", "kb")):
+        stub.add_response("get_knowledge_base", knowledge_base(), {"knowledgeBaseId": KB})
+        stub.add_response(
+            "get_data_source",
+            {"dataSource": data_source(CHUNKINGS[chunking])},
+            {"knowledgeBaseId": KB, "dataSourceId": DS},
+        )
+        found = handle(event("Create", "Custom::DataSourceInspection"), DataSources(client))
+        assert found["Data"]["Chunking"] == expected
+        assert found["Data"]["SourceBucketName"] == "team-docs-bucket"
+        assert found["Data"]["VectorStoreType"] == "opensearch"
+
+
+@pytest.mark.parametrize(
+    ("kb", "source", "error", "message"),
+    [
+        (knowledge_base("KENDRA"), None, None, "is of type KENDRA: only a VECTOR knowledge base"),
+        (
+            knowledge_base(role="arn:aws:iam::123456789012:role/someone-else"),
+            None,
+            None,
+            "service role is arn:aws:iam::123456789012:role/someone-else, not knowledgeBaseRoleArn",
+        ),
+        (None, None, "kb", f"knowledge base {KB}: not found in us-east-1 \\(ResourceNotFoundException\\)"),
+        (knowledge_base(), None, "ds", f"data source {DS} of knowledge base {KB}: not found in us-east-1"),
+        (knowledge_base(), {"status": "DELETING"}, None, "is DELETING"),
+        (
+            knowledge_base(),
+            {"dataSourceConfiguration": {"type": "REDSHIFT_METADATA"}},
+            None,
+            "of type REDSHIFT_METADATA, which runs no custom transformation",
+        ),
+    ],
+)
+def test_what_cannot_be_attached_is_refused_in_one_line_before_any_write(
+    agent: Any, kb: dict[str, Any] | None, source: dict[str, Any] | None, error: str | None, message: str
+) -> None:
+    client, stub = agent
+    if error == "kb":
+        stub.add_client_error(
+            "get_knowledge_base", "ResourceNotFoundException", "no such knowledge base", 404
+        )
+    else:
+        stub.add_response("get_knowledge_base", kb)
+        if error == "ds":
+            stub.add_client_error("get_data_source", "ResourceNotFoundException", "no such data source", 404)
+        elif "service role" not in message and "KENDRA" not in message:
+            stub.add_response("get_data_source", {"dataSource": {**data_source(None), **(source or {})}})
+        else:
+            stub.add_response("get_data_source", {"dataSource": data_source(None)})
+    with pytest.raises(AttachError, match=message) as caught:
+        handle(event("Create", "Custom::DataSourceInspection"), DataSources(client))
+    assert "\n" not in str(caught.value)
+
+
+def test_another_transformation_is_refused_unless_replaced_and_is_put_back_on_detach(agent: Any) -> None:
+    client, stub = agent
+    theirs = ours(OTHER, "s3://their-intermediate/prefix/")
+    before = data_source(CHUNKINGS["fixed_size"], theirs)
+    stub.add_response("get_data_source", {"dataSource": before})
+    with pytest.raises(
+        AttachError, match=r"already runs the transformation .*teams-own-chunker.*replaceTransformation=true"
+    ):
+        handle(event("Create"), DataSources(client))  # no update_data_source queued: nothing written
+
+    stub.add_response("get_data_source", {"dataSource": before})
+    answer_update(stub, update_of(before, ours(FUNCTION, URI)))
+    created = handle(event("Create", properties={"ReplaceTransformation": "true"}), DataSources(client))
+    assert parse_physical_id(created["PhysicalResourceId"]) == (KB, DS, theirs)
+    assert created["Data"]["Replaced"] == OTHER
+
+    stub.add_response(
+        "get_data_source", {"dataSource": data_source(CHUNKINGS["fixed_size"], ours(FUNCTION, URI))}
+    )
+    answer_update(stub, update_of(before, theirs))  # theirs back, as it was
+    handle(event("Delete", PhysicalResourceId=created["PhysicalResourceId"]), DataSources(client))
+
+
+def test_an_update_sets_the_new_function_and_keeps_what_to_put_back(agent: Any) -> None:
+    client, stub = agent
+    theirs = ours(OTHER, "s3://their-intermediate/")
+    identifier = physical_id(KB, DS, theirs)
+    attached = data_source(CHUNKINGS["semantic"], ours(FUNCTION, URI))
+    stub.add_response("get_data_source", {"dataSource": attached})
+    answer_update(stub, update_of(attached, ours(NEW_FUNCTION, URI)))
+    updated = handle(
+        event(
+            "Update",
+            properties={"FunctionArn": NEW_FUNCTION},
+            PhysicalResourceId=identifier,
+            OldResourceProperties={"FunctionArn": FUNCTION, "KnowledgeBaseId": KB, "DataSourceId": DS},
+        ),
+        DataSources(client),
+    )
+    assert updated["PhysicalResourceId"] == identifier  # the same data source: not a replacement
+
+
+def test_a_detach_after_hand_changes_removes_only_our_transformation(agent: Any) -> None:
+    client, stub = agent
+    changed = data_source(CHUNKINGS["fixed_size"], ours(FUNCTION, URI))
+    changed["description"] = "Renamed by hand"
+    changed["dataDeletionPolicy"] = "DELETE"
+    stub.add_response("get_data_source", {"dataSource": changed})
+    answer_update(stub, update_of(changed, None))  # their description and policy stay
+    handle(event("Delete", PhysicalResourceId=physical_id(KB, DS, None)), DataSources(client))
+
+
+def test_a_detach_leaves_a_transformation_someone_else_set_and_logs_it(
+    agent: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    client, stub = agent
+    stub.add_response("get_data_source", {"dataSource": data_source(None, ours(OTHER, URI))})
+    with caplog.at_level("WARNING"):
+        handle(event("Delete", PhysicalResourceId=physical_id(KB, DS, None)), DataSources(client))
+    assert "no longer runs this stack's function" in caplog.text  # and no update_data_source was called
+
+
+def test_a_detach_of_something_gone_or_never_attached_does_nothing(agent: Any) -> None:
+    client, stub = agent
+    stub.add_client_error("get_data_source", "ResourceNotFoundException", "gone", 404)
+    handle(event("Delete", PhysicalResourceId=physical_id(KB, DS, None)), DataSources(client))
+    # A create that failed leaves the framework's request ID as physical ID: no call at all.
+    handle(event("Delete", PhysicalResourceId="d5b2c1a0-request-id"), DataSources(client))
+
+
+def test_the_physical_id_keeps_a_transformation_within_cloudformations_1_kb() -> None:
+    theirs = ours(OTHER, "s3://their-intermediate/" + "p/" * 100)
+    identifier = physical_id(KB, DS, theirs)
+    assert len(identifier) <= 1024 and parse_physical_id(identifier) == (KB, DS, theirs)
+    huge = ours(OTHER, "s3://b/" + "".join(f"{n:x}" for n in range(2000)))
+    with pytest.raises(AttachError, match="too large to keep"):
+        physical_id(KB, DS, huge)
