@@ -8,7 +8,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-long lint format bench bench-contextualize bench-load bench-reliability bench-structural bench-chunking bench-cold-start eval-dense synth deploy destroy clean
+.PHONY: demo test test-long lint format bench bench-contextualize bench-load bench-reliability bench-structural bench-chunking bench-batch bench-cold-start eval-dense synth deploy destroy clean
 
 # The CDK CLI, pinned: the 3.x CLI rejects this app's cloud assembly.
 CDK := npx --yes aws-cdk@2.1148.1
@@ -63,6 +63,9 @@ bench-structural: $(STAMP)  ## the structural pass on a heading-dense manual of 
 bench-chunking: $(STAMP)  ## chunking by structure: 1/10/50 MB documents whole; against fixed-size chunks (~5 min)
 	$(BIN)/python bench/chunking.py speed
 	$(BIN)/python bench/chunking.py quality
+
+bench-batch: $(STAMP)  ## ckb contextualize's cost against the floor; deferred ingestion's speed (~2 min)
+	$(BIN)/python bench/batch.py
 
 bench-cold-start: $(STAMP)  ## the function's asset (size, contents) and a cold start's first model call (~30 s)
 	$(BIN)/python bench/cold_start.py

@@ -25,6 +25,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
+from stacks.batch import BatchRole
 from stacks.bundling import resources_code
 from stacks.config import StackConfig
 from stacks.function import TransformFunction
@@ -175,6 +176,7 @@ class AttachStack(Stack):
         self.attachment.node.add_dependency(self.kb_policy)
         self.attachment.node.add_dependency(self.transform)
 
+        self.batch = BatchRole(self, "Batch", intermediate=self.intermediate, model_id=config.model_id)
         self.monitoring = Monitoring(
             self, "Monitoring", function=function, timeout_seconds=config.function_timeout_seconds
         )
@@ -189,5 +191,6 @@ class AttachStack(Stack):
             ("KnowledgeBaseRoleArn", config.knowledge_base_role_arn),
             ("KnowledgeBasePolicyName", self.kb_policy.policy_name),
             ("StackMode", "attach"),
+            ("BatchRoleArn", self.batch.role.role_arn),
         ):
             CfnOutput(self, name, value=value)

@@ -70,6 +70,8 @@ class StackConfig(BaseModel):
     kms_key: bool = Field(default=False, alias="kmsKey")
     function_memory_mb: int = Field(default=1024, alias="functionMemoryMb", ge=256, le=10240)
     function_timeout_seconds: int = Field(default=900, alias="functionTimeoutSeconds", ge=60, le=900)
+    # The function's CONTEXT_DEFER (README, "Contexts made later"); unset: the function's default (fallbacks).
+    context_defer: Literal["never", "fallbacks", "always"] | None = Field(default=None, alias="contextDefer")
     # Environment of the transformation function (README, "Settings"): every variable can be set here.
     function_environment: dict[str, str] = Field(default_factory=dict, alias="functionEnvironment")
     # OpenSearch Serverless standby replicas in a second AZ (AWS's default); off halves the idle OCUs.
@@ -111,6 +113,8 @@ class StackConfig(BaseModel):
                 f"parentMaxTokens={self.parent_max_tokens}"
             )
         self._chunking_is_one_choice()
+        if self.context_defer and "CONTEXT_DEFER" in self.function_environment:
+            raise ValueError("contextDefer and functionEnvironment.CONTEXT_DEFER: set one of them")
         redirecting = sorted(
             name
             for name in self.function_environment
@@ -204,6 +208,10 @@ class StackConfig(BaseModel):
             )
 
     @property
+    def function_defer(self) -> dict[str, str]:
+        return {"CONTEXT_DEFER": self.context_defer} if self.context_defer else {}
+
+    @property
     def function_chunking(self) -> dict[str, str]:
         """The function's chunking settings that ``chunking`` implies (attach mode: the sizes, and CHUNKING
         from the data source at deploy time; ``structure`` here, to check the sizes)."""
@@ -230,7 +238,7 @@ class StackConfig(BaseModel):
                 hint = f" (did you mean {close[0]}?)" if close else " (README, Settings, lists them)"
                 raise ValueError(f"functionEnvironment.{name}: not a setting of the function{hint}")
         try:
-            Settings.from_env({**self.function_environment, **self.function_chunking})
+            Settings.from_env({**self.function_environment, **self.function_chunking, **self.function_defer})
         except ConfigurationError as exc:
             raise ValueError(f"functionEnvironment: {exc}") from None
 

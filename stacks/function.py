@@ -91,6 +91,7 @@ class TransformFunction(Construct):
             "CONTEXT_STRATEGY": "claude",
             **config.function_environment,
             **(config.function_chunking if chunking is None else chunking),
+            **config.function_defer,
         }
         self.function = lambda_.Function(
             self,

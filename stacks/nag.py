@@ -9,8 +9,10 @@ import aws_cdk as cdk
 from constructs import IConstruct
 
 from stacks.attach import AttachStack
+from stacks.batch import BatchRole
 from stacks.function import TransformFunction
 from stacks.stack import ContextualKbStack
+from stacks.storage import BATCH_PREFIX
 from stacks.vector_store import OpenSearchVectorStore
 
 RULE = "AwsSolutions::AwsSolutions-"
@@ -33,11 +35,30 @@ def _bucket(bucket: IConstruct) -> str:
 
 def acknowledge(stack: ContextualKbStack | AttachStack) -> None:
     if isinstance(stack, AttachStack):
-        _function(stack.transform, _bucket(stack.intermediate), stack.config.model_id)
+        intermediate = _bucket(stack.intermediate)
+        _function(stack.transform, intermediate, stack.config.model_id)
         _attach(stack)
-        return
-    _function(stack.transform, _bucket(stack.storage.intermediate), stack.config.model_id)
-    _full_stack(stack)
+    else:
+        intermediate = _bucket(stack.storage.intermediate)
+        _function(stack.transform, intermediate, stack.config.model_id)
+        _full_stack(stack)
+    _batch(stack.batch, intermediate, stack.config.model_id)
+
+
+def _batch(batch: BatchRole, intermediate: str, model_id: str) -> None:
+    _ack(
+        batch.role,
+        f"IAM5[Resource::{intermediate}/{BATCH_PREFIX}*]",
+        "Batch inference jobs read their inputs and write their outputs under the batch prefix, one folder a "
+        "run and a job: the grant is on that prefix, nothing else of the bucket.",
+    )
+    model = model_id.split(".", 1)[-1]
+    _ack(
+        batch.role,
+        f"IAM5[Resource::arn:<AWS::Partition>:bedrock:*::foundation-model/{model}]",
+        "A cross-region inference profile routes to regions AWS chooses; the statement allows the model "
+        "only when called through the configured profile (condition bedrock:InferenceProfileArn).",
+    )
 
 
 def _function(transform: TransformFunction, intermediate: str, model_id: str) -> None:

@@ -6,6 +6,7 @@ from aws_cdk import CfnOutput, Stack
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
+from stacks.batch import BatchRole
 from stacks.bundling import resources_code
 from stacks.config import StackConfig
 from stacks.function import TransformFunction
@@ -58,6 +59,9 @@ class ContextualKbStack(Stack):
         )
         if isinstance(store, OpenSearchVectorStore):  # created only once its index answers
             self.knowledge_base.knowledge_base.node.add_dependency(store.index)
+        self.batch = BatchRole(
+            self, "Batch", intermediate=self.storage.intermediate, model_id=config.model_id
+        )
         self.monitoring = Monitoring(
             self,
             "Monitoring",
@@ -73,5 +77,6 @@ class ContextualKbStack(Stack):
             ("TransformFunctionName", self.transform.function.function_name),
             ("TransformFunctionArn", self.transform.function.function_arn),
             ("VectorStoreType", config.vector_store),
+            ("BatchRoleArn", self.batch.role.role_arn),
         ):
             CfnOutput(self, name, value=value)

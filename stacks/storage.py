@@ -1,7 +1,8 @@
 """Buckets: source documents (versioned), the KB's intermediate files, and access logs.
 
 All block public access, refuse plain HTTP and are encrypted (SSE-S3, or one customer-managed KMS key).
-Intermediate objects expire after ``intermediateExpirationDays``, except the remembered contexts.
+Intermediate objects expire after ``intermediateExpirationDays``, except the remembered contexts and the
+pending documents (both are read later: by re-syncs, by ``ckb contextualize``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from constructs import Construct
 KB_INTERMEDIATE_PREFIX = "aws/bedrock/knowledge_bases/"
 OUTPUT_PREFIX = "contextual-kb/output/"
 CONTEXTS_PREFIX = "contextual-kb/contexts/"
+# Batch inference inputs and outputs (ckb contextualize) expire; pending documents stay until contextualized.
+BATCH_PREFIX = "contextual-kb/batch/"
+PENDING_PREFIX = "contextual-kb/pending/"
 
 
 class Storage(Construct):
@@ -73,7 +77,7 @@ class Storage(Construct):
             server_access_logs_prefix="intermediate/",
             lifecycle_rules=[
                 s3.LifecycleRule(prefix=prefix, expiration=Duration.days(expiration_days))
-                for prefix in (KB_INTERMEDIATE_PREFIX, OUTPUT_PREFIX)
+                for prefix in (KB_INTERMEDIATE_PREFIX, OUTPUT_PREFIX, BATCH_PREFIX)
             ],
             **common,
         )

@@ -175,7 +175,11 @@ def test_buckets_block_public_access_enforce_tls_and_encrypt(synthesized: dict[s
     assert source["Properties"]["VersioningConfiguration"] == {"Status": "Enabled"}
     (intermediate,) = [b for k, b in buckets.items() if "Intermediate" in k]
     rules = intermediate["Properties"]["LifecycleConfiguration"]["Rules"]
-    assert {r["Prefix"] for r in rules} == {"aws/bedrock/knowledge_bases/", "contextual-kb/output/"}
+    assert {r["Prefix"] for r in rules} == {
+        "aws/bedrock/knowledge_bases/",
+        "contextual-kb/output/",
+        "contextual-kb/batch/",
+    }
     assert all(r["ExpirationInDays"] == 30 for r in rules)  # the remembered contexts are kept
 
 

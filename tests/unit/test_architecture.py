@@ -7,6 +7,8 @@ it cannot rot.
     query        retrieve and rerank, answering, ingestion jobs, stack lookup: runtime
     local        stand-ins, local S3, KB-style staging, fault harness, samples: runtime
     evaluation   metrics, lexical analysis, offline and deployed runs, dense retrieval: runtime, query, local
+    deferred     contexts made later (pending documents, batch inference, ckb contextualize): runtime, query,
+                 local
     cli          the ``ckb`` commands, rendering, terminal safety: anything
     resources    the stack's custom resources (the index, attaching a data source): nothing else; each its
                  own small function's asset
@@ -20,13 +22,14 @@ from pathlib import Path
 from tests.conftest import ROOT
 
 PACKAGE = ROOT / "lambda" / "contextual_kb"
-PARTS = ("runtime", "resources", "query", "local", "evaluation", "cli")
+PARTS = ("runtime", "resources", "query", "local", "evaluation", "deferred", "cli")
 ALLOWED = {
     "runtime": {"runtime"},
     "resources": {"resources"},
     "query": {"runtime", "query"},
     "local": {"runtime", "local"},
     "evaluation": {"runtime", "query", "local", "evaluation"},
+    "deferred": {"runtime", "query", "local", "deferred"},
     "cli": set(PARTS),
 }
 

@@ -31,6 +31,7 @@ class Deployment:
     mode: str = "stack"  # stack: its own Knowledge Base; attach: one the user already had
     knowledge_base_role_arn: str = ""  # attach: the KB's own role, given the stack's policy
     knowledge_base_policy: str = ""  # attach: that policy's name
+    batch_role_arn: str = ""  # the role batch inference jobs run as (ckb contextualize)
 
     @property
     def attached(self) -> bool:
@@ -68,4 +69,5 @@ class Deployment:
             mode=outputs.get("StackMode", "stack"),
             knowledge_base_role_arn=outputs.get("KnowledgeBaseRoleArn", ""),
             knowledge_base_policy=outputs.get("KnowledgeBasePolicyName", ""),
+            batch_role_arn=outputs.get("BatchRoleArn", ""),
         )

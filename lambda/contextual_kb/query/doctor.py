@@ -447,8 +447,19 @@ FALLBACK_SHARE_TO_SUGGEST = 0.05
 
 def fallbacks_during(clients: Clients, start: datetime, end: datetime) -> tuple[int, int]:
     """(chunks given the fallback, chunks in) by the function between ``start`` and ``end`` (CloudWatch)."""
+    fell, chunks = _sums(clients, start, end, ("ContextFallbacks", "ChunksIn"))
+    return fell, chunks
+
+
+def model_calls_during(clients: Clients, start: datetime, end: datetime) -> int:
+    """The function's model calls between ``start`` and ``end`` (CloudWatch)."""
+    (calls,) = _sums(clients, start, end, ("ModelCalls",))
+    return calls
+
+
+def _sums(clients: Clients, start: datetime, end: datetime, metrics: tuple[str, ...]) -> list[int]:
     totals = []
-    for metric in ("ContextFallbacks", "ChunksIn"):
+    for metric in metrics:
         found = clients("cloudwatch").get_metric_statistics(
             Namespace=METRICS_NAMESPACE,
             MetricName=metric,
@@ -462,4 +473,4 @@ def fallbacks_during(clients: Clients, start: datetime, end: datetime) -> tuple[
             Statistics=["Sum"],
         )
         totals.append(int(sum(point.get("Sum", 0) for point in found.get("Datapoints", []))))
-    return totals[0], totals[1]
+    return totals

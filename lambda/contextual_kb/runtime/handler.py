@@ -111,6 +111,10 @@ def record_model(model: ModelAccounting) -> None:
         ("AnswersRejected", sum(model.answers_rejected.values())),
         ("AnswersCapped", model.answers_capped),
         ("ContextFallbacks", sum(model.fallbacks.values())),
+        # CONTEXT_DEFER: chunks left for `ckb contextualize`, and the documents recorded for it.
+        ("ChunksDeferred", model.deferred),
+        ("DocumentsPending", model.documents_pending),
+        ("PendingRecordErrors", model.pending_errors),
         *((f"Fallback_{reason}", count) for reason, count in model.fallbacks.items()),
     )
     if model.latencies:

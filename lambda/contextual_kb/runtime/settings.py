@@ -19,6 +19,7 @@ ContextMode = Literal["per_chunk", "grouped", "published"]
 CacheTtl = Literal["5m", "1h"]
 OnModelError = Literal["fallback", "fail"]
 Chunking = Literal["kb", "structure"]
+ContextDefer = Literal["never", "fallbacks", "always"]
 
 # Claude Haiku 4.5 through the global cross-region inference profile: list price, any commercial region.
 DEFAULT_MODEL_ID = "global.anthropic.claude-haiku-4-5-20251001-v1:0"
@@ -102,6 +103,21 @@ class Settings(BaseModel):
     context_memory_prefix: str = Field(default="contextual-kb/contexts/", alias="CONTEXT_MEMORY_PREFIX")
     # JSON price overrides in USD per million tokens, e.g. {"input": 1, "output": 5, "cache_read": 0.1}.
     model_prices: str = Field(default="", alias="MODEL_PRICES")
+    # What is left without a model context is recorded for `ckb contextualize` (README, "Contexts made
+    # later"): never; fallbacks (what fell back); always (no model call here at all: structural contexts
+    # now, every document pending, its contexts made later by Bedrock batch inference).
+    context_defer: ContextDefer = Field(default="fallbacks", alias="CONTEXT_DEFER")
+    # Pending documents are recorded in the intermediate bucket under this prefix.
+    pending_prefix: str = Field(default="contextual-kb/pending/", min_length=1, alias="PENDING_PREFIX")
+
+    @model_validator(mode="after")
+    def _deferred_contexts_are_remembered(self) -> Settings:
+        if self.context_defer == "always" and not self.context_memory_prefix:
+            raise ValueError(
+                "CONTEXT_DEFER=always with CONTEXT_MEMORY_PREFIX empty: contexts made later are found "
+                "through the remembered contexts; set a prefix, or CONTEXT_DEFER=fallbacks"
+            )
+        return self
 
     @model_validator(mode="after")
     def _overlap_within_size(self) -> Settings:

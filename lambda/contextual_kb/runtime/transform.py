@@ -139,6 +139,11 @@ class Transformation:
             bucket=event.bucket_name,
             deadline=(deadline or Deadline.unlimited()).budgeted(work),
             accounting=stats.model,
+            ids={
+                "knowledge_base_id": event.knowledge_base_id,
+                "data_source_id": event.data_source_id,
+                "ingestion_job_id": event.ingestion_job_id,
+            },
         )
         bucket = event.bucket_name
         validated = self._validate_all(event, work)

@@ -56,6 +56,8 @@ class Invocation:
     bucket: str  # the intermediate bucket (remembered contexts live under a prefix of it)
     deadline: Deadline = field(default_factory=Deadline.unlimited)
     accounting: ModelAccounting = field(default_factory=ModelAccounting)  # filled by model strategies
+    # The KB's ids from the event, for the records of documents left pending.
+    ids: dict[str, str] = field(default_factory=dict)
 
 
 class ContextStrategy(ABC):

@@ -47,6 +47,9 @@ class ModelAccounting:
     answers_capped: int = 0  # kept, cut to CONTEXT_MAX_CHARS
     grouped_retries: int = 0  # chunks missing from a grouped answer, asked again alone
     fallbacks: Counter[str] = field(default_factory=Counter)  # chunks given the fallback, by reason
+    deferred: int = 0  # CONTEXT_DEFER=always: chunks left for `ckb contextualize` (structural for now)
+    documents_pending: int = 0  # documents recorded as pending
+    pending_errors: int = 0  # pending records that could not be written (logged)
     windowed_documents: int = 0
     prices: Prices | None = None
     cache_ttl: str = "5m"
@@ -54,7 +57,7 @@ class ModelAccounting:
     @property
     def used(self) -> bool:
         """A model strategy did something this invocation (else its figures are left out)."""
-        return bool(self.calls or self.chunks_remembered or self.fallbacks)
+        return bool(self.calls or self.chunks_remembered or self.fallbacks or self.deferred)
 
     @property
     def retries(self) -> int:
@@ -104,5 +107,8 @@ class ModelAccounting:
             "answers_capped": self.answers_capped,
             "grouped_retries": self.grouped_retries,
             "fallbacks": dict(self.fallbacks),
+            "deferred": self.deferred,
+            "documents_pending": self.documents_pending,
+            "pending_errors": self.pending_errors,
             "windowed_documents": self.windowed_documents,
         }

@@ -16,7 +16,10 @@ The engine, per invocation:
 - what comes back is checked as untrusted text, remembered contexts read back as strictly as answers, and a
   failure on one chunk's context is that chunk's fallback, never the call's;
 - every chunk left without a model context gets the structural context, counted by reason and logged with
-  its file and batch keys; with ``ON_MODEL_ERROR=fail`` a model failure raises instead.
+  its file and batch keys; with ``ON_MODEL_ERROR=fail`` a model failure raises instead;
+- ``CONTEXT_DEFER``: a document with such chunks is recorded as pending (``runtime/pending.py``) for
+  ``ckb contextualize`` to give them model contexts later; with ``always`` no model is called here at all
+  (remembered contexts are still used), and every chunk without one is deferred.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ from contextual_kb.runtime.context.structural import StructuralStrategy
 from contextual_kb.runtime.deadline import Deadline
 from contextual_kb.runtime.errors import ModelError, TransformationError
 from contextual_kb.runtime.observability import logger
+from contextual_kb.runtime.pending import PendingStore, PromptSnapshot, pending_key, record
 from contextual_kb.runtime.settings import Settings
 
 NAME = "claude"
@@ -86,15 +90,22 @@ _RECENT_CALLS = 200  # the expected duration of a call is the p95 of this many r
 DOCUMENT_FAILURE_LIMIT = 2 * MAX_JOB_ATTEMPTS
 # Fallback reasons that are model failures (``ON_MODEL_ERROR=fail`` raises on them).
 MODEL_FAILURES = frozenset({"model_error", "model_rejected", "model_unavailable", "model_throttled"})
+DEFERRED = "deferred"  # CONTEXT_DEFER=always: no call made here, the context is made later
 
 
 class ClaudeStrategy(ContextStrategy):
     name = NAME
 
     def __init__(
-        self, settings: Settings, *, client: ClaudeClient | None = None, memory: ContextMemory | None = None
+        self,
+        settings: Settings,
+        *,
+        client: ClaudeClient | None = None,
+        memory: ContextMemory | None = None,
+        pending: PendingStore | None = None,
     ) -> None:
         self.settings = settings
+        self._pending = pending
         self.published = settings.context_mode == "published"
         self.grouped = settings.context_mode == "grouped"
         self.prompt = PromptSettings(
@@ -125,7 +136,7 @@ class ClaudeStrategy(ContextStrategy):
         # Built now (the handler builds the strategy at init), so a cold environment's first invocation does
         # not pay for them; without a region the client stays unbuilt, and every call falls back (no region).
         self._client = client
-        if client is None:
+        if client is None and settings.context_defer != "always":  # always: no call is ever made here
             with contextlib.suppress(TransformationError):
                 self._client = self._new_client()
         self._memory = memory if memory is not None or not self.remembering else ContextMemory()
@@ -150,6 +161,30 @@ class ClaudeStrategy(ContextStrategy):
         if self._memory is None:
             self._memory = ContextMemory()
         return self._memory
+
+    @property
+    def pending(self) -> PendingStore:
+        if self._pending is None:
+            import boto3
+
+            from contextual_kb.runtime.storage import S3_CONFIG
+
+            self._pending = PendingStore(boto3.client("s3", config=S3_CONFIG))
+        return self._pending
+
+    @property
+    def prompt_snapshot(self) -> PromptSnapshot:
+        settings = self.settings
+        return PromptSnapshot(
+            model_id=settings.model_id,
+            instruction=settings.context_instruction,
+            glossary=settings.glossary,
+            context_max_tokens=settings.context_max_tokens,
+            context_max_chars=settings.context_max_chars,
+            max_document_tokens=settings.max_document_tokens,
+            window_tokens=settings.window_tokens,
+            opening_tokens=settings.opening_tokens,
+        )
 
     def contextualize(
         self, documents: Iterable[SourceDocument], invocation: Invocation | None = None
@@ -203,6 +238,10 @@ class _Run:
         self.open: dict[int, _Open] = {}
         self.stopped = False  # the hard stop passed: no more calls this invocation
         self.memory_on = strategy.remembering and bool(self.bucket)
+        # Contexts made later are found through the remembered contexts: no memory, nothing to defer.
+        self.defer = self.settings.context_defer if self.memory_on else "never"
+        self.ids = invocation.ids
+        self.pending_saves: list[Future[None]] = []
         self._memory_warned = False
         self.clock = self.deadline.clock
         self.recent: list[float] = []  # durations of recent calls, successful or not
@@ -355,6 +394,12 @@ class _Run:
                 self.acct.chunks_remembered += 1
             else:
                 needed.add(index)
+        if self.defer == "always":  # no model call here: the contexts are made later (ckb contextualize)
+            for index in needed:
+                opened.fallback[index] = DEFERRED
+            self.planner.add(opened.seq, [])
+            opened.scheduled = True
+            return
         units: list[tuple[bool, list[Job]]] = []
         for number, unit in enumerate(opened.units):
             if self.stopped:  # remembered contexts only: the rest get the fallback below
@@ -414,20 +459,28 @@ class _Run:
                 opened.fallback[index] = "no_answer"
         if opened.fallback:
             structural = self.s.fallback.contexts_for(opened.document, self.deadline)
-            reasons = Counter(opened.fallback.values())
             for index in opened.fallback:
                 opened.contexts[index] = structural[index]
+            reasons = Counter(opened.fallback.values())
+            deferred = reasons.pop(DEFERRED, 0)
+            self.acct.deferred += deferred
             self.acct.fallbacks.update(reasons)
-            logger.warning(
-                "chunks given the structural context instead of a model context",
-                extra={
-                    "file": opened.document.source,
-                    "batch_keys": list(opened.document.keys),
-                    "chunks": len(opened.fallback),
-                    "reasons": dict(reasons),
-                    "chunk_indices": sorted(opened.fallback)[:_LOGGED_INDICES],
-                },
-            )
+            if reasons:
+                logger.warning(
+                    "chunks given the structural context instead of a model context",
+                    extra={
+                        "file": opened.document.source,
+                        "batch_keys": list(opened.document.keys),
+                        "chunks": sum(reasons.values()),
+                        "reasons": dict(reasons),
+                        "chunk_indices": sorted(i for i, r in opened.fallback.items() if r != DEFERRED)[
+                            :_LOGGED_INDICES
+                        ],
+                        "pending": self.defer != "never",
+                    },
+                )
+            if self.defer != "never":
+                self.pending_saves.append(io.submit(self._record_pending, opened))
         if opened.learned and opened.memory_key:
             merged = {**_by_place(opened), **opened.learned}
             saves.append(
@@ -437,9 +490,28 @@ class _Run:
         del self.open[opened.seq]
         return DocumentContexts(opened.document, tuple(opened.contexts))
 
+    def _record_pending(self, opened: _Open) -> None:
+        """Record the document for ``ckb contextualize`` (idempotent: keyed by its text and prompt)."""
+        document = opened.document
+        text = document.document.text
+        pending = record(
+            memory_key=opened.memory_key,
+            fingerprint=self.s.fingerprint,
+            text=text,
+            spans=[(span.start, span.end) for span in document.document.spans],
+            pending=opened.fallback,
+            prompt=self.s.prompt_snapshot,
+            source=document.source,
+            path=document.path,
+            ids=self.ids,
+        )
+        key = pending_key(self.settings.pending_prefix, self.s.fingerprint, text)
+        self.s.pending.save(self.bucket, key, pending)
+
     def _await_saves(self, saves: list[tuple[Future[None], int]]) -> None:
-        """Wait for the remembered contexts to be written, while the deadline allows (writes, like the
-        outputs: they take compute time, not the model's)."""
+        """Wait for the remembered contexts and pending records to be written, while the deadline allows
+        (writes, like the outputs: they take compute time, not the model's)."""
+        self._await_pending()
         if not saves:
             return
         remaining = self.deadline.compute_remaining()
@@ -454,6 +526,22 @@ class _Run:
             except Exception as exc:
                 self.acct.memory_errors += 1
                 logger.warning("could not remember contexts", extra={"error": str(exc)})
+
+    def _await_pending(self) -> None:
+        if not self.pending_saves:
+            return
+        remaining = self.deadline.compute_remaining()
+        wait(self.pending_saves, timeout=None if remaining == float("inf") else max(0.0, remaining))
+        for future in self.pending_saves:
+            try:
+                if not future.done():
+                    raise TimeoutError("no time left to write it")
+                future.result()
+                self.acct.documents_pending += 1
+            except Exception as exc:  # the chunks keep their structural context; the record is what is lost
+                self.acct.pending_errors += 1
+                logger.warning("could not record a pending document", extra={"error": str(exc)})
+        self.pending_saves.clear()
 
     # --- calls ---
     def _start(self, pool: ThreadPoolExecutor, calls: dict[Future[Reply], tuple[Job, float]]) -> None:

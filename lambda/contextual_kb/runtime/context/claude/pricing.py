@@ -34,6 +34,24 @@ PRICE_TABLE: dict[str, Prices] = {
     "claude-opus-4-5": Prices(5.0, 25.0, 6.25, 10.0, 0.50),
 }
 
+
+@dataclass(frozen=True, slots=True)
+class BatchPrices:
+    """Bedrock batch inference, USD per million tokens: no prompt caching, so input and output only."""
+
+    input: float
+    output: float
+
+
+# Bedrock batch inference: half the on-demand list price for these models (AWS: "about 50% of on-demand
+# prices", ../shared/notes/aws-facts.md), per model beside the on-demand table; `--batch-prices` overrides.
+BATCH_PRICE_TABLE: dict[str, BatchPrices] = {
+    "claude-haiku-4-5": BatchPrices(0.50, 2.50),
+    "claude-3-haiku": BatchPrices(0.125, 0.625),
+    "claude-sonnet-4-5": BatchPrices(1.50, 7.50),
+    "claude-opus-4-5": BatchPrices(2.50, 12.50),
+}
+
 # Minimum cacheable prefix in tokens (facts file). Sonnet 4.5 is 1,024 in Anthropic's table and 4,096 in a
 # copy of Bedrock's: the lower value only costs a serialized first call when wrong, the higher one would
 # lose caching, and the response's usage says what really happened either way.
@@ -127,3 +145,29 @@ def cost_usd(
         + cache_read_tokens * prices.cache_read
         + output_tokens * prices.output
     ) / 1_000_000
+
+
+def batch_prices_for(model_id: str, overrides: str = "") -> BatchPrices | None:
+    """The model's batch prices (with the geographic-profile markup), overridden field by field (JSON
+    ``{"input": .., "output": ..}``); None if unknown and not given in full."""
+    family = _family(model_id, BATCH_PRICE_TABLE)  # type: ignore[arg-type]
+    base = BATCH_PRICE_TABLE.get(family) if family else None
+    if base is not None and model_id.startswith(_GEOGRAPHIC_PREFIXES):
+        base = BatchPrices(base.input * GEOGRAPHIC_MARKUP, base.output * GEOGRAPHIC_MARKUP)
+    if not overrides:
+        return base
+    try:
+        given = json.loads(overrides)
+        if not isinstance(given, dict) or set(given) - {"input", "output"}:
+            raise TypeError('expected {"input": <USD per million>, "output": <USD per million>}')
+        if any(isinstance(v, bool) or not isinstance(v, int | float) or v < 0 for v in given.values()):
+            raise TypeError("prices must be numbers, not negative")
+    except (TypeError, ValueError) as exc:
+        raise TransformationError(f"batch prices: {exc}") from None
+    if base is None:
+        if set(given) != {"input", "output"}:
+            raise TransformationError(
+                f"batch prices: model {model_id} is not in the table: give input and output"
+            )
+        return BatchPrices(float(given["input"]), float(given["output"]))
+    return BatchPrices(float(given.get("input", base.input)), float(given.get("output", base.output)))

@@ -1,0 +1,114 @@
+"""Contexts made later (issue 20): the cost of `ckb contextualize` against the on-demand floor, and the
+speed of an ingestion that defers every context against one that calls the model in the Lambda.
+
+    .venv/bin/python bench/batch.py            # make bench-batch (about 2 minutes)
+
+cost: ``ckb contextualize --local`` on the codebase corpus (90 documents, 737 chunks): the handler with
+CONTEXT_DEFER=always, then batch records of 20 and 40 chunks through the batch inference stand-in (its
+records answered by the same stand-in as the contextualization table: same contexts, same token counts,
+3.5 bytes a token), stored, and the handler again as the re-ingestion. Floor = each document read once at
+the on-demand input price + the contexts written at the on-demand output price (Haiku 4.5 list prices;
+batch at half of them).
+
+speed: the same staged corpus through the real handler on moto S3, warm (the second of three invocations
+onward, the median of three): CONTEXT_DEFER=always against CONTEXT_DEFER=never with per-chunk model calls in
+the Lambda (remembering off, so every run calls the model), the stand-in in its own process at 300 ms +
+2 ms per output token (the contextualization table's), MAX_CONCURRENCY=32.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+from pathlib import Path
+
+for name, value in {
+    "POWERTOOLS_METRICS_DISABLED": "true",
+    "POWERTOOLS_TRACE_DISABLED": "true",
+    "POWERTOOLS_LOG_LEVEL": "WARNING",
+    "AWS_ACCESS_KEY_ID": "bench",
+    "AWS_SECRET_ACCESS_KEY": "bench",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}.items():
+    os.environ.setdefault(name, value)
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "codebase" / "codebase_chunks.json"
+
+
+def cost() -> None:
+    from contextual_kb.deferred.offline import run_local
+    from contextual_kb.evaluation.offline import load_corpus
+
+    documents = load_corpus(CORPUS)
+    print(
+        "| records of | records | jobs | input tokens | output tokens | cost | floor | cost / floor | "
+        "pending after | chunks with a model context | model calls in re-ingestion |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for group in (20, 40):
+        s = run_local(documents, group_size=group).summary
+        print(
+            f"| {group} chunks | {s.records} | {s.jobs} | {s.input_tokens:,} | {s.output_tokens:,} | "
+            f"${s.cost_usd:.4f} | ${s.floor_usd:.4f} | {s.cost_vs_floor:.3f} | {s.pending_after} | "
+            f"{s.model_contexts} of {s.chunks} | {s.model_calls_during_reingest} |",
+            flush=True,
+        )
+
+
+def speed(runs: int = 3) -> None:
+    import boto3
+    from moto import mock_aws
+
+    from contextual_kb.deferred.offline import environment
+    from contextual_kb.evaluation.offline import load_corpus
+    from contextual_kb.local import runner
+    from contextual_kb.local.bedrock_standin import standin_subprocess
+    from contextual_kb.local.kb_staging import build_event, stage_file
+
+    documents = load_corpus(CORPUS)
+    with standin_subprocess(300.0, 2.0) as url, mock_aws():
+        s3 = boto3.client("s3")
+        s3.create_bucket(Bucket="bench-deferred")
+        staged = [
+            stage_file(
+                s3,
+                "bench-deferred",
+                f"s3://src/{d['doc_id']}",
+                [c["content"] for c in d["chunks"]],
+                chunks_per_batch=8,
+            )
+            for d in documents
+        ]
+        event = build_event("bench-deferred", staged)
+        results = {}
+        cases = {
+            "CONTEXT_DEFER=always (no model call in the Lambda)": {"CONTEXT_DEFER": "always"},
+            "model calls in the Lambda (per-chunk, remembering off)": {
+                "CONTEXT_DEFER": "never",
+                "CONTEXT_MEMORY_PREFIX": "",
+            },
+        }
+        for label, settings in cases.items():
+            with environment(CONTEXT_STRATEGY="claude", ANTHROPIC_BEDROCK_BASE_URL=url, **settings):
+                seconds = []
+                for run in range(runs + 1):
+                    result = runner.invoke(event, fresh=run == 0)
+                    if run:  # the first builds the runtime (Lambda's init): not counted
+                        seconds.append(result.seconds)
+                model = result.summary().get("model", {})
+            results[label] = (statistics.median(seconds), model)
+        print("| ingestion | handler seconds (median, warm) | model calls | chunks deferred |")
+        print("|---|---|---|---|")
+        for label, (seconds, model) in results.items():
+            print(f"| {label} | {seconds:.2f} | {model.get('calls', 0)} | {model.get('deferred', 0)} |")
+        (fast, _), (slow, _) = results.values()
+        print(f"\nspeed-up: {slow / fast:.1f}x")
+
+
+if __name__ == "__main__":
+    parts = sys.argv[1:] or ["cost", "speed"]
+    if "cost" in parts:
+        cost()
+    if "speed" in parts:
+        speed()

@@ -1,0 +1,303 @@
+"""``ckb contextualize``: the pending documents' contexts by Bedrock batch inference, then re-ingestion."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.table import Table
+
+from contextual_kb.cli.errors import CliError, usage
+from contextual_kb.cli.kb import Region, Stack, deployment_of, ingestion_of
+from contextual_kb.cli.terminal import console, error_console, plain, write_json
+from contextual_kb.query.deployment import DEFAULT_STACK
+
+DATASET = Path(__file__).resolve().parents[4] / "shared" / "datasets" / "codebase"
+SHOWN_DATASET = "../shared/datasets/codebase"
+
+
+def contextualize(
+    local: Annotated[
+        bool,
+        typer.Option(
+            "--local",
+            help="Offline, end to end on a corpus: local S3, the handler with CONTEXT_DEFER=always, a batch "
+            "inference stand-in, then the handler again as the re-ingestion. No AWS account.",
+        ),
+    ] = False,
+    corpus: Annotated[
+        Path,
+        typer.Option(
+            help="With --local: the corpus (the codebase benchmark's format).",
+            exists=True,
+            dir_okay=False,
+            metavar="FILE",
+            show_default=f"{SHOWN_DATASET}/codebase_chunks.json",
+        ),
+    ] = DATASET / "codebase_chunks.json",
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Plan only: records, tokens and the cost, nothing written.")
+    ] = False,
+    group_size: Annotated[
+        int, typer.Option(help="Chunks a record asks for.", min=1, max=64, metavar="N")
+    ] = 40,
+    on_demand_retry: Annotated[
+        bool,
+        typer.Option("--on-demand-retry", help="Ask records that failed in a batch job again, on demand."),
+    ] = False,
+    reingest: Annotated[
+        bool,
+        typer.Option(
+            "--reingest/--no-reingest",
+            help="End by ingesting the documents that got contexts again (S3 data sources: metadata files "
+            "marked, as ckb sync --reprocess).",
+        ),
+    ] = True,
+    min_records: Annotated[
+        int | None,
+        typer.Option(
+            envvar="CKB_BATCH_MIN_RECORDS",
+            help="A job's minimum of records (quota; AWS's default 100, the local stand-in's 10).",
+            min=1,
+            metavar="N",
+        ),
+    ] = None,
+    max_records: Annotated[
+        int,
+        typer.Option(
+            envvar="CKB_BATCH_MAX_RECORDS", help="A job's maximum of records (quota).", min=1, metavar="N"
+        ),
+    ] = 50_000,
+    max_file_bytes: Annotated[
+        int,
+        typer.Option(
+            envvar="CKB_BATCH_MAX_FILE_BYTES",
+            help="An input file's maximum size (quota).",
+            min=1,
+            metavar="BYTES",
+        ),
+    ] = 1024**3,
+    max_job_bytes: Annotated[
+        int,
+        typer.Option(
+            envvar="CKB_BATCH_MAX_JOB_BYTES",
+            help="A job's maximum input size (quota).",
+            min=1,
+            metavar="BYTES",
+        ),
+    ] = 5 * 1024**3,
+    batch_prices: Annotated[
+        str,
+        typer.Option(
+            envvar="BATCH_PRICES",
+            help='Batch prices in USD per million tokens, JSON: {"input": 0.5, "output": 2.5}.',
+            metavar="JSON",
+        ),
+    ] = "",
+    poll_seconds: Annotated[
+        float, typer.Option(help="Seconds between job status checks.", min=0.01, metavar="SECONDS")
+    ] = 30.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print only the summary, as JSON.")] = False,
+    stack: Stack = DEFAULT_STACK,
+    region: Region = None,
+) -> None:
+    """Make the model contexts that ingestion left pending (CONTEXT_DEFER) with Bedrock batch inference at
+    half the on-demand price, store them where the function reads them, and ingest those documents again."""
+    from contextual_kb.deferred.records import Limits
+    from contextual_kb.runtime.context.claude.pricing import batch_prices_for
+    from contextual_kb.runtime.errors import TransformationError
+
+    try:
+        batch_prices_for("claude-haiku-4-5", batch_prices)
+    except TransformationError as exc:
+        raise usage("--batch-prices", str(exc).removeprefix("batch prices: ")) from None
+    out = console()
+    log = (lambda _: None) if as_json else (lambda line: out.print(plain(line)))
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        console=error_console(),
+        transient=True,
+    ) as bar:
+        tasks: dict[str, Any] = {}
+
+        def progress(name: str, done: int, total: int) -> None:
+            if name not in tasks:
+                tasks[name] = bar.add_task(name, total=total)
+            bar.update(tasks[name], completed=done)
+
+        if local:
+            from contextual_kb.deferred.offline import run_local
+            from contextual_kb.evaluation.offline import load_corpus
+            from contextual_kb.local.batch_standin import BatchConfig
+
+            config = BatchConfig()
+            limits = Limits(min_records or config.min_records, max_records, max_file_bytes, max_job_bytes)
+            run = run_local(
+                load_corpus(corpus),
+                group_size=group_size,
+                limits=limits,
+                batch=config,
+                on_demand_retry=on_demand_retry,
+                dry_run=dry_run,
+                log=log,
+                progress=progress,
+            )
+            result = run.as_dict()
+        else:
+            limits = Limits(min_records or 100, max_records, max_file_bytes, max_job_bytes)
+            result = _on_aws(
+                stack,
+                region,
+                limits,
+                group_size,
+                on_demand_retry,
+                dry_run,
+                batch_prices,
+                poll_seconds,
+                reingest,
+                log,
+                progress,
+            )
+    if as_json:
+        write_json(result)
+        return
+    _print(result)
+
+
+def _on_aws(
+    stack: str,
+    region: str | None,
+    limits: Any,
+    group_size: int,
+    on_demand_retry: bool,
+    dry_run: bool,
+    batch_prices: str,
+    poll_seconds: float,
+    reingest: bool,
+    log: Any,
+    progress: Any,
+) -> dict[str, Any]:
+    from contextual_kb.deferred import services
+    from contextual_kb.deferred.contextualize import Contextualizer, Options
+    from contextual_kb.query import aws_clients
+    from contextual_kb.runtime.context.claude.client import ClaudeClient
+
+    deployment = deployment_of(stack, region)
+    if not deployment.batch_role_arn:
+        raise CliError(
+            f"stack {deployment.stack} has no BatchRoleArn output",
+            "it was deployed before batch inference was added",
+            "deploy it again (make deploy)",
+        )
+    ingestion = ingestion_of(deployment)
+    running = ingestion.running()
+    if running is not None and not dry_run:
+        raise CliError(
+            f"ingestion job {running.job_id} is {running.status}",
+            "it may record pending documents while they are being contextualized",
+            "wait for it to end (ckb sync follows it), then run ckb contextualize",
+        )
+    s3 = aws_clients.client("s3", deployment.region)
+    contextualizer = Contextualizer(
+        s3,
+        aws_clients.client("bedrock", deployment.region),
+        Options(
+            bucket=deployment.intermediate_bucket,
+            role_arn=deployment.batch_role_arn,
+            group_size=group_size,
+            limits=limits,
+            batch_prices=batch_prices,
+            on_demand_retry=on_demand_retry,
+            dry_run=dry_run,
+            poll_seconds=poll_seconds,
+        ),
+        source_state=services.source_state(s3),
+        on_demand=services.on_demand(
+            ClaudeClient(region=deployment.region, timeout_seconds=120, max_retries=4, max_connections=8)
+        ),
+        log=log,
+        progress=progress,
+    )
+    summary = contextualizer.run(reingest=_reingest(deployment, ingestion, s3, log) if reingest else None)
+    return summary.as_dict()
+
+
+def _reingest(deployment: Any, ingestion: Any, s3: Any, log: Any) -> Any:
+    """Mark the documents that got contexts (their metadata files, as ckb sync --reprocess does), then one
+    ingestion job, followed; the model calls the function made meanwhile, from its metrics."""
+
+    def run(sources: list[str]) -> int | None:
+        from contextual_kb.query import aws_clients
+        from contextual_kb.query.doctor import model_calls_during
+        from contextual_kb.query.reprocess import Plan, mark
+        from contextual_kb.runtime.pending import now_iso
+
+        by_bucket: dict[str, list[tuple[str, int]]] = {}
+        others = 0
+        for uri in sources:
+            if not uri.startswith("s3://"):
+                others += 1
+                continue
+            bucket, _, key = uri.removeprefix("s3://").partition("/")
+            by_bucket.setdefault(bucket, []).append((key, 0))
+        if others:
+            log(f"{others} document(s) not in S3: ingest them again from their source (ckb sync)")
+        for bucket, documents in by_bucket.items():
+            marked = mark(s3, Plan(bucket, documents, []), now_iso())
+            log(f"marked {marked.created + marked.updated} document(s) in s3://{bucket} for re-ingestion")
+        job = ingestion.start()
+        log(f"ingestion job {job.job_id}: re-ingesting")
+        for state in ingestion.follow(job):
+            job = state
+        log(f"ingestion job {job.job_id} ended {job.status}")
+        if job.started_at is None or job.updated_at is None:
+            return None
+        try:
+            return model_calls_during(
+                lambda service: aws_clients.client(service, deployment.region), job.started_at, job.updated_at
+            )
+        except Exception:
+            return None
+
+    return run
+
+
+def _print(result: dict[str, Any]) -> None:
+    out = console()
+    table = Table(title=f"ckb contextualize {result.get('run', '')}".strip(), show_header=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    rows = [
+        ("documents", result["documents"]),
+        ("chunks", result["chunks"]),
+        ("pending before", result["pending_before"]),
+        ("records", result["records"]),
+        ("batch jobs (failed)", f"{result['jobs']} ({result['jobs_failed']})"),
+        ("records on demand", result["on_demand_records"]),
+        ("failed records", result["failed_records"]),
+        ("contexts stored", result["contexts_stored"]),
+        ("chunks with a model context", result["model_contexts"]),
+        ("pending after", result["pending_after"]),
+        (
+            "model calls during re-ingestion",
+            "-" if result["model_calls_during_reingest"] is None else result["model_calls_during_reingest"],
+        ),
+        ("cost" + (" (estimated)" if result["estimated"] else ""), f"${result['cost_usd']:.4f}"),
+        ("floor (on demand, each document once)", f"${result['floor_usd']:.4f}"),
+        ("cost / floor", "-" if result["cost_vs_floor"] is None else f"{result['cost_vs_floor']:.3f}"),
+    ]
+    for name, value in rows:
+        table.add_row(name, str(value))
+    out.print(table)
+    for reason, count in sorted((result.get("dropped") or {}).items()):
+        out.print(f"dropped {count} pending record(s): {reason}", markup=False)
+    for note in result.get("notes") or []:
+        out.print(note, markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command(name="contextualize")(contextualize)

@@ -1,0 +1,1 @@
+"""Contexts made later: pending documents turned into Bedrock batch inference jobs (``ckb contextualize``)."""

@@ -1,0 +1,619 @@
+"""``ckb contextualize``: the pending documents' missing contexts, made by Bedrock batch inference at half the
+on-demand price, stored where the Lambda reads them, then the documents ingested again.
+
+Phases, each resumable (the run's state is an object in the intermediate bucket; a second run picks up an
+unfinished one) and idempotent:
+
+1. **plan**: read the pending records; drop (and count) those that cannot be used: corrupt (their text no
+   longer hashes to what was recorded), superseded (a newer record for the same source), or whose source
+   was deleted or changed since (``source_state``); leave out chunks whose context is remembered by now;
+   build the records (``records.build``) and split them into jobs within the limits.
+2. **submit**: write each job's JSONL input and create its model invocation job (idempotent by client
+   token). Fewer records than a job's minimum: they are run on demand instead, and the summary says so.
+3. **collect**: follow the jobs to their end; read every output file; match output records by
+   ``recordId``; a failed, malformed, missing or duplicated record is counted, and its chunks stay
+   pending (or, with ``on_demand_retry``, are asked again on demand). A job that fails or expires leaves
+   all its chunks pending, with its error in one line.
+4. **store**: each accepted context is written to the document's remembered contexts (the key the Lambda
+   recorded), and the pending record keeps only what is still missing (deleted when nothing is).
+5. **re-ingest**: the caller's ``reingest`` makes the Knowledge Base run the transformation again on the
+   documents that got contexts (``ckb sync --reprocess``'s mechanism, or the handler offline).
+
+Nothing is lost: every pending chunk ends with a model context or still pending, counted.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from contextual_kb.deferred.records import (
+    Accepted,
+    Limits,
+    Output,
+    Planned,
+    accept,
+    build,
+    count_tokens,
+    parse_output,
+    record_ids,
+    split_jobs,
+    unit_texts,
+)
+from contextual_kb.runtime.context.claude.answers import normalize
+from contextual_kb.runtime.context.claude.memory import ContextMemory, place_key
+from contextual_kb.runtime.context.claude.pricing import batch_prices_for, prices_for
+from contextual_kb.runtime.pending import PendingDocument
+
+ENDED = {"Completed", "PartiallyCompleted", "Failed", "Stopped", "Expired"}
+USABLE = {"Completed", "PartiallyCompleted"}
+CURRENT = "current.json"
+# When nothing is known of a document's context length, an output's estimate (dry run): measured on the
+# codebase corpus, 74 output tokens a chunk (docs/BENCHMARKS.md, "Contextualizing with Claude").
+ESTIMATED_OUTPUT_TOKENS_PER_CHUNK = 74
+
+
+class ContextualizeError(Exception):
+    """The run cannot go on; the message says why and what to do."""
+
+
+@dataclass
+class Options:
+    bucket: str  # the intermediate bucket: pending records, remembered contexts, batch inputs and outputs
+    role_arn: str  # the batch service role (the stack's BatchRoleArn output)
+    pending_prefix: str = "contextual-kb/pending/"
+    batch_prefix: str = "contextual-kb/batch/"
+    # Chunks a record asks for. Larger than the Lambda's grouped default (20): batch inference has no prompt
+    # cache, so each record reads its document again (measured: 40 costs 0.57x the floor, 20 costs 0.64x).
+    group_size: int = 40
+    limits: Limits = field(default_factory=Limits)
+    batch_prices: str = ""  # JSON overrides, {"input": .., "output": ..}
+    model_prices: str = ""
+    on_demand_retry: bool = False
+    dry_run: bool = False
+    poll_seconds: float = 30.0
+    timeout_hours: int = 24
+
+
+@dataclass
+class Summary:
+    run: str = ""
+    documents: int = 0  # pending documents used
+    chunks: int = 0  # chunks of those documents
+    pending_before: int = 0  # chunks pending when the run planned
+    records: int = 0
+    jobs: int = 0
+    jobs_failed: int = 0
+    on_demand_records: int = 0
+    model_contexts: int = 0  # chunks of these documents with a model context once the run is over
+    contexts_stored: int = 0  # of which made by this run
+    pending_after: int = 0
+    failed_records: int = 0
+    answers_rejected: dict[str, int] = field(default_factory=dict)
+    dropped: dict[str, int] = field(default_factory=dict)  # pending records not used, by reason
+    model_calls_during_reingest: int | None = None
+    reingested_documents: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    floor_usd: float = 0.0
+    estimated: bool = False  # a dry run: tokens and costs are estimates
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def cost_vs_floor(self) -> float | None:
+        return round(self.cost_usd / self.floor_usd, 3) if self.floor_usd else None
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["cost_usd"] = round(self.cost_usd, 6)
+        out["floor_usd"] = round(self.floor_usd, 6)
+        out["cost_vs_floor"] = self.cost_vs_floor
+        return out
+
+
+SourceState = Callable[[str, str], str]  # (source URI, recorded at) -> ok | deleted | changed | unknown
+OnDemand = Callable[[list[Planned]], dict[str, Output]]
+Reingest = Callable[[list[str]], int | None]  # source URIs -> model calls made while re-ingesting
+
+
+class Contextualizer:
+    def __init__(
+        self,
+        s3: Any,
+        bedrock: Any,
+        options: Options,
+        *,
+        source_state: SourceState | None = None,
+        on_demand: OnDemand | None = None,
+        log: Callable[[str], None] = lambda _: None,
+        progress: Callable[[str, int, int], None] = lambda *_: None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.s3 = s3
+        self.bedrock = bedrock
+        self.options = options
+        self.source_state = source_state or (lambda _uri, _at: "unknown")
+        self.on_demand = on_demand
+        self.log = log
+        self.progress = progress
+        self.sleep = sleep
+        self.memory = ContextMemory(s3)
+
+    # --- the run ---
+    def run(self, reingest: Reingest | None = None) -> Summary:
+        state = self._resume()
+        if state is None:
+            state = self._plan()
+            if self.options.dry_run or not state["records"]:
+                summary = Summary(**state["summary"])
+                if not state["records"] and not self.options.dry_run:
+                    summary.notes.append("nothing pending: no job submitted")
+                return summary
+            self._save(state)
+        else:
+            self.log(f"resuming run {state['run']} ({state['phase']})")
+        if state["phase"] == "planned":
+            self._submit(state)
+            state["phase"] = "submitted"
+            self._save(state)
+        if state["phase"] == "submitted":
+            self._collect_and_store(state)
+            state["phase"] = "stored"
+            self._save(state)
+        summary = Summary(**state["summary"])
+        if state["phase"] == "stored":
+            sources = sorted(set(state["touched"].values()))
+            if reingest is not None and sources:
+                summary.model_calls_during_reingest = reingest(sources)
+                summary.reingested_documents = len(sources)
+            summary.pending_after = self._pending_chunks()
+            # Every chunk with text of these documents has a model context, but those still pending.
+            still = {key: len(d.pending) for key in state["documents"] if (d := self._read(key)) is not None}
+            summary.model_contexts = sum(n - still.get(key, 0) for key, n in state["documents"].items())
+            state["summary"] = asdict(summary)
+            state["phase"] = "done"
+            self._save(state)
+            self._delete(self.options.batch_prefix + CURRENT)
+        return summary
+
+    # --- plan ---
+    def _plan(self) -> dict[str, Any]:
+        options = self.options
+        run = datetime.now().strftime("%Y%m%d%H%M%S") + uuid.uuid4().hex[:6]
+        summary = Summary(run=run, estimated=options.dry_run)
+        usable, dropped = self._usable()
+        ids = record_ids()
+        planned: list[Planned] = []
+        documents: dict[str, int] = {}  # pending record key -> the document's tokens
+        with_text: dict[str, int] = {}  # pending record key -> its chunks with text (each needs a context)
+        for key, document in usable:
+            wanted = self._still_wanted(document)
+            if not wanted:
+                dropped["resolved"] += 1
+                self._drop(key)
+                continue
+            planned.extend(build(key, document, wanted, options.group_size, ids))
+            documents[key] = count_tokens(document.text)
+            with_text[key] = sum(1 for i in range(len(document.spans)) if document.chunk(i).strip())
+            summary.documents += 1
+            summary.chunks += len(document.spans)
+            summary.pending_before += len(wanted)
+        summary.dropped = dict(dropped)
+        summary.records = len(planned)
+        on_demand, jobs = self._jobs(planned)
+        summary.jobs = len(jobs)
+        summary.on_demand_records = len(on_demand)
+        if on_demand:
+            summary.notes.append(
+                f"{len(on_demand)} record(s) below a job's minimum of {options.limits.min_records}: run on "
+                "demand instead"
+            )
+        summary.floor_usd = self._floor(planned, documents)
+        if options.dry_run:
+            self._estimate(summary, planned, on_demand)
+        state = self._new_state(run, summary, planned, jobs, on_demand)
+        state["documents"] = with_text
+        return state
+
+    def _usable(self) -> tuple[list[tuple[str, PendingDocument]], Counter[str]]:
+        """The pending records worth contextualizing, newest per source; the others dropped (deleted, unless
+        a dry run) and counted by reason."""
+        dropped: Counter[str] = Counter()
+        newest: dict[str, tuple[str, PendingDocument]] = {}
+        for key in self._pending_keys():
+            document = self._read(key)
+            if document is None or not document.intact():
+                dropped["corrupt"] += 1
+                self._drop(key)
+                continue
+            previous = newest.get(document.source)
+            if previous is None:
+                newest[document.source] = (key, document)
+                continue
+            older, newer = sorted([previous, (key, document)], key=lambda kd: kd[1].recorded_at)
+            dropped["superseded"] += 1  # a newer ingestion of that source recorded its own
+            self._drop(older[0])
+            newest[document.source] = newer
+        usable = []
+        for key, document in sorted(newest.values(), key=lambda kd: kd[0]):
+            state = self.source_state(document.source, document.recorded_at)
+            if state in {"deleted", "changed"}:
+                dropped[state] += 1  # never written under another text's key: that one is ingested anew
+                self._drop(key)
+            else:
+                usable.append((key, document))
+        return usable, dropped
+
+    def _new_state(
+        self,
+        run: str,
+        summary: Summary,
+        planned: list[Planned],
+        jobs: list[list[int]],
+        on_demand: list[int],
+    ) -> dict[str, Any]:
+        """The run's state; unless a dry run, each job's JSONL input written now (the state holds none)."""
+        prefix = f"{self.options.batch_prefix}{run}/"
+        records = {
+            p.record_id: {
+                "document": p.document,
+                "unit": p.unit,
+                "chunks": list(p.chunks),
+                "model": p.model_id,
+            }
+            for p in planned
+        }
+        state: dict[str, Any] = {
+            "run": run,
+            "phase": "planned",
+            "records": records,
+            "jobs": [],
+            "on_demand": {
+                "input": f"{prefix}input/on-demand.jsonl",
+                "records": [planned[i].record_id for i in on_demand],
+            },
+            "touched": {},  # pending record key -> source URI, of documents given contexts
+            "summary": asdict(summary),
+        }
+        for n, job in enumerate(jobs, 1):
+            name = f"ckb-{run}-{n}"
+            records_of = [planned[i].record_id for i in job]
+            entry = {"name": name, "input": f"{prefix}input/{name}.jsonl", "records": records_of}
+            state["jobs"].append({**entry, "arn": "", "status": "", "stored": False, "message": ""})
+        if not self.options.dry_run:
+            for job, indices in zip(state["jobs"], jobs, strict=True):
+                self._put(job["input"], b"".join(planned[i].line for i in indices))
+            if on_demand:
+                self._put(state["on_demand"]["input"], b"".join(planned[i].line for i in on_demand))
+        return state
+
+    def _still_wanted(self, document: PendingDocument) -> list[int]:
+        """The recorded chunks still without a remembered context (a later sync may have made some)."""
+        try:
+            remembered = self.memory.load(self.options.bucket, document.memory_key)
+        except Exception:
+            remembered = None
+        out = []
+        for index in document.pending:
+            if index >= len(document.spans):
+                continue
+            if remembered and remembered.by_place.get(
+                place_key(document.chunk(index), document.spans[index][0])
+            ):
+                continue
+            out.append(index)
+        return out
+
+    def _jobs(self, planned: list[Planned]) -> tuple[list[int], list[list[int]]]:
+        """(records to run on demand, jobs): per model, split within the limits; too few for a job, on
+        demand."""
+        limits = self.options.limits
+        by_model: dict[str, list[int]] = {}
+        for index, record in enumerate(planned):
+            by_model.setdefault(record.model_id, []).append(index)
+        on_demand: list[int] = []
+        jobs: list[list[int]] = []
+        for indices in by_model.values():
+            for job in split_jobs([planned[i].size for i in indices], limits):
+                chosen = [indices[i] for i in job]
+                if len(chosen) >= limits.min_records:
+                    jobs.append(chosen)
+                else:
+                    on_demand.extend(chosen)
+        return on_demand, jobs
+
+    def _floor(self, planned: list[Planned], documents: dict[str, int]) -> float:
+        """Each document read once at the on-demand input price (its contexts at the on-demand output price
+        are added as the outputs come back: ``_charge``)."""
+        models = {p.document: p.model_id for p in planned}
+        total = 0.0
+        for key, tokens in documents.items():
+            prices = prices_for(models.get(key, ""), self.options.model_prices)
+            if prices is not None:
+                total += tokens * prices.input / 1e6
+        return total
+
+    def _estimate(self, summary: Summary, planned: list[Planned], on_demand: list[int]) -> None:
+        for index, record in enumerate(planned):
+            output = ESTIMATED_OUTPUT_TOKENS_PER_CHUNK * len(record.chunks)
+            summary.input_tokens += record.input_tokens
+            summary.output_tokens += output
+            self._charge(
+                summary, record.model_id, record.input_tokens, output, batch=index not in set(on_demand)
+            )
+
+    def _charge(
+        self, summary: Summary, model_id: str, input_tokens: int, output_tokens: int, *, batch: bool
+    ) -> None:
+        options = self.options
+        on_demand = prices_for(model_id, options.model_prices)
+        if on_demand is not None:
+            summary.floor_usd += output_tokens * on_demand.output / 1e6
+        if batch:
+            prices = batch_prices_for(model_id, options.batch_prices)
+            if prices is not None:
+                summary.cost_usd += (input_tokens * prices.input + output_tokens * prices.output) / 1e6
+        elif on_demand is not None:
+            summary.cost_usd += (input_tokens * on_demand.input + output_tokens * on_demand.output) / 1e6
+
+    # --- submit ---
+    def _submit(self, state: dict[str, Any]) -> None:
+        options = self.options
+        prefix = f"{options.batch_prefix}{state['run']}/"
+        for job in state["jobs"]:
+            if job["arn"] or job["status"] == "NotCreated":
+                continue
+            key = job["input"]
+            model_id = state["records"][job["records"][0]]["model"]
+            try:
+                created = self.bedrock.create_model_invocation_job(
+                    jobName=job["name"],
+                    roleArn=options.role_arn,
+                    clientRequestToken=job["name"].replace("-", ""),
+                    modelId=model_id,
+                    inputDataConfig={
+                        "s3InputDataConfig": {
+                            "s3Uri": f"s3://{options.bucket}/{key}",
+                            "s3InputFormat": "JSONL",
+                        }
+                    },
+                    outputDataConfig={
+                        "s3OutputDataConfig": {"s3Uri": f"s3://{options.bucket}/{prefix}output/"}
+                    },
+                    timeoutDurationInHours=options.timeout_hours,
+                )
+            except ClientError as exc:
+                error = exc.response.get("Error", {})
+                job["status"] = "NotCreated"
+                job["message"] = f"{error.get('Code', 'Unknown')}: {error.get('Message', '')}"
+                self.log(f"job {job['name']} not created: {job['message']}; its chunks stay pending")
+                self._save(state)
+                continue
+            job["arn"] = created["jobArn"]
+            job["status"] = "Submitted"
+            self.log(f"submitted {job['name']}: {len(job['records'])} records, {model_id}")
+            self._save(state)  # resumable: a second run does not submit it again
+
+    # --- collect and store ---
+    def _collect_and_store(self, state: dict[str, Any]) -> None:
+        summary = Summary(**state["summary"])
+        rejected: Counter[str] = Counter(summary.answers_rejected)
+        retry: list[str] = []
+        if state["on_demand"]["records"] and not state.get("on_demand_done"):
+            records = state["on_demand"]["records"]
+            outputs = self._run_on_demand(state, records)
+            self._store(state, records, outputs, summary, rejected, [], batch=False)
+            state["on_demand_done"] = True
+            state["summary"] = asdict(summary)
+            self._save(state)
+        pending_jobs = [job for job in state["jobs"] if job["arn"] and not job["stored"]]
+        while pending_jobs:
+            for job in pending_jobs:
+                described = self.bedrock.get_model_invocation_job(jobIdentifier=job["arn"])
+                job["status"] = described["status"]
+                self.progress(job["name"], int(described.get("processedRecordCount", 0)), len(job["records"]))
+                if job["status"] not in ENDED:
+                    continue
+                if job["status"] in USABLE:
+                    outputs = self._outputs(described)
+                else:
+                    job["message"] = str(described.get("message", ""))
+                    summary.jobs_failed += 1
+                    why = job["message"] or "no reason given"
+                    self.log(f"job {job['name']} {job['status']}: {why}; its chunks stay pending")
+                    outputs = {}
+                self._store(state, job["records"], outputs, summary, rejected, retry, batch=True)
+                job["stored"] = True
+                state["summary"] = asdict(summary)
+                self._save(state)
+            pending_jobs = [job for job in state["jobs"] if job["arn"] and not job["stored"]]
+            if pending_jobs:
+                self.sleep(self.options.poll_seconds)
+        for job in state["jobs"]:  # never created: their chunks stay pending, counted
+            if job.get("status") == "NotCreated" and not job["stored"]:
+                summary.failed_records += len(job["records"])
+                summary.jobs_failed += 1
+                job["stored"] = True
+        if retry and self.options.on_demand_retry and self.on_demand is not None:
+            self.log(f"{len(retry)} record(s) failed in batch: asked again on demand")
+            again: list[str] = []
+            outputs = self._run_on_demand(state, retry)
+            self._store(state, retry, outputs, summary, rejected, again, batch=False)
+        summary.answers_rejected = dict(rejected)
+        state["summary"] = asdict(summary)
+
+    def _outputs(self, described: dict[str, Any]) -> dict[str, Output]:
+        """Every output record of a job, by record id (the first valid one where one is repeated)."""
+        job_id = str(described["jobArn"]).rsplit("/", 1)[-1]
+        uri = described["outputDataConfig"]["s3OutputDataConfig"]["s3Uri"].rstrip("/") + f"/{job_id}/"
+        bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+        found: dict[str, Output] = {}
+        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            for item in page.get("Contents", []):
+                if not item["Key"].endswith(".jsonl.out"):
+                    continue
+                body = self.s3.get_object(Bucket=bucket, Key=item["Key"])["Body"].read().decode("utf-8")
+                for line in body.splitlines():
+                    output = parse_output(line) if line.strip() else None
+                    if output is None:
+                        continue
+                    if output.record_id not in found or (found[output.record_id].error and not output.error):
+                        found[output.record_id] = output
+        return found
+
+    def _run_on_demand(self, state: dict[str, Any], record_ids_: list[str]) -> dict[str, Output]:
+        """The records' requests, read back from the inputs written at planning, sent on demand."""
+        if self.on_demand is None:
+            return {}
+        wanted = set(record_ids_)
+        inputs = [state["on_demand"]["input"], *(job["input"] for job in state["jobs"])]
+        planned = []
+        for key in inputs:
+            try:
+                body = self.s3.get_object(Bucket=self.options.bucket, Key=key)["Body"].read()
+            except ClientError:
+                continue
+            for line in body.splitlines(keepends=True):
+                rid = json.loads(line).get("recordId")
+                if rid in wanted:
+                    wanted.discard(rid)
+                    info = state["records"][rid]
+                    planned.append(
+                        Planned(
+                            rid, info["document"], info["model"], info["unit"], tuple(info["chunks"]), line, 0
+                        )
+                    )
+        return self.on_demand(planned)
+
+    def _store(
+        self,
+        state: dict[str, Any],
+        record_ids_: list[str],
+        outputs: dict[str, Output],
+        summary: Summary,
+        rejected: Counter[str],
+        retry: list[str],
+        *,
+        batch: bool,
+    ) -> None:
+        """Contexts from ``outputs`` into the remembered contexts of their documents; pending records keep
+        what is still missing."""
+        by_document: dict[str, list[tuple[str, Output | None]]] = {}
+        for rid in record_ids_:
+            by_document.setdefault(state["records"][rid]["document"], []).append((rid, outputs.get(rid)))
+        for key, results in by_document.items():
+            document = self._read(key)
+            if document is None:
+                continue
+            units = {number: normalize(text) for number, _, text in unit_texts(document)}
+            learned: dict[int, str] = {}
+            for rid, output in results:
+                info = state["records"][rid]
+                if output is None or output.error:
+                    summary.failed_records += 1
+                    retry.append(rid)
+                    continue
+                summary.input_tokens += output.input_tokens
+                summary.output_tokens += output.output_tokens
+                self._charge(summary, info["model"], output.input_tokens, output.output_tokens, batch=batch)
+                accepted: Accepted = accept(document, units[info["unit"]], info["chunks"], output)
+                learned.update(accepted.contexts)
+                rejected.update(accepted.rejected)
+            if learned:
+                self._remember(document, learned)
+                summary.contexts_stored += len(learned)
+                state["touched"][key] = document.source
+            left = [i for i in document.pending if i not in learned]
+            if left:
+                self._write(key, document.model_copy(update={"pending": left}))
+            else:
+                self._drop(key)
+
+    def _remember(self, document: PendingDocument, learned: dict[int, str]) -> None:
+        bucket = self.options.bucket
+        try:
+            remembered = self.memory.load(bucket, document.memory_key)
+            merged = dict(remembered.by_place)
+        except Exception:
+            merged = {}
+        for index, context in learned.items():
+            merged[place_key(document.chunk(index), document.spans[index][0])] = context
+        self.memory.save(bucket, document.memory_key, merged)
+
+    # --- S3 ---
+    def _pending_keys(self) -> Iterator[str]:
+        for page in self.s3.get_paginator("list_objects_v2").paginate(
+            Bucket=self.options.bucket, Prefix=self.options.pending_prefix
+        ):
+            for item in page.get("Contents", []):
+                if item["Key"].endswith(".json"):
+                    yield item["Key"]
+
+    def _pending_chunks(self) -> int:
+        total = 0
+        for key in self._pending_keys():
+            document = self._read(key)
+            total += len(document.pending) if document is not None else 0
+        return total
+
+    def _read(self, key: str) -> PendingDocument | None:
+        try:
+            body = self.s3.get_object(Bucket=self.options.bucket, Key=key)["Body"].read()
+            return PendingDocument.parse(body)
+        except ClientError:
+            return None
+        except (ValueError, TypeError):
+            return None
+
+    def _put(self, key: str, body: bytes) -> None:
+        self.s3.put_object(Bucket=self.options.bucket, Key=key, Body=body, ContentType="application/jsonl")
+
+    def _write(self, key: str, document: PendingDocument) -> None:
+        self.s3.put_object(
+            Bucket=self.options.bucket, Key=key, Body=document.dump(), ContentType="application/json"
+        )
+
+    def _drop(self, key: str) -> None:
+        if not self.options.dry_run:
+            self._delete(key)
+
+    def _delete(self, key: str) -> None:
+        self.s3.delete_object(Bucket=self.options.bucket, Key=key)
+
+    def _resume(self) -> dict[str, Any] | None:
+        if self.options.dry_run:
+            return None
+        try:
+            pointer = json.loads(
+                self.s3.get_object(Bucket=self.options.bucket, Key=self.options.batch_prefix + CURRENT)[
+                    "Body"
+                ].read()
+            )
+            body = self.s3.get_object(
+                Bucket=self.options.bucket, Key=f"{self.options.batch_prefix}{pointer['run']}/state.json"
+            )["Body"].read()
+        except ClientError:
+            return None
+        state = json.loads(body)
+        return state if state.get("phase") != "done" else None
+
+    def _save(self, state: dict[str, Any]) -> None:
+        if self.options.dry_run:
+            return
+        bucket, prefix = self.options.bucket, self.options.batch_prefix
+        self.s3.put_object(
+            Bucket=bucket, Key=f"{prefix}{state['run']}/state.json", Body=json.dumps(state).encode("utf-8")
+        )
+        if state["phase"] != "done":
+            self.s3.put_object(
+                Bucket=bucket, Key=prefix + CURRENT, Body=json.dumps({"run": state["run"]}).encode()
+            )

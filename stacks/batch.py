@@ -1,0 +1,59 @@
+"""The service role Bedrock batch inference jobs run as (``ckb contextualize`` passes it to
+``CreateModelInvocationJob``).
+
+Assumable by Bedrock only, for this account's model invocation jobs (``aws:SourceAccount``, and
+``aws:SourceArn`` on ``model-invocation-job/*``), as AWS's batch inference service-role page sets it. It may
+read the jobs' inputs and write their outputs under the batch prefix of the intermediate bucket (nothing
+else there: not the Knowledge Base's files, not the remembered contexts), use the bucket's key, and invoke
+the configured model through its inference profile (the function's own model statements: no model ``*``).
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Aws
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from stacks.function import model_statements
+from stacks.storage import BATCH_PREFIX
+
+
+class BatchRole(Construct):
+    def __init__(
+        self, scope: Construct, construct_id: str, *, intermediate: s3.IBucket, model_id: str
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.role = iam.Role(
+            self,
+            "Role",
+            description="Bedrock batch inference jobs of ckb contextualize",
+            assumed_by=iam.ServicePrincipal(
+                "bedrock.amazonaws.com",
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID},
+                    "ArnLike": {
+                        "aws:SourceArn": (
+                            f"arn:{Aws.PARTITION}:bedrock:{Aws.REGION}:{Aws.ACCOUNT_ID}:model-invocation-job/*"
+                        )
+                    },
+                },
+            ),
+        )
+        self.role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["s3:GetObject", "s3:PutObject"],
+                resources=[intermediate.arn_for_objects(f"{BATCH_PREFIX}*")],
+            )
+        )
+        self.role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["s3:ListBucket"],
+                resources=[intermediate.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{BATCH_PREFIX}*"]}},
+            )
+        )
+        if intermediate.encryption_key is not None:
+            intermediate.encryption_key.grant(self.role, "kms:Decrypt", "kms:GenerateDataKey")
+        for statement in model_statements(model_id):
+            self.role.add_to_policy(statement)

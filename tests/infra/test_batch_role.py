@@ -1,0 +1,73 @@
+"""The batch inference service role: Bedrock's jobs of this account only, the batch prefix only, the
+configured model through its profile only (no model *); its inputs and outputs expire, pending documents
+do not; CONTEXT_DEFER from the stack's context."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.infra.conftest import STORES, as_list, flat, resources
+
+
+def batch_role(template: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    (found,) = [(k, r) for k, r in resources(template, "AWS::IAM::Role").items() if k.startswith("BatchRole")]
+    return found
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_only_this_accounts_batch_jobs_may_assume_it(synthesized: dict[str, Any], store: str) -> None:
+    _, role = batch_role(synthesized[store]["json"])
+    (statement,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert statement["Principal"] == {"Service": "bedrock.amazonaws.com"}
+    assert statement["Condition"]["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
+    assert ":model-invocation-job/*" in flat(statement["Condition"]["ArnLike"]["aws:SourceArn"])
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_it_reads_and_writes_the_batch_prefix_and_invokes_the_model_through_its_profile(
+    synthesized: dict[str, Any], store: str
+) -> None:
+    template = synthesized[store]["json"]
+    role_id, _ = batch_role(template)
+    (policy,) = [
+        r["Properties"]
+        for r in resources(template, "AWS::IAM::Policy").values()
+        if flat(r["Properties"]["Roles"]).count(role_id)
+    ]
+    statements = policy["PolicyDocument"]["Statement"]
+    s3 = [s for s in statements if any(a.startswith("s3:") for a in as_list(s["Action"]))]
+    objects = next(s for s in s3 if "s3:GetObject" in as_list(s["Action"]))
+    assert sorted(as_list(objects["Action"])) == ["s3:GetObject", "s3:PutObject"]
+    assert flat(objects["Resource"]).endswith('/contextual-kb/batch/*"]]}')
+    listing = next(s for s in s3 if "s3:ListBucket" in as_list(s["Action"]))
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["contextual-kb/batch/*"]}}
+    invoke = [s for s in statements if "bedrock:InvokeModel" in as_list(s["Action"])]
+    assert invoke and all(s["Resource"] != "*" for s in invoke)
+    assert "inference-profile/global.anthropic.claude-haiku-4-5" in flat(invoke)
+    wildcard_regions = [s for s in invoke if "bedrock:*::foundation-model" in flat(s["Resource"])]
+    assert all("bedrock:InferenceProfileArn" in flat(s["Condition"]) for s in wildcard_regions)
+    assert "BatchRoleArn" in template["Outputs"]
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_batch_files_expire_and_pending_documents_and_remembered_contexts_stay(
+    synthesized: dict[str, Any], store: str
+) -> None:
+    template = synthesized[store]["json"]
+    (bucket,) = [r for k, r in resources(template, "AWS::S3::Bucket").items() if "Intermediate" in k]
+    prefixes = {r["Prefix"] for r in bucket["Properties"]["LifecycleConfiguration"]["Rules"]}
+    assert "contextual-kb/batch/" in prefixes
+    assert not any(p.startswith(("contextual-kb/pending", "contextual-kb/contexts")) for p in prefixes)
+
+
+def test_context_defer_is_a_stack_setting_and_one_place_only() -> None:
+    from stacks.config import ConfigError, load
+
+    assert load({"contextDefer": "always"}).function_defer == {"CONTEXT_DEFER": "always"}
+    assert load({}).function_defer == {}
+    with pytest.raises(ConfigError, match="set one of them"):
+        load({"contextDefer": "always", "functionEnvironment": {"CONTEXT_DEFER": "never"}})
+    with pytest.raises(ConfigError, match="CONTEXT_DEFER=always with CONTEXT_MEMORY_PREFIX empty"):
+        load({"contextDefer": "always", "functionEnvironment": {"CONTEXT_MEMORY_PREFIX": ""}})

@@ -1,0 +1,253 @@
+"""Contexts made later, end to end offline: the handler records what it left without a model context, `ckb
+contextualize` makes those contexts through the batch inference stand-in (the real boto3 client), stores
+them where the handler reads them, and the re-ingestion calls no model. Faults: failed and missing records,
+failed and expired jobs, duplicated and shuffled outputs, stale pending records, an interrupted run."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from contextual_kb.deferred.offline import INTERMEDIATE, SOURCE, LocalWorld
+from contextual_kb.local.batch_standin import BatchConfig
+from contextual_kb.runtime.pending import PendingDocument
+
+PENDING = "contextual-kb/pending/"
+
+
+def corpus(documents: int = 4, chunks: int = 5) -> list[dict[str, Any]]:
+    out = []
+    for d in range(documents):
+        parts = [
+            f"## Part {i} of guide {d}\n\nThe valve {d}-{i} is inspected before the pump starts.\n"
+            for i in range(chunks)
+        ]
+        out.append(
+            {
+                "doc_id": f"doc_{d}",
+                "original_uuid": f"u{d}",
+                "content": "".join(parts),
+                "chunks": [
+                    {"chunk_id": f"doc_{d}_{i}", "original_index": i, "content": p}
+                    for i, p in enumerate(parts)
+                ],
+            }
+        )
+    return out
+
+
+def pending(world: LocalWorld) -> dict[str, PendingDocument]:
+    listed = world.s3.list_objects_v2(Bucket=INTERMEDIATE, Prefix=PENDING).get("Contents", [])
+    return {
+        o["Key"]: PendingDocument.parse(world.s3.get_object(Bucket=INTERMEDIATE, Key=o["Key"])["Body"].read())
+        for o in listed
+    }
+
+
+def test_everything_deferred_gets_model_contexts_and_the_reingestion_calls_no_model() -> None:
+    with LocalWorld(corpus(), BatchConfig(min_records=1, duplicate_records=True, shuffle=True)) as world:
+        first = world.ingest("always")
+        model = first.summary()["model"]
+        assert model["calls"] == 0 and model["deferred"] == 20 and model["documents_pending"] == 4
+        assert world.model.stats.answered == 0
+        records = pending(world)
+        assert len(records) == 4 and all(r.pending == [0, 1, 2, 3, 4] for r in records.values())
+        assert {r.reasons["deferred"] for r in records.values()} == {5}
+        summary = world.contextualizer(group_size=2).run(reingest=lambda _sources: world.reingest()[0])
+        assert (summary.pending_before, summary.records, summary.jobs) == (20, 12, 1)
+        assert summary.contexts_stored == summary.model_contexts == 20
+        assert summary.pending_after == 0 and pending(world) == {}
+        assert summary.model_calls_during_reingest == 0 and summary.reingested_documents == 4
+        assert summary.failed_records == 0  # every output line twice, in any order: matched by record id
+        assert 0 < summary.cost_usd < summary.floor_usd
+        calls, again = world.reingest()
+        assert calls == 0 and again.summary()["model"]["chunks_remembered"] == 20
+
+
+def test_failed_and_missing_records_stay_pending_counted_or_are_retried_on_demand() -> None:
+    faults = BatchConfig(min_records=1, failed_records={"R0000000001"}, missing_records={"R0000000002"})
+    with LocalWorld(corpus(), faults) as world:
+        world.ingest("always")
+        summary = world.contextualizer(group_size=2).run()
+        assert summary.failed_records == 2
+        assert summary.contexts_stored + summary.pending_after == summary.pending_before == 20
+        assert summary.pending_after == 4  # two records of two chunks each: still pending, nothing lost
+        left = pending(world)
+        assert len(left) == 1 and next(iter(left.values())).pending == [0, 1, 2, 3]
+    with LocalWorld(corpus(), BatchConfig(min_records=1, failed_records={"R0000000001"})) as world:
+        world.ingest("always")
+        summary = world.contextualizer(group_size=2, on_demand_retry=True).run()
+        assert summary.failed_records == 1 and summary.pending_after == 0  # asked again on demand
+        assert world.model.stats.answered == 1
+
+
+@pytest.mark.parametrize(
+    ("fault", "status"), [({"failed_jobs": 1}, "Failed"), ({"expired_jobs": 1}, "Expired")]
+)
+def test_a_job_that_fails_or_expires_leaves_its_chunks_pending_with_the_error_in_one_line(
+    fault: dict[str, int], status: str
+) -> None:
+    lines: list[str] = []
+    with LocalWorld(corpus(), BatchConfig(min_records=1, **fault)) as world:
+        world.ingest("always")
+        summary = world.contextualizer(log=lines.append, group_size=2).run()
+        assert summary.jobs_failed == 1 and summary.contexts_stored == 0
+        assert summary.pending_after == summary.pending_before == 20
+        assert len(pending(world)) == 4
+        (line,) = [entry for entry in lines if status in entry]
+        assert "its chunks stay pending" in line and "\n" not in line
+        # The next run picks them up again: a new job, and this time everything is stored.
+        again = world.contextualizer(group_size=2).run()
+        assert again.pending_after == 0 and again.contexts_stored == 20
+
+
+def test_stale_pending_records_are_dropped_counted_never_stored_under_another_text() -> None:
+    with LocalWorld(corpus(), BatchConfig(min_records=1)) as world:
+        world.ingest("always")
+        records = pending(world)
+        by_source = {r.source: key for key, r in records.items()}
+        world.s3.delete_object(Bucket=SOURCE, Key="doc_0")  # deleted since it was ingested
+        time.sleep(1.1)  # S3 keeps modification times to the second
+        world.s3.put_object(Bucket=SOURCE, Key="doc_1", Body=b"rewritten")  # changed since
+        # A record whose text no longer hashes to what was recorded.
+        key = by_source[f"s3://{SOURCE}/doc_2"]
+        broken = records[key].model_copy(update={"text": records[key].text + " tampered"})
+        world.s3.put_object(Bucket=INTERMEDIATE, Key=key, Body=broken.dump())
+        summary = world.contextualizer(group_size=2).run()
+        assert summary.dropped == {"deleted": 1, "changed": 1, "corrupt": 1}
+        assert summary.documents == 1 and summary.contexts_stored == 5
+        stored = [
+            o["Key"]
+            for o in world.s3.list_objects_v2(Bucket=INTERMEDIATE, Prefix="contextual-kb/contexts/")[
+                "Contents"
+            ]
+        ]
+        assert stored == [records[by_source[f"s3://{SOURCE}/doc_3"]].memory_key]
+
+
+def test_an_interrupted_run_resumes_without_submitting_again() -> None:
+    class StoppedHereError(Exception):
+        pass
+
+    def stop(_seconds: float) -> None:
+        raise StoppedHereError
+
+    with LocalWorld(corpus(), BatchConfig(min_records=1, step_seconds=0.3)) as world:
+        world.ingest("always")
+        first = world.contextualizer(group_size=2)
+        first.sleep = stop  # the first poll finds the job running: the command is stopped there
+        with pytest.raises(StoppedHereError):
+            first.run()
+        summary = world.contextualizer(group_size=2).run()
+        creates = [r for r in world.standin.requests if r[0] == "CreateModelInvocationJob"]
+        assert len(creates) == 1 and summary.pending_after == 0 and summary.contexts_stored == 20
+
+
+def test_too_few_records_for_a_job_run_on_demand_and_say_so() -> None:
+    with LocalWorld(corpus(documents=1), BatchConfig(min_records=100)) as world:
+        world.ingest("always")
+        summary = world.contextualizer(group_size=2).run()
+        assert summary.jobs == 0 and summary.on_demand_records == 3 and summary.pending_after == 0
+        assert "below a job's minimum of 100: run on demand instead" in summary.notes[0]
+        assert world.standin.requests == []
+
+
+def test_a_dry_run_plans_and_prices_and_writes_nothing() -> None:
+    with LocalWorld(corpus(), BatchConfig(min_records=1)) as world:
+        world.ingest("always")
+        before = {o["Key"] for o in world.s3.list_objects_v2(Bucket=INTERMEDIATE)["Contents"]}
+        summary = world.contextualizer(group_size=2, dry_run=True).run()
+        after = {o["Key"] for o in world.s3.list_objects_v2(Bucket=INTERMEDIATE)["Contents"]}
+        assert before == after and summary.estimated and summary.records == 12
+        assert 0 < summary.cost_usd < summary.floor_usd
+
+
+def test_what_falls_back_in_the_lambda_is_recorded_and_never_otherwise() -> None:
+    with LocalWorld(corpus(documents=2)) as world:
+        world.model.configure(fault_for=lambda seen: 400 if "guide 0" in seen.document else None)
+        result = world.ingest("fallbacks")
+        model = result.summary()["model"]
+        assert model["fallbacks"] == {"model_rejected": 5} and model["documents_pending"] == 1
+        (record,) = pending(world).values()
+        assert record.source.endswith("doc_0") and record.reasons == {"model_rejected": 5}
+        assert record.knowledge_base_id == "LOCALKB0001" and record.ingestion_job_id == "LOCALJOB001"
+    with LocalWorld(corpus(documents=2)) as world:
+        world.model.configure(fault_for=lambda seen: 400)
+        assert world.ingest("never").summary()["model"]["documents_pending"] == 0
+        assert pending(world) == {}
+
+
+def test_ckb_contextualize_local_prints_the_summary_and_json() -> None:
+    from contextual_kb.cli.main import app
+
+    result = CliRunner().invoke(app, ["contextualize", "--local", "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    for key in ("documents", "chunks", "pending_before", "records", "jobs", "model_contexts", "pending_after",
+                "model_calls_during_reingest", "cost_usd", "floor_usd", "cost_vs_floor"):  # fmt: skip
+        assert key in summary, key
+    assert summary["pending_after"] == 0 and summary["model_calls_during_reingest"] == 0
+    assert summary["model_contexts"] == summary["chunks"] == 737
+
+
+def test_ckb_contextualize_against_a_deployed_stack_reads_its_outputs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not --local: the stack's outputs name the intermediate bucket and the batch role; no job running on
+    the data source; S3 and the batch control plane reached as on AWS (here moto and the stand-in)."""
+    import boto3
+    from botocore.stub import ANY, Stubber
+
+    from contextual_kb.cli.main import app
+    from contextual_kb.query import aws_clients
+
+    def outputs(**extra: str) -> dict[str, Any]:
+        values = {
+            "KnowledgeBaseId": "KBID123456",
+            "DataSourceId": "DSID123456",
+            "SourceBucketName": SOURCE,
+            "IntermediateBucketName": INTERMEDIATE,
+            **extra,
+        }
+        stack = {
+            "StackName": "ContextualKb",
+            "CreationTime": "2026-11-23T00:00:00Z",
+            "StackStatus": "CREATE_COMPLETE",
+            "Outputs": [{"OutputKey": k, "OutputValue": v} for k, v in values.items()],
+        }
+        return {"Stacks": [stack]}
+
+    with LocalWorld(corpus(), BatchConfig(min_records=1)) as world:
+        world.ingest("always")
+        cloudformation = boto3.client("cloudformation", region_name="us-east-1")
+        agent = boto3.client("bedrock-agent", region_name="us-east-1")
+        real = aws_clients.client
+        stubbed = {"cloudformation": cloudformation, "bedrock-agent": agent, "s3": world.s3}
+        monkeypatch.setattr(
+            aws_clients, "client", lambda service, region=None: stubbed.get(service) or real(service, region)
+        )
+        with Stubber(cloudformation) as cfn, Stubber(agent) as jobs:
+            cfn.add_response("describe_stacks", outputs())
+            missing = CliRunner().invoke(app, ["contextualize", "--region", "us-east-1"])
+            assert missing.exit_code == 1 and "has no BatchRoleArn output" in missing.stderr
+            cfn.add_response(
+                "describe_stacks", outputs(BatchRoleArn="arn:aws:iam::123456789012:role/ckb-batch")
+            )
+            listed = {
+                "knowledgeBaseId": "KBID123456",
+                "dataSourceId": "DSID123456",
+                "filters": ANY,
+                "maxResults": 10,
+            }
+            jobs.add_response("list_ingestion_jobs", {"ingestionJobSummaries": []}, listed)
+            args = ["contextualize", "--region", "us-east-1", "--min-records", "1", "--poll-seconds", "0.02"]
+            result = CliRunner().invoke(app, [*args, "--group-size", "2", "--no-reingest", "--json"])
+        assert result.exit_code == 0, result.output
+        summary = json.loads(result.stdout)
+        assert summary["pending_after"] == 0 and summary["contexts_stored"] == 20 and summary["jobs"] == 1
+        assert summary["model_calls_during_reingest"] is None  # --no-reingest
+        assert pending(world) == {}
