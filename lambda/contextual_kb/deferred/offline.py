@@ -10,14 +10,15 @@ stand-in counting every model call it would make (none, when every context is re
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
 from contextual_kb.deferred.contextualize import Contextualizer, Options, Summary
 from contextual_kb.deferred.records import Limits
 from contextual_kb.local.batch_standin import BatchConfig, BatchStandIn
+from contextual_kb.local.environment import environment
 
 INTERMEDIATE = "ckb-local-intermediate"
 SOURCE = "ckb-local-source"
@@ -39,20 +40,6 @@ class LocalRun:
             "ingest_seconds_deferred": round(self.ingest_seconds, 3),
             "reingest_seconds": round(self.reingest_seconds, 3),
         }
-
-
-@contextmanager
-def environment(**values: str) -> Iterator[None]:
-    previous = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in previous.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 class LocalWorld:

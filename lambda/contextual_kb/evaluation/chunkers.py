@@ -15,7 +15,6 @@ the closest to ours (and within 10% of it, or the table says so).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -204,20 +203,16 @@ def matching_fixed_size(documents: Sequence[dict[str, Any]], target_chars: float
 
 @contextmanager
 def _environment(**values: str) -> Iterator[None]:
+    """The handler's settings for the block, its runtime rebuilt from them (and again after)."""
+    from contextual_kb.local.environment import environment
     from contextual_kb.runtime import handler
 
-    previous = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    handler.runtime.cache_clear()
-    try:
-        yield
-    finally:
+    with environment(**values):
         handler.runtime.cache_clear()
-        for name, value in previous.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        try:
+            yield
+        finally:
+            handler.runtime.cache_clear()
 
 
 def _source(doc: dict[str, Any]) -> str:

@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from contextual_kb.local.bedrock_standin import BedrockStandIn, Seen, StandInConfig
 from contextual_kb.local.corpora import heading_dense_manual, split_at_lines
+from contextual_kb.local.environment import environment
 
 BUCKET = "reliability-intermediate"
 MODEL_PREFIX = "This chunk is from"  # how the stand-in's own answers begin
@@ -223,9 +222,7 @@ def run(scenario: Scenario, standin: BedrockStandIn) -> Outcome:
     event, total = _stage(s3, scenario.workload)
     outcome = Outcome(scenario.name, chunks_in=total, timeout_seconds=scenario.timeout_seconds)
     standin.configure(**scenario.standin)
-    with _environment(
-        {"CONTEXT_STRATEGY": "claude", "ANTHROPIC_BEDROCK_BASE_URL": standin.url, **scenario.env}
-    ):
+    with environment(CONTEXT_STRATEGY="claude", ANTHROPIC_BEDROCK_BASE_URL=standin.url, **scenario.env):
         handler.runtime.cache_clear()
         settings, _, store = handler.runtime()
         outcome.hard_stop_seconds = scenario.timeout_seconds - settings.deadline_reserve_seconds
@@ -417,20 +414,6 @@ class _Raw:
 
     def read(self, *_: Any, **__: Any) -> bytes:
         return self._body.read()
-
-
-@contextmanager
-def _environment(values: dict[str, str]) -> Iterator[None]:
-    previous = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in previous.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 # --- the catalogue ---
