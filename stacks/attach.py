@@ -180,6 +180,9 @@ class AttachStack(Stack):
         self.monitoring = Monitoring(
             self, "Monitoring", function=function, timeout_seconds=config.function_timeout_seconds
         )
+        # The data source is switched last: a failure of anything else rolls back before it is touched.
+        self.attachment.node.add_dependency(self.batch)
+        self.attachment.node.add_dependency(self.monitoring)
         for name, value in (
             ("KnowledgeBaseId", kb_id),
             ("DataSourceId", ds_id),

@@ -46,12 +46,10 @@ class BatchRole(Construct):
                 resources=[intermediate.arn_for_objects(f"{BATCH_PREFIX}*")],
             )
         )
+        # As AWS's batch service-role page grants it: which listings the job makes is not documented, so no
+        # prefix condition that one of them could fail in validation.
         self.role.add_to_policy(
-            iam.PolicyStatement(
-                actions=["s3:ListBucket"],
-                resources=[intermediate.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [f"{BATCH_PREFIX}*"]}},
-            )
+            iam.PolicyStatement(actions=["s3:ListBucket"], resources=[intermediate.bucket_arn])
         )
         if intermediate.encryption_key is not None:
             intermediate.encryption_key.grant(self.role, "kms:Decrypt", "kms:GenerateDataKey")

@@ -131,6 +131,10 @@ def test_the_data_source_is_switched_last_and_the_function_chunks_as_its_data_so
         depends = template["Resources"][attachment_id]["DependsOn"]
         assert any(d.startswith("KnowledgeBaseAccess") for d in depends)
         assert any(d.startswith("TransformFunction") for d in depends)
+        # Last of all: a failure anywhere else rolls back before the data source is touched.
+        assert any(d.startswith("BatchRole") for d in depends) and any(
+            d.startswith("Monitoring") for d in depends
+        )
         assert attachment["KnowledgeBaseId"] == "KBEXIST001" and attachment["DataSourceId"] == "DSEXIST001"
         assert attachment["ReplaceTransformation"] == ("true" if name == "new-bucket-kms" else "false")
         (policy_id,) = [

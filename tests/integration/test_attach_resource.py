@@ -292,7 +292,9 @@ def test_a_detach_of_something_gone_or_never_attached_does_nothing(agent: Any) -
     client, stub = agent
     stub.add_client_error("get_data_source", "ResourceNotFoundException", "gone", 404)
     handle(event("Delete", PhysicalResourceId=physical_id(KB, DS, None)), DataSources(client))
-    # A create that failed leaves the framework's request ID as physical ID: no call at all.
+    # An id not ours (a create that did not finish): the data source is read, and left as it is when it
+    # does not run our function.
+    stub.add_response("get_data_source", {"dataSource": data_source(None)})
     handle(event("Delete", PhysicalResourceId="d5b2c1a0-request-id"), DataSources(client))
 
 
@@ -303,3 +305,83 @@ def test_the_physical_id_keeps_a_transformation_within_cloudformations_1_kb() ->
     huge = ours(OTHER, "s3://b/" + "".join(f"{n:x}" for n in range(2000)))
     with pytest.raises(AttachError, match="too large to keep"):
         physical_id(KB, DS, huge)
+
+
+def test_a_delete_after_a_cancelled_create_removes_our_transformation_if_it_landed(agent: Any) -> None:
+    """CloudFormation may cancel a create still running and send a delete with an id that is not ours: the
+    properties name the data source, which must not keep pointing at a function the rollback deletes."""
+    client, stub = agent
+    landed = data_source(CHUNKINGS["fixed_size"], ours(FUNCTION, URI))
+    stub.add_response("get_data_source", {"dataSource": landed})
+    answer_update(stub, update_of(landed, None))
+    handle(event("Delete", PhysicalResourceId="2b7d-request-id"), DataSources(client))
+    stub.add_response("get_data_source", {"dataSource": data_source(CHUNKINGS["fixed_size"])})
+    handle(
+        event("Delete", PhysicalResourceId="2b7d-request-id"), DataSources(client)
+    )  # never landed: no write
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"status": "UPDATING"}, "is UPDATING: attach to a data source that is AVAILABLE"),
+        (
+            {"dataSourceConfiguration": {"type": "CUSTOM"}},
+            "of type CUSTOM, which runs no custom transformation",
+        ),
+    ],
+)
+def test_busy_and_custom_data_sources_are_refused(agent: Any, changes: dict[str, Any], message: str) -> None:
+    client, stub = agent
+    stub.add_response("get_knowledge_base", knowledge_base())
+    stub.add_response("get_data_source", {"dataSource": {**data_source(None), **changes}})
+    with pytest.raises(AttachError, match=message):
+        handle(event("Create", "Custom::DataSourceInspection"), DataSources(client))
+
+
+def test_fields_the_sdk_does_not_know_stop_the_attach_before_any_write() -> None:
+    """botocore leaves out of its reading what its model does not know: writing the data source back whole
+    would drop it. The raw answer is compared with the reading; an unknown field stops the attach."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    answer = data_source(CHUNKINGS["fixed_size"])
+    answer["vectorIngestionConfiguration"]["futureSetting"] = {"enabled": True}
+    answer["createdAt"] = answer["updatedAt"] = "2026-11-01T00:00:00Z"
+    body = json.dumps({"dataSource": answer}).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = boto3.client(
+            "bedrock-agent", region_name=REGION, endpoint_url=f"http://127.0.0.1:{server.server_address[1]}"
+        )
+        with pytest.raises(
+            AttachError,
+            match=r"settings this SDK does not know \(vectorIngestionConfiguration.futureSetting\)",
+        ):
+            DataSources(client).data_source(KB, DS)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_unknown_fields_are_found_at_any_depth() -> None:
+    from contextual_kb.resources.attach_data_source import unknown_fields
+
+    raw = {"a": 1, "b": {"c": 2, "d": [{"e": 1, "f": 2}]}, "g": 3}
+    parsed = {"a": 1, "b": {"c": 2, "d": [{"e": 1}]}}
+    assert unknown_fields(raw, parsed) == ["b.d.f", "g"]
+    assert unknown_fields(parsed, parsed) == []

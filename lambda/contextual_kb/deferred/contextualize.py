@@ -54,7 +54,8 @@ from contextual_kb.runtime.context.claude.pricing import batch_prices_for, price
 from contextual_kb.runtime.pending import PendingDocument
 
 ENDED = {"Completed", "PartiallyCompleted", "Failed", "Stopped", "Expired"}
-USABLE = {"Completed", "PartiallyCompleted"}
+# A stopped job keeps the outputs of the records it processed (AWS: results appear from InProgress on).
+USABLE = {"Completed", "PartiallyCompleted", "Stopped"}
 CURRENT = "current.json"
 # When nothing is known of a document's context length, an output's estimate (dry run): measured on the
 # codebase corpus, 74 output tokens a chunk (docs/BENCHMARKS.md, "Contextualizing with Claude").

@@ -24,6 +24,8 @@ whole documents), the source bucket (S3 data sources) and the vector store's typ
 - **Delete**: GetDataSource; if its transformation is still ours, the kept one is put back (or none is
   left), everything else as it is now: a user's later changes stay. If the transformation was changed by
   hand, it is left alone and the log says so. A data source or knowledge base already gone: nothing to do.
+  A delete with an id that is not ours follows a create CloudFormation cancelled while it ran (another
+  resource failed): the data source its properties name loses our transformation if it runs it.
 
 Run by CDK's Provider framework (``on_event`` returns the result or raises; the framework answers
 CloudFormation). boto3 is the Lambda runtime's.
@@ -47,7 +49,9 @@ MAX_PHYSICAL_ID_BYTES = 1024  # CloudFormation: a custom resource's physical ID 
 VECTOR = "VECTOR"
 # Data source types that hand documents to a vector ingestion (AWS documents custom transformations for S3
 # and, with Markdown, for web connectors; none for these two).
-UNSUPPORTED_TYPES = {"REDSHIFT_METADATA", "MANAGED_KNOWLEDGE_BASE_CONNECTOR"}
+# CUSTOM data sources take documents by direct ingestion only, which is not documented to run the data
+# source's transformation: attaching one would change nothing.
+UNSUPPORTED_TYPES = {"REDSHIFT_METADATA", "MANAGED_KNOWLEDGE_BASE_CONNECTOR", "CUSTOM"}
 GONE = {"ResourceNotFoundException"}
 STORES = {"OPENSEARCH_SERVERLESS": "opensearch", "S3_VECTORS": "s3vectors"}
 
@@ -152,6 +156,19 @@ def parse_physical_id(value: str) -> tuple[str, str, dict[str, Any] | None] | No
     return knowledge_base_id, data_source_id, json.loads(zlib.decompress(packed))
 
 
+def unknown_fields(answered: Any, parsed: Any, path: str = "") -> list[str]:
+    """Paths of the fields in ``answered`` (the raw JSON) that ``parsed`` (the SDK's reading) lacks. Pure."""
+    if isinstance(answered, dict) and isinstance(parsed, dict):
+        out = []
+        for key, value in answered.items():
+            where = f"{path}.{key}" if path else key
+            out += unknown_fields(value, parsed[key], where) if key in parsed else [where]
+        return out
+    if isinstance(answered, list) and isinstance(parsed, list):
+        return [p for a, b in zip(answered, parsed, strict=False) for p in unknown_fields(a, b, path)]
+    return []
+
+
 def role_name(arn: str) -> str:
     return arn.rsplit("/", 1)[-1]
 
@@ -174,7 +191,7 @@ def inspect(
             f"deploy with -c knowledgeBaseRoleArn={role}"
         )
     status = data_source.get("status", "")
-    if status in {"DELETING", "DELETE_UNSUCCESSFUL"}:
+    if status and status != "AVAILABLE":  # creating, updating, being deleted, failed: not ours to change now
         raise AttachError(f"data source {ds_id} is {status}: attach to a data source that is AVAILABLE")
     configuration = data_source.get("dataSourceConfiguration") or {}
     source_type = str(configuration.get("type", ""))
@@ -216,12 +233,41 @@ class DataSources:
         )["knowledgeBase"]
 
     def data_source(self, knowledge_base_id: str, data_source_id: str) -> dict[str, Any]:
-        return self._call(
-            "GetDataSource",
-            f"data source {data_source_id} of knowledge base {knowledge_base_id}",
-            knowledgeBaseId=knowledge_base_id,
-            dataSourceId=data_source_id,
-        )["dataSource"]
+        """The data source as GetDataSource answers; refused when the answer holds fields this SDK's model
+        does not know (botocore leaves them out of what it parses, so writing the data source back whole
+        would drop them: a runtime SDK older than the API)."""
+        raw: list[bytes] = []
+
+        def keep(http_response: Any = None, **_: Any) -> None:
+            try:
+                raw.append(http_response.content)
+            except Exception:  # no raw answer (a stubbed client): nothing to compare
+                return
+
+        events = self.client.meta.events
+        events.register("after-call.bedrock-agent.GetDataSource", keep, unique_id="ckb-raw-data-source")
+        try:
+            found = self._call(
+                "GetDataSource",
+                f"data source {data_source_id} of knowledge base {knowledge_base_id}",
+                knowledgeBaseId=knowledge_base_id,
+                dataSourceId=data_source_id,
+            )["dataSource"]
+        finally:
+            events.unregister("after-call.bedrock-agent.GetDataSource", unique_id="ckb-raw-data-source")
+        if raw and raw[0]:
+            try:
+                answered = json.loads(raw[0]).get("dataSource", {})
+            except ValueError:
+                answered = {}
+            unknown = unknown_fields(answered, found)
+            if unknown:
+                raise AttachError(
+                    f"data source {data_source_id} has settings this SDK does not know "
+                    f"({', '.join(unknown[:5])}): writing it back would drop them; deploy again when the "
+                    "Lambda runtime's boto3 knows them, or attach by hand"
+                )
+        return found
 
     def update(self, request: dict[str, Any]) -> None:
         self._call("UpdateDataSource", f"data source {request.get('dataSourceId')}", **request)
@@ -316,12 +362,19 @@ def _attachment(event: dict[str, Any], sources: DataSources) -> dict[str, Any]:
 
 def _detach(event: dict[str, Any], sources: DataSources) -> dict[str, Any]:
     identifier = str(event.get("PhysicalResourceId", ""))
-    parsed = parse_physical_id(identifier)
-    if parsed is None:  # a create that failed before attaching: nothing was changed
-        logger.info("nothing to detach (%s)", identifier)
-        return {"PhysicalResourceId": identifier}
-    kb_id, ds_id, kept = parsed
     properties = event.get("ResourceProperties", {})
+    parsed = parse_physical_id(identifier)
+    if parsed is None:
+        # Not an id of ours: CloudFormation cancelled a create still running (another resource failed), and
+        # the update may have landed. Its properties name the data source: if it runs our function, it is
+        # left with none (what it ran before was never recorded; the log says so).
+        kb_id, ds_id = str(properties.get("KnowledgeBaseId", "")), str(properties.get("DataSourceId", ""))
+        if not kb_id or not ds_id:
+            return {"PhysicalResourceId": identifier}
+        kept, unknown_before = None, True
+    else:
+        kb_id, ds_id, kept = parsed
+        unknown_before = False
     try:
         data_source = sources.data_source(kb_id, ds_id)
     except GoneError as exc:
@@ -329,13 +382,20 @@ def _detach(event: dict[str, Any], sources: DataSources) -> dict[str, Any]:
         return {"PhysicalResourceId": identifier}
     current = transformation_of(data_source)
     if not is_ours(current, {str(properties.get("FunctionArn", ""))}):
-        logger.warning(
-            "data source %s no longer runs this stack's function (it runs %s): left as it is",
-            ds_id,
-            ", ".join(functions_of(current)) or "no transformation",
-        )
+        if not unknown_before:
+            logger.warning(
+                "data source %s no longer runs this stack's function (it runs %s): left as it is",
+                ds_id,
+                ", ".join(functions_of(current)) or "no transformation",
+            )
         return {"PhysicalResourceId": identifier}
     sources.update(update_request(data_source, sources.update_members, kept))
+    if unknown_before:
+        logger.warning(
+            "data source %s was attached by a create that was cancelled: its transformation removed; what it "
+            "ran before, if anything, was not recorded",
+            ds_id,
+        )
     logger.info(
         "detached %s",
         json.dumps({"knowledgeBaseId": kb_id, "dataSourceId": ds_id, "restored": functions_of(kept) or None}),
