@@ -465,3 +465,42 @@ def test_sync_reprocess_refusals_are_one_line(aws: Clients, setup: str, message:
 def test_prefix_and_dry_run_need_reprocess(aws: Clients) -> None:
     result = runner.invoke(app, ["sync", "--dry-run", "--region", REGION])
     assert result.exit_code == 2 and "--dry-run: applies only with --reprocess" in result.stderr
+
+
+def test_a_metadata_file_changed_while_being_marked_is_not_overwritten() -> None:
+    """Someone writes a document's metadata file between our read and our write (or makes one where there
+    was none): S3's conditional write refuses ours, the document is skipped with the reason, theirs stays."""
+    from moto import mock_aws
+
+    from contextual_kb.query.reprocess import Plan, mark
+
+    class Racing:
+        """An S3 client whose every read is followed by someone else's write of the same key."""
+
+        def __init__(self, s3: Any) -> None:
+            self.s3 = s3
+
+        def get_object(self, **kwargs: Any) -> Any:
+            try:
+                return self.s3.get_object(**kwargs)
+            finally:
+                self.s3.put_object(Bucket=kwargs["Bucket"], Key=kwargs["Key"], Body=b'{"theirs": 1}')
+
+        def put_object(self, **kwargs: Any) -> Any:
+            return self.s3.put_object(**kwargs)
+
+    with mock_aws():
+        s3 = boto3.client("s3", region_name=REGION)
+        s3.create_bucket(Bucket=BUCKET)
+        s3.put_object(Bucket=BUCKET, Key="docs/a.md.metadata.json", Body=b'{"metadataAttributes": {}}')
+        plan = Plan(BUCKET, [("docs/a.md", 4), ("docs/new.md", 4)], ["docs/"])
+        marked = mark(Racing(s3), plan, "2026-11-23T00:00:00Z")
+        bodies = [
+            s3.get_object(Bucket=BUCKET, Key=f"{key}.metadata.json")["Body"].read()
+            for key, _ in plan.documents
+        ]
+    assert (marked.created, marked.updated) == (0, 0)
+    assert [why for _, why in marked.skipped] == [
+        "its metadata file changed while it was being marked: run again"
+    ] * 2
+    assert bodies == [b'{"theirs": 1}'] * 2

@@ -4,6 +4,7 @@ size, cut at the document's own boundaries, best first. Properties over any text
 from __future__ import annotations
 
 import itertools
+import re
 import unicodedata
 
 import pytest
@@ -14,7 +15,14 @@ from contextual_kb.runtime.chunking import SECTION_MAX_BYTES, TOKEN, Chunk, chun
 
 
 def tokens(text: str) -> int:
-    return len(TOKEN.findall(text))
+    """Tokens, marks not counted alone and a sequence joined by zero-width joiners counted once (a chunk may
+    carry them past its size rather than part them from their character)."""
+    joined = re.sub("\u200d.?", "", text, flags=re.DOTALL)
+    return sum(1 for t in TOKEN.findall(joined) if not all(_mark(c) for c in t))
+
+
+def _mark(character: str) -> bool:
+    return unicodedata.category(character).startswith("M") or character == "\u200d"
 
 
 def texts(text: str, chunks: tuple[Chunk, ...]) -> list[str]:
@@ -43,6 +51,8 @@ fragment = st.one_of(
             "x" * 40,
             "e\u0301",  # e and a combining acute accent
             "日本語の文。",
+            "สวัสดีครับผมชื่อสมชาย",  # Thai: vowel signs are marks, and no spaces
+            "❤️👨\u200d👩\u200d👧",  # a variation selector; a family joined by zero-width joiners
         ]
     ),
     st.text(max_size=60),
@@ -72,8 +82,9 @@ def test_chunks_partition_the_document_in_order_within_the_size(
         assert tokens(body) <= max_tokens
         assert body.strip() or len(chunks) == 1  # no chunk of white space alone (unless that is all)
         assert len(chunk.section.encode("utf-8", "surrogatepass")) <= SECTION_MAX_BYTES
-    for chunk in chunks[1:]:  # never between a character and its combining marks
-        assert not unicodedata.combining(text[chunk.start])
+    for chunk in chunks[1:]:  # never between a character and its marks, nor at a zero-width joiner
+        assert not unicodedata.category(text[chunk.start]).startswith("M")
+        assert "\u200d" not in (text[chunk.start], text[chunk.start - 1])
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -169,7 +180,10 @@ def test_a_word_longer_than_a_chunk_is_cut_between_characters() -> None:
     word = ("é" * 10 + "e\u0301") * 400  # no white space at all, combining marks inside
     chunks = chunk_document(word, max_tokens=20).chunks
     assert len(chunks) > 1 and "".join(texts(word, chunks)) == word
-    assert not any(unicodedata.combining(word[c.start]) for c in chunks[1:])
+    assert not any(unicodedata.category(word[c.start]).startswith("M") for c in chunks[1:])
+    thai = "สวัสดีครับผมชื่อสมชาย" * 20
+    starts = [c.start for c in chunk_document(thai, max_tokens=20).chunks[1:]]
+    assert starts and not any(unicodedata.category(thai[s]).startswith("M") for s in starts)
 
 
 def test_white_space_alone_is_one_chunk_and_nothing_is_no_chunk() -> None:

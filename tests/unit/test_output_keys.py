@@ -3,6 +3,8 @@ one per input key (and part)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -33,9 +35,12 @@ def test_an_output_key_is_the_shared_directory_then_our_prefix_then_the_rest() -
         JOB + "contextual-kb/output/docs_a.md_1.JSON"
     )
     assert output_key("a_1.JSON", directory="", prefix=PREFIX) == "contextual-kb/output/a_1.JSON"
-    assert output_key(JOB + "a_1.JSON", directory=JOB, prefix=PREFIX, part=3) == (
-        JOB + "contextual-kb/output/a_1~part3.JSON"
-    )
+    third = output_key(JOB + "a_1.JSON", directory=JOB, prefix=PREFIX, part=3)
+    assert re.fullmatch(re.escape(JOB) + r"contextual-kb/output/a_1~part3-[0-9a-f]{8}\.JSON", third)
+    # An input key named like a part (a document called "a_1~part3") does not take that part's output key:
+    # it would have to hold the hash of the other input key.
+    assert output_key(JOB + "a_1~part3.JSON", directory=JOB, prefix=PREFIX) != third
+    assert output_key(JOB + "b_1.JSON", directory=JOB, prefix=PREFIX, part=3) != third.replace("a_1", "b_1")
 
 
 def test_a_key_too_long_for_its_output_gets_a_shorter_one_that_keeps_its_head_and_tail() -> None:
@@ -47,7 +52,7 @@ def test_a_key_too_long_for_its_output_gets_a_shorter_one_that_keeps_its_head_an
     other = JOB + "ü" * 200 + "x" + "ü" * 279 + "_12.JSON"  # differs only in the middle
     assert output_key(other, directory=JOB, prefix=PREFIX) != out
     part = output_key(key, directory=JOB, prefix=PREFIX, part=2)
-    assert len(part.encode()) <= S3_MAX_KEY_BYTES and part.endswith("_12~part2.JSON")
+    assert len(part.encode()) <= S3_MAX_KEY_BYTES and re.search(r"_12~part2-[0-9a-f]{8}\.JSON$", part)
 
 
 def test_a_shared_directory_too_long_for_our_prefix_keeps_the_outputs_inside_it() -> None:

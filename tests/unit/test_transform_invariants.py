@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -229,8 +230,29 @@ def test_a_document_chunked_into_more_than_one_part_is_written_in_parts(monkeypa
     response, stats = Transformation(settings, PassThroughStrategy(), store).run(parse_event(raw))
     keys = [ref.key for ref in response.output_files[0].content_batches]
     assert len(keys) > 5 and keys[0] == "job/contextual-kb/output/doc.md_1.JSON"
-    assert keys[1] == "job/contextual-kb/output/doc.md_1~part2.JSON"
+    assert re.fullmatch(r"job/contextual-kb/output/doc\.md_1~part2-[0-9a-f]{8}\.JSON", keys[1])
     parts = [store.get_json(BUCKET, key)["fileContents"] for key in keys]
     assert all(len(json.dumps(part)) < 3 * 64 * 1024 for part in parts)
     bodies = [item["contentBody"] for part in parts for item in part]
     assert "".join(bodies) == text and stats.chunks_out == len(bodies) and stats.batches_out == len(keys)
+
+
+def test_parts_are_sized_in_bytes_not_characters(monkeypatch) -> None:
+    """Three bytes a character (CJK text): a part stays within OUTPUT_PART_MAX_BYTES of JSON, not three
+    times that."""
+    from contextual_kb.runtime import transform
+
+    monkeypatch.setattr(transform, "OUTPUT_PART_MAX_BYTES", 64 * 1024)
+    chunks = [
+        {"contentBody": f"第{n}部。" + "本部分的文字，一句接一句。" * 400, "contentType": "TEXT"}
+        for n in range(40)
+    ]
+    store = MemoryStore()
+    store.put_json(BUCKET, "job/doc.md_1.JSON", {"fileContents": chunks})
+    raw = event(BUCKET, [file_entry("s3://src/doc.md", ["job/doc.md_1.JSON"])])
+    response, _ = Transformation(Settings(), PassThroughStrategy(), store).run(parse_event(raw))
+    keys = [ref.key for ref in response.output_files[0].content_batches]
+    sizes = [len(store.objects[f"{BUCKET}/{key}"]) for key in keys]
+    assert len(keys) > 5 and max(sizes) <= 64 * 1024, sizes
+    parts = [store.get_json(BUCKET, key)["fileContents"] for key in keys]
+    assert [item["contentBody"] for part in parts for item in part] == [c["contentBody"] for c in chunks]

@@ -24,6 +24,7 @@ Nothing is lost: every pending chunk ends with a model context or still pending,
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import uuid
@@ -172,14 +173,16 @@ class Contextualizer:
             self._save(state)
         summary = Summary(**state["summary"])
         if state["phase"] == "stored":
+            still = self._settle(state)
             sources = sorted(set(state["touched"].values()))
             if reingest is not None and sources:
                 summary.model_calls_during_reingest = reingest(sources)
                 summary.reingested_documents = len(sources)
             summary.pending_after = self._pending_chunks()
             # Every chunk with text of these documents has a model context, but those still pending.
-            still = {key: len(d.pending) for key in state["documents"] if (d := self._read(key)) is not None}
-            summary.model_contexts = sum(n - still.get(key, 0) for key, n in state["documents"].items())
+            summary.model_contexts = sum(
+                info["with_text"] - still.get(key, 0) for key, info in state["documents"].items()
+            )
             state["summary"] = asdict(summary)
             state["phase"] = "done"
             self._save(state)
@@ -195,7 +198,7 @@ class Contextualizer:
         ids = record_ids()
         planned: list[Planned] = []
         documents: dict[str, int] = {}  # pending record key -> the document's tokens
-        with_text: dict[str, int] = {}  # pending record key -> its chunks with text (each needs a context)
+        known: dict[str, dict[str, Any]] = {}  # pending record key -> what the run must know of it
         for key, document in usable:
             wanted = self._still_wanted(document)
             if not wanted:
@@ -204,7 +207,11 @@ class Contextualizer:
                 continue
             planned.extend(build(key, document, wanted, options.group_size, ids))
             documents[key] = count_tokens(document.text)
-            with_text[key] = sum(1 for i in range(len(document.spans)) if document.chunk(i).strip())
+            known[key] = {
+                "source": document.source,
+                "with_text": sum(1 for i in range(len(document.spans)) if document.chunk(i).strip()),
+                "spans": _spans_hash(document),  # a record rewritten with other chunks is not stored into
+            }
             summary.documents += 1
             summary.chunks += len(document.spans)
             summary.pending_before += len(wanted)
@@ -222,7 +229,7 @@ class Contextualizer:
         if options.dry_run:
             self._estimate(summary, planned, on_demand)
         state = self._new_state(run, summary, planned, jobs, on_demand)
-        state["documents"] = with_text
+        state["documents"] = known
         return state
 
     def _usable(self) -> tuple[list[tuple[str, PendingDocument]], Counter[str]]:
@@ -406,16 +413,20 @@ class Contextualizer:
 
     # --- collect and store ---
     def _collect_and_store(self, state: dict[str, Any]) -> None:
+        """Each step's outputs stored, then the state saved with what it stored and what failed: a resume
+        repeats at most the step it stopped in, whose writes are idempotent (remembered contexts merged by
+        place; pending records settled only at the end, from the remembered contexts themselves), and
+        whose on-demand answers were kept in S3 first (never paid twice)."""
         summary = Summary(**state["summary"])
         rejected: Counter[str] = Counter(summary.answers_rejected)
-        retry: list[str] = []
-        if state["on_demand"]["records"] and not state.get("on_demand_done"):
-            records = state["on_demand"]["records"]
-            outputs = self._run_on_demand(state, records)
-            self._store(state, records, outputs, summary, rejected, [], batch=False)
-            state["on_demand_done"] = True
-            state["summary"] = asdict(summary)
-            self._save(state)
+        on_demand = state["on_demand"]
+        if on_demand["records"] and not on_demand.get("stored"):
+            outputs = self._on_demand_outputs(state, on_demand["records"], "on-demand")
+            on_demand["failed"] = self._store(
+                state, on_demand["records"], outputs, summary, rejected, batch=False
+            )
+            on_demand["stored"] = True
+            self._checkpoint(state, summary, rejected)
         pending_jobs = [job for job in state["jobs"] if job["arn"] and not job["stored"]]
         while pending_jobs:
             for job in pending_jobs:
@@ -432,25 +443,52 @@ class Contextualizer:
                     why = job["message"] or "no reason given"
                     self.log(f"job {job['name']} {job['status']}: {why}; its chunks stay pending")
                     outputs = {}
-                self._store(state, job["records"], outputs, summary, rejected, retry, batch=True)
+                job["failed"] = self._store(state, job["records"], outputs, summary, rejected, batch=True)
                 job["stored"] = True
-                state["summary"] = asdict(summary)
-                self._save(state)
+                self._checkpoint(state, summary, rejected)
             pending_jobs = [job for job in state["jobs"] if job["arn"] and not job["stored"]]
             if pending_jobs:
                 self.sleep(self.options.poll_seconds)
         for job in state["jobs"]:  # never created: their chunks stay pending, counted
             if job.get("status") == "NotCreated" and not job["stored"]:
-                summary.failed_records += len(job["records"])
+                job["failed"] = list(job["records"])
                 summary.jobs_failed += 1
                 job["stored"] = True
-        if retry and self.options.on_demand_retry and self.on_demand is not None:
-            self.log(f"{len(retry)} record(s) failed in batch: asked again on demand")
-            again: list[str] = []
-            outputs = self._run_on_demand(state, retry)
-            self._store(state, retry, outputs, summary, rejected, again, batch=False)
+        failed = [rid for job in state["jobs"] for rid in job.get("failed", [])]
+        retry = state.setdefault("retry", {"records": [], "failed": [], "stored": False})
+        if failed and self.options.on_demand_retry and self.on_demand is not None and not retry["stored"]:
+            self.log(f"{len(failed)} record(s) failed in batch: asked again on demand")
+            outputs = self._on_demand_outputs(state, failed, "retry")
+            retry["records"] = failed
+            retry["failed"] = self._store(state, failed, outputs, summary, rejected, batch=False)
+            retry["stored"] = True
+        # Failed for good: what the retry did not answer (or every failure, without one), and on demand's.
+        final = (
+            set(retry["failed"]) | (set(failed) - set(retry["records"])) | set(on_demand.get("failed", []))
+        )
+        summary.failed_records = len(final)
+        self._checkpoint(state, summary, rejected)
+
+    def _checkpoint(self, state: dict[str, Any], summary: Summary, rejected: Counter[str]) -> None:
         summary.answers_rejected = dict(rejected)
         state["summary"] = asdict(summary)
+        self._save(state)
+
+    def _on_demand_outputs(
+        self, state: dict[str, Any], record_ids_: list[str], name: str
+    ) -> dict[str, Output]:
+        """The records' answers on demand, kept in S3 (as a job's output file) before they are used: a resume
+        reads them back instead of paying for them again."""
+        key = f"{self.options.batch_prefix}{state['run']}/output/{name}.jsonl.out"
+        try:
+            body = self.s3.get_object(Bucket=self.options.bucket, Key=key)["Body"].read()
+            return _parse_outputs(body)
+        except ClientError:
+            pass
+        outputs = self._run_on_demand(state, record_ids_)
+        lines = [json.dumps(_as_output_line(output), ensure_ascii=True) for output in outputs.values()]
+        self._put(key, ("\n".join(lines) + "\n").encode("ascii"))
+        return outputs
 
     def _outputs(self, described: dict[str, Any]) -> dict[str, Output]:
         """Every output record of a job, by record id (the first valid one where one is repeated)."""
@@ -462,13 +500,10 @@ class Contextualizer:
             for item in page.get("Contents", []):
                 if not item["Key"].endswith(".jsonl.out"):
                     continue
-                body = self.s3.get_object(Bucket=bucket, Key=item["Key"])["Body"].read().decode("utf-8")
-                for line in body.splitlines():
-                    output = parse_output(line) if line.strip() else None
-                    if output is None:
-                        continue
-                    if output.record_id not in found or (found[output.record_id].error and not output.error):
-                        found[output.record_id] = output
+                body = self.s3.get_object(Bucket=bucket, Key=item["Key"])["Body"].read()
+                for record_id, output in _parse_outputs(body).items():
+                    if record_id not in found or (found[record_id].error and not output.error):
+                        found[record_id] = output
         return found
 
     def _run_on_demand(self, state: dict[str, Any], record_ids_: list[str]) -> dict[str, Output]:
@@ -483,14 +518,22 @@ class Contextualizer:
                 body = self.s3.get_object(Bucket=self.options.bucket, Key=key)["Body"].read()
             except ClientError:
                 continue
-            for line in body.splitlines(keepends=True):
+            for line in body.split(b"\n"):  # JSONL lines end at newlines only (not at U+2028 in the text)
+                if not line.strip():
+                    continue
                 rid = json.loads(line).get("recordId")
                 if rid in wanted:
                     wanted.discard(rid)
                     info = state["records"][rid]
                     planned.append(
                         Planned(
-                            rid, info["document"], info["model"], info["unit"], tuple(info["chunks"]), line, 0
+                            rid,
+                            info["document"],
+                            info["model"],
+                            info["unit"],
+                            tuple(info["chunks"]),
+                            line + b"\n",
+                            0,
                         )
                     )
         return self.on_demand(planned)
@@ -502,42 +545,61 @@ class Contextualizer:
         outputs: dict[str, Output],
         summary: Summary,
         rejected: Counter[str],
-        retry: list[str],
         *,
         batch: bool,
-    ) -> None:
-        """Contexts from ``outputs`` into the remembered contexts of their documents; pending records keep
-        what is still missing."""
+    ) -> list[str]:
+        """Contexts from ``outputs`` merged into the remembered contexts of their documents; the records that
+        failed (or are missing), returned. Pending records are left to ``_settle``."""
+        failed: list[str] = []
         by_document: dict[str, list[tuple[str, Output | None]]] = {}
         for rid in record_ids_:
             by_document.setdefault(state["records"][rid]["document"], []).append((rid, outputs.get(rid)))
         for key, results in by_document.items():
             document = self._read(key)
-            if document is None:
+            info = state["documents"].get(key, {})
+            if document is None or _spans_hash(document) != info.get("spans"):
+                # Deleted meanwhile, or recorded again with other chunks (a sync during the run): these
+                # answers no longer fit it. Counted as failed; the new record's chunks stay pending.
+                failed.extend(rid for rid, _ in results)
                 continue
             units = {number: normalize(text) for number, _, text in unit_texts(document)}
             learned: dict[int, str] = {}
             for rid, output in results:
-                info = state["records"][rid]
+                planned = state["records"][rid]
                 if output is None or output.error:
-                    summary.failed_records += 1
-                    retry.append(rid)
+                    failed.append(rid)
                     continue
                 summary.input_tokens += output.input_tokens
                 summary.output_tokens += output.output_tokens
-                self._charge(summary, info["model"], output.input_tokens, output.output_tokens, batch=batch)
-                accepted: Accepted = accept(document, units[info["unit"]], info["chunks"], output)
+                self._charge(
+                    summary, planned["model"], output.input_tokens, output.output_tokens, batch=batch
+                )
+                accepted: Accepted = accept(document, units[planned["unit"]], planned["chunks"], output)
                 learned.update(accepted.contexts)
                 rejected.update(accepted.rejected)
             if learned:
                 self._remember(document, learned)
                 summary.contexts_stored += len(learned)
                 state["touched"][key] = document.source
-            left = [i for i in document.pending if i not in learned]
-            if left:
-                self._write(key, document.model_copy(update={"pending": left}))
-            else:
+        return failed
+
+    def _settle(self, state: dict[str, Any]) -> dict[str, int]:
+        """Each pending record of this run keeps only the chunks still without a remembered context (deleted
+        when none is left): read from the remembered contexts themselves, so it holds however the run went.
+        Returns, per record still there, its pending chunks."""
+        still: dict[str, int] = {}
+        for key in state["documents"]:
+            document = self._read(key)
+            if document is None:
+                continue
+            wanted = self._still_wanted(document)
+            if not wanted:
                 self._drop(key)
+            else:
+                if wanted != document.pending:
+                    self._write(key, document.model_copy(update={"pending": wanted}))
+                still[key] = len(wanted)
+        return still
 
     def _remember(self, document: PendingDocument, learned: dict[int, str]) -> None:
         bucket = self.options.bucket
@@ -618,3 +680,35 @@ class Contextualizer:
             self.s3.put_object(
                 Bucket=bucket, Key=prefix + CURRENT, Body=json.dumps({"run": state["run"]}).encode()
             )
+
+
+def _spans_hash(document: PendingDocument) -> str:
+    return hashlib.sha256(json.dumps(document.spans).encode()).hexdigest()[:16]
+
+
+def _parse_outputs(body: bytes) -> dict[str, Output]:
+    """Output records by id from a JSONL body: lines end at newlines only (a U+2028 in a context is text)."""
+    found: dict[str, Output] = {}
+    for raw in body.split(b"\n"):
+        if not raw.strip():
+            continue
+        output = parse_output(raw.decode("utf-8", "replace"))
+        if output is not None and (
+            output.record_id not in found or (found[output.record_id].error and not output.error)
+        ):
+            found[output.record_id] = output
+    return found
+
+
+def _as_output_line(output: Output) -> dict[str, Any]:
+    """An on-demand answer in a batch output line's shape, so one reader reads both."""
+    if output.error:
+        return {"recordId": output.record_id, "error": {"errorCode": 0, "errorMessage": output.error}}
+    return {
+        "recordId": output.record_id,
+        "modelOutput": {
+            "content": [{"type": "text", "text": output.text}],
+            "stop_reason": output.stop_reason,
+            "usage": {"input_tokens": output.input_tokens, "output_tokens": output.output_tokens},
+        },
+    }

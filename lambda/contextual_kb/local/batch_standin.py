@@ -8,7 +8,8 @@ JSONL input from S3, answers every record the way the runtime stand-in answers I
 (``BedrockStandIn.answer``: same contexts, same token counts), and writes
 ``<output URI><job id>/<input file>.out`` (one ``{recordId, modelInput, modelOutput | error}`` a line) and
 ``manifest.json.out``, then sets the job Completed (PartiallyCompleted when records failed). Statuses go
-Submitted, Validating, InProgress, then an end state.
+Submitted, Validating, InProgress, then an end state; a stopped job stays Stopped (what it processed before is
+written), and one its input breaks ends Failed with the reason.
 
 Faults, for tests: records answered with an error (by id, or a share), lines left out, duplicated or
 shuffled (output order is not promised), and whole jobs that fail or expire. Limits: a job with fewer records
@@ -47,6 +48,7 @@ class BatchConfig:
     min_records: int = 10  # the local account's quota; Bedrock's default is 100
     max_records: int = 50_000
     step_seconds: float = 0.05  # time between status changes
+    record_seconds: float = 0.0  # time each record takes
     failed_records: set[str] = field(default_factory=set)  # answered with an error
     failed_record_rate: float = 0.0
     missing_records: set[str] = field(default_factory=set)  # left out of the output
@@ -238,13 +240,16 @@ class BatchStandIn:
             lines: list[str] = []
             for each in keys:
                 body = self.s3.get_object(Bucket=bucket, Key=each)["Body"].read().decode("utf-8")
-                lines.extend(line for line in body.splitlines() if line.strip())
+                # JSON Lines ends a record at "\n" only: splitlines() would also cut at U+2028 and friends.
+                lines.extend(line for line in body.split("\n") if line.strip())
         except Exception:
             return None
         return lines or None
 
     def _set(self, job: _Job, status: str, message: str = "") -> None:
         with self._lock:
+            if job.status == "Stopped":  # a stopped job stays stopped, whatever its thread was doing
+                return
             job.status = status
             if message:
                 job.message = message
@@ -252,6 +257,13 @@ class BatchStandIn:
                 job.ended = _now()
 
     def _run(self, job: _Job, lines: list[str]) -> None:
+        """The job's life on its own thread; whatever goes wrong ends it Failed, as Bedrock reports it."""
+        try:
+            self._process(job, lines)
+        except Exception as error:
+            self._set(job, "Failed", f"The job failed: {type(error).__name__}: {error}")
+
+    def _process(self, job: _Job, lines: list[str]) -> None:
         config = self.config
         for status in ("Validating", "Scheduled", "InProgress"):
             time.sleep(config.step_seconds)
@@ -271,6 +283,10 @@ class BatchStandIn:
             return
         out: list[str] = []
         for line in lines:
+            if job.status == "Stopped":  # what was processed before the stop is still written
+                break
+            if config.record_seconds:
+                time.sleep(config.record_seconds)
             record = json.loads(line)
             record_id = str(record.get("recordId", ""))
             result = {"recordId": record_id, "modelInput": record.get("modelInput")}

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 # Only what a local run needs when the caller has none: moto accepts any credentials.
 LOCAL_DEFAULTS = {
@@ -48,23 +50,38 @@ def local_s3() -> Iterator[str]:
                 os.environ[name] = value
 
 
-def keep_moto_bodies_in_files() -> None:
-    """For memory measurements: moto keeps object bodies in temporary files (any body over a byte rolls
-    over), so what the handler writes does not count as its memory, and ETags are hashed a megabyte at a
-    time (moto reads a body whole to hash it: a 16 MB allocation for a 16 MB object)."""
-    import hashlib
+@contextmanager
+def s3_subprocess() -> Iterator[str]:
+    """moto's S3 in a child process on 127.0.0.1 (so its memory is not counted as the caller's); yields its
+    URL and stops it afterwards. The child also stops when its standard input closes (the caller died)."""
+    command = [sys.executable, "-m", "contextual_kb.local.s3server"]
+    process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()  # main()'s "S3 at http://127.0.0.1:PORT"
+        if not line.startswith("S3 at "):
+            raise RuntimeError(f"the local S3 did not start: {line!r}")
+        yield line.removeprefix("S3 at ").strip()
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
 
-    from moto.s3.models import FakeKey
 
-    os.environ["MOTO_S3_DEFAULT_KEY_BUFFER_SIZE"] = "1"
+def main() -> None:
+    """Serve moto's S3 on a free loopback port until standard input closes."""
+    argparse.ArgumentParser(description="moto's S3 on 127.0.0.1 until standard input closes.").parse_args()
+    from moto.server import ThreadedMotoServer
 
-    def etag(key: Any) -> str:
-        if key._etag is None:
-            digest = hashlib.md5(usedforsecurity=False)
-            key._value_buffer.seek(0)
-            for block in iter(lambda: key._value_buffer.read(1 << 20), b""):
-                digest.update(block)
-            key._etag = digest.hexdigest()
-        return f'"{key._etag}"'
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    print(f"S3 at http://127.0.0.1:{port}", flush=True)
+    try:
+        sys.stdin.read()  # returns at EOF: the parent closed the pipe or died
+    finally:
+        server.stop()
 
-    FakeKey.etag = property(etag)  # type: ignore[assignment, method-assign]
+
+if __name__ == "__main__":
+    main()

@@ -106,6 +106,10 @@ def plan(s3: Any, data_source: dict[str, Any], prefix: str = "") -> Plan:
     return Plan(bucket, sorted(documents.items()), prefixes)
 
 
+# PutObject's answers when the object changed since it was read (412) or a concurrent write won (409).
+CHANGED_MEANWHILE = {"PreconditionFailed", "ConditionalRequestConflict"}
+
+
 def marked_metadata(existing: bytes | None, stamp: str) -> tuple[bytes | None, str]:
     """The metadata file with ``ckb_reprocessed`` set to ``stamp``, and "" (or None and why not). Pure.
 
@@ -139,19 +143,28 @@ def mark(s3: Any, plan_: Plan, stamp: str, *, progress: Callable[[int], None] | 
     def one(key: str) -> tuple[str, str]:
         sidecar = key + METADATA_SUFFIX
         try:
+            # Written only over the version read (S3 conditional writes): a metadata file someone changes
+            # meanwhile is never overwritten with the older attributes.
+            condition: dict[str, str]
             try:
-                existing = s3.get_object(Bucket=plan_.bucket, Key=sidecar)["Body"].read()
+                got = s3.get_object(Bucket=plan_.bucket, Key=sidecar)
+                existing: bytes | None = got["Body"].read()
+                condition = {"IfMatch": got["ETag"]}
             except ClientError as exc:
                 if exc.response.get("Error", {}).get("Code") not in {"NoSuchKey", "404"}:
                     raise
-                existing = None
+                existing, condition = None, {"IfNoneMatch": "*"}
             body, why = marked_metadata(existing, stamp)
             if body is None:
                 return "skipped", why
-            s3.put_object(Bucket=plan_.bucket, Key=sidecar, Body=body, ContentType="application/json")
+            s3.put_object(
+                Bucket=plan_.bucket, Key=sidecar, Body=body, ContentType="application/json", **condition
+            )
             return ("created" if existing is None else "updated"), ""
         except (ClientError, BotoCoreError) as exc:
             code = exc.response.get("Error", {}).get("Code", "") if isinstance(exc, ClientError) else ""
+            if code in CHANGED_MEANWHILE:
+                return "skipped", "its metadata file changed while it was being marked: run again"
             return "skipped", f"S3 {code or exc}"
 
     with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="ckb-mark") as pool:

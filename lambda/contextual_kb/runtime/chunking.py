@@ -218,11 +218,10 @@ class _Splitter:
             if group_start < 0:
                 # A run of pieces that fit, up to the next one that does not: cut into chunks of even size
                 # (a run of 1.1 chunks' worth gives two halves, not a full chunk and a scrap).
-                run = 0
-                for following in counts[index:]:
-                    if following > self.max:
-                        break
-                    run += following
+                run, following = 0, index
+                while following < len(counts) and counts[following] <= self.max:  # no slice: linear
+                    run += counts[following]
+                    following += 1
                 target = run / max(1, -(-run // self.max))
             if group_start >= 0 and group_tokens + tokens <= self.max and group_tokens < target:
                 group_end, group_tokens = b, group_tokens + tokens
@@ -262,7 +261,8 @@ class _Splitter:
 
     def _fill(self, start: int, end: int, out: list[tuple[int, int]]) -> None:
         """A range with no better boundary: cut after ``max`` tokens, at the last word start before (or, in
-        a word longer than a chunk, at a token edge not between a character and its combining marks)."""
+        a word longer than a chunk, at a token edge not between a character and its marks: back to the
+        character, or, when marks run back to the chunk's start, on past them)."""
         text = self.text
         position = start
         while True:
@@ -282,8 +282,14 @@ class _Splitter:
                 if word_start > position:
                     cut = word_start
                 else:
-                    while cut > position + 1 and unicodedata.combining(text[cut]):
-                        cut -= 1
+                    back = cut
+                    while back > position + 1 and _joined(text, back):
+                        back -= 1
+                    if _joined(text, back):  # marks all the way back: the cut goes after them instead
+                        while cut < end and _joined(text, cut):
+                            cut += 1
+                    else:
+                        cut = back
             out.append((position, cut))
             position = cut
 
@@ -302,6 +308,15 @@ class _Splitter:
         while len(labels) > 2 and len(SECTION_SEPARATOR.join(labels).encode()) > SECTION_MAX_BYTES:
             del labels[1]  # the container and the exact place matter most
         return _cap_bytes(SECTION_SEPARATOR.join(labels), SECTION_MAX_BYTES)
+
+
+_ZWJ = "\u200d"
+
+
+def _joined(text: str, at: int) -> bool:
+    """A cut before ``text[at]`` would part a character from what belongs to it: a mark (combining marks,
+    Thai vowel signs, variation selectors: Unicode category M), or either side of a zero-width joiner."""
+    return unicodedata.category(text[at]).startswith("M") or text[at] == _ZWJ or text[at - 1] == _ZWJ
 
 
 def _absorb_blank(tokens: _Tokens, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:

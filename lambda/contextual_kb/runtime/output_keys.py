@@ -17,6 +17,7 @@ from collections.abc import Iterable
 
 S3_MAX_KEY_BYTES = 1024
 _HASH_CHARS = 16
+_PART_HASH_CHARS = 8
 _TAIL_BYTES = 120  # kept from the end of a shortened key: the file's name, its batch number, the extension
 
 
@@ -39,14 +40,16 @@ def shared_directory(keys: Iterable[str]) -> str:
 
 def output_key(key: str, *, directory: str, prefix: str, part: int = 1) -> str:
     """The output key of input ``key`` (which lies under ``directory``), or of its ``part``-th part (from 2,
-    a ``~partN`` before the extension)."""
+    ``~partN-`` and a hash of the input key before the extension: an input key that happens to end in the
+    same ``~partN`` cannot take a part's output key)."""
     rest = key[len(directory) :] if key.startswith(directory) else key
     stem, extension = _split_extension(rest)
-    suffix = f"~part{part}" if part > 1 else ""
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+    suffix = f"~part{part}-{digest[:_PART_HASH_CHARS]}" if part > 1 else ""
     wanted = f"{directory}{prefix}{stem}{suffix}{extension}"
     if _size(wanted) <= S3_MAX_KEY_BYTES:
         return wanted
-    tag = "~" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:_HASH_CHARS] + "~"
+    tag = "~" + digest[:_HASH_CHARS] + "~"
     for head in (f"{directory}{prefix}", directory):  # without OUTPUT_PREFIX only if it alone is too long
         room = S3_MAX_KEY_BYTES - _size(head) - _size(tag) - _size(suffix) - _size(extension)
         if room >= 0:

@@ -430,8 +430,8 @@ def _parts(items: list[ContentItem]) -> Iterator[list[ContentItem]]:
     part: list[ContentItem] = []
     size = 0
     for item in items:
-        # The body counts twice: a context of its size at most, and escapes; the metadata about 2 KB at most.
-        weight = 2 * len(item.content_body) + 2048
+        # The body's UTF-8 bytes count twice (a context of its size at most, and escapes); metadata ~2 KB.
+        weight = 2 * len(item.content_body.encode("utf-8", "surrogatepass")) + 2048
         if part and size + weight > OUTPUT_PART_MAX_BYTES:
             yield part
             part, size = [], 0

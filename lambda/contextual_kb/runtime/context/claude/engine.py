@@ -140,6 +140,8 @@ class ClaudeStrategy(ContextStrategy):
             with contextlib.suppress(TransformationError):
                 self._client = self._new_client()
         self._memory = memory if memory is not None or not self.remembering else ContextMemory()
+        if self._pending is None and self.remembering and settings.context_defer != "never":
+            self._pending = self._new_pending()  # now, not on a worker thread: boto3's session is not shared
 
     @property
     def client(self) -> ClaudeClient:
@@ -165,12 +167,16 @@ class ClaudeStrategy(ContextStrategy):
     @property
     def pending(self) -> PendingStore:
         if self._pending is None:
-            import boto3
-
-            from contextual_kb.runtime.storage import S3_CONFIG
-
-            self._pending = PendingStore(boto3.client("s3", config=S3_CONFIG))
+            self._pending = self._new_pending()
         return self._pending
+
+    @staticmethod
+    def _new_pending() -> PendingStore:
+        import boto3
+
+        from contextual_kb.runtime.storage import S3_CONFIG
+
+        return PendingStore(boto3.client("s3", config=S3_CONFIG))
 
     @property
     def prompt_snapshot(self) -> PromptSnapshot:
