@@ -310,3 +310,113 @@ def test_a_line_separator_in_the_text_does_not_split_a_record() -> None:
         world.ingest("always")
         summary = world.contextualizer(group_size=2).run()
         assert summary.failed_records == 0 and summary.pending_after == 0 and summary.contexts_stored == 10
+
+
+def test_on_demand_answers_are_kept_as_they_come_so_a_crash_midway_pays_only_for_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from contextual_kb.deferred import contextualize
+
+    class CrashedError(Exception):
+        pass
+
+    monkeypatch.setattr(contextualize, "ON_DEMAND_SLICE", 5)
+    with LocalWorld(corpus(), BatchConfig(min_records=100)) as world:  # too few for a job: 12 on demand
+        world.ingest("always")
+        first = world.contextualizer(group_size=2)
+        assert first.on_demand is not None
+        ask, slices = first.on_demand, {"n": 0}
+
+        def crash_on_the_third_slice(records: list[Any]) -> Any:
+            slices["n"] += 1
+            if slices["n"] == 3:
+                raise CrashedError
+            return ask(records)
+
+        first.on_demand = crash_on_the_third_slice
+        with pytest.raises(CrashedError):
+            first.run()
+        assert world.model.stats.answered == 10  # two slices of five, kept in S3
+        summary = world.contextualizer(group_size=2).run()
+        assert world.model.stats.answered == 12  # the resume paid for the last two alone
+        assert summary.contexts_stored == 20 and summary.pending_after == 0
+
+
+def test_records_of_a_document_recorded_again_during_the_run_are_not_asked_again_on_demand() -> None:
+    """A sync during the run records the documents again with other chunks: the batch's answers no longer
+    fit, so they are counted as failed and not paid for again on demand; the new records stay pending."""
+    faults = BatchConfig(min_records=1, failed_records={"R0000000001"}, step_seconds=0.2)
+    with LocalWorld(corpus(), faults) as world:
+        world.ingest("always")
+
+        def resync(line: str) -> None:
+            if not line.startswith("submitted"):
+                return
+            for key, record in pending(world).items():  # the last two chunks made one
+                spans = [*record.spans[:-2], (record.spans[-2][0], record.spans[-1][1])]
+                again = record.model_copy(update={"spans": spans, "pending": list(range(len(spans)))})
+                world.s3.put_object(Bucket=INTERMEDIATE, Key=key, Body=again.dump())
+
+        summary = world.contextualizer(log=resync, group_size=2, on_demand_retry=True).run()
+        assert world.model.stats.answered == 0  # nothing asked on demand for answers that cannot be used
+        assert summary.contexts_stored == 0 and summary.failed_records == summary.records
+        assert summary.pending_after == 16 and all(len(r.pending) == 4 for r in pending(world).values())
+
+
+def test_an_s3_error_reading_a_pending_record_stops_the_run_and_never_passes_for_a_deleted_one() -> None:
+    """A throttled read of a pending record must not discard the batch's paid answers as if the document
+    were gone: the run stops (one clear error), and the next run stores them."""
+    from botocore.exceptions import ClientError
+
+    with LocalWorld(corpus(), BatchConfig(min_records=1)) as world:
+        world.ingest("always")
+        first = world.contextualizer(group_size=2)
+        get, seen = first.s3.get_object, {"collecting": False}
+
+        class Throttled:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(world.s3, name)
+
+            def get_object(self, **kwargs: Any) -> Any:
+                if seen["collecting"] and kwargs["Key"].startswith(PENDING):
+                    error = {"Error": {"Code": "SlowDown", "Message": "Please reduce your request rate."}}
+                    raise ClientError(error, "GetObject")
+                return get(**kwargs)
+
+        first.s3 = Throttled()
+        first.log = lambda line: seen.update(collecting=seen["collecting"] or line.startswith("submitted"))
+        with pytest.raises(ClientError):
+            first.run()
+        assert len(pending(world)) == 4
+        summary = world.contextualizer(group_size=2).run()
+        creates = [r for r in world.standin.requests if r[0] == "CreateModelInvocationJob"]
+        assert len(creates) == 1 and summary.contexts_stored == 20 and summary.pending_after == 0
+
+
+def test_a_record_written_again_while_being_settled_stands_as_the_function_wrote_it() -> None:
+    """The function records a document again (a sync) between the settling's read and its delete: the
+    conditional delete is refused and the new record stays, its chunks pending for the next run."""
+    with LocalWorld(corpus(documents=2), BatchConfig(min_records=1)) as world:
+        world.ingest("always")
+        contextualizer = world.contextualizer(group_size=2)
+        settle, still_wanted = contextualizer._settle, contextualizer._still_wanted
+        rewritten: list[str] = []
+
+        def settling(state: dict[str, Any]) -> dict[str, int]:
+            def sync_meanwhile(document: PendingDocument) -> list[int]:
+                wanted = still_wanted(document)
+                if not rewritten:
+                    (key,) = [k for k, r in pending(world).items() if r.memory_key == document.memory_key]
+                    again = document.model_copy(update={"pending": [0], "reasons": {"deadline": 1}})
+                    world.s3.put_object(Bucket=INTERMEDIATE, Key=key, Body=again.dump())
+                    rewritten.append(key)
+                return wanted
+
+            contextualizer._still_wanted = sync_meanwhile  # type: ignore[method-assign]
+            return settle(state)
+
+        contextualizer._settle = settling  # type: ignore[method-assign]
+        summary = contextualizer.run()
+        left = pending(world)
+        assert list(left) == rewritten and left[rewritten[0]].pending == [0]
+        assert summary.pending_after == 1 and summary.contexts_stored == 10

@@ -563,3 +563,29 @@ def test_runtime_dependencies_are_pinned_exactly_and_agree_with_the_constraints(
     for extra in ("cli", "local", "eval", "cdk"):  # the extras `make test` installs under the constraints
         for name, version in _pins(project["optional-dependencies"][extra]).items():
             assert constraints[name] == version, name
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["-m", "contextual_kb.local.s3server"],
+        ["-m", "contextual_kb.local.bedrock_standin", "--port", "0", "--until-stdin-closes"],
+    ],
+)
+def test_a_local_server_in_a_child_process_stops_when_its_parents_pipe_closes(command: list[str]) -> None:
+    """A test or bench killed outright leaves no server behind: the child's input closes with its parent."""
+    import subprocess
+    import sys
+
+    process = subprocess.Popen(
+        [sys.executable, *command], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None and "127.0.0.1:" in process.stdout.readline()
+        assert process.stdin is not None
+        process.stdin.close()  # what the parent's death does
+        assert process.wait(timeout=20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

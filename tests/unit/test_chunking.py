@@ -186,6 +186,16 @@ def test_a_word_longer_than_a_chunk_is_cut_between_characters() -> None:
     assert starts and not any(unicodedata.category(thai[s]).startswith("M") for s in starts)
 
 
+@pytest.mark.parametrize("run", ["x\u200d", "\u0301", "\u200d"])
+def test_a_run_of_marks_or_joiners_is_cut_near_the_size_not_after_the_run(run: str) -> None:
+    """Marks or joiners by the thousand are not one character: the cut may move a few characters to keep
+    one whole, never the length of the run (one chunk of 160,000 tokens, before)."""
+    text = "a" + run * 40_000
+    chunks = chunk_document(text, max_tokens=512).chunks
+    assert "".join(texts(text, chunks)) == text
+    assert len(chunks) > 10 and max(c.end - c.start for c in chunks) <= 2 * 512 + 64
+
+
 def test_white_space_alone_is_one_chunk_and_nothing_is_no_chunk() -> None:
     assert chunk_document("   \n\n  ", max_tokens=10).chunks == (Chunk(0, 7, ""),)
     assert chunk_document("", max_tokens=10).chunks == ()

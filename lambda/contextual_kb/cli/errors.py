@@ -96,7 +96,7 @@ def explain(exc: BaseException) -> CliError | None:
     from contextual_kb.query.deployment import DeploymentError
     from contextual_kb.query.ingestion import IngestionError
     from contextual_kb.query.retrieval import RetrievalError
-    from contextual_kb.runtime.errors import TransformationError
+    from contextual_kb.runtime.errors import StorageError, TransformationError
 
     if isinstance(exc, HandlerError):
         if isinstance(exc.error, TransformationError):
@@ -106,6 +106,8 @@ def explain(exc: BaseException) -> CliError | None:
                 "The Knowledge Base would mark the file(s) failed; --logs shows the handler's log",
             )
         return explain(exc.error)
+    if isinstance(exc, StorageError):  # outside a transformation: ckb contextualize's own reads and writes
+        return CliError("S3 request failed", str(exc))
     if isinstance(exc, TransformationError):
         return CliError("transformation failed", str(exc))
     if isinstance(exc, InputFileError):  # a file the user named: a usage error

@@ -57,6 +57,10 @@ from contextual_kb.runtime.pending import PendingDocument
 ENDED = {"Completed", "PartiallyCompleted", "Failed", "Stopped", "Expired"}
 # A stopped job keeps the outputs of the records it processed (AWS: results appear from InProgress on).
 USABLE = {"Completed", "PartiallyCompleted", "Stopped"}
+# On-demand answers are kept in S3 this many records at a time: an interrupted run loses at most one slice.
+ON_DEMAND_SLICE = 50
+# A conditional write or delete refused: the object changed (412), a concurrent write won (409), or is gone.
+CHANGED_MEANWHILE = {"PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey"}
 CURRENT = "current.json"
 # When nothing is known of a document's context length, an output's estimate (dry run): measured on the
 # codebase corpus, 74 output tokens a chunk (docs/BENCHMARKS.md, "Contextualizing with Claude").
@@ -306,17 +310,14 @@ class Contextualizer:
 
     def _still_wanted(self, document: PendingDocument) -> list[int]:
         """The recorded chunks still without a remembered context (a later sync may have made some)."""
-        try:
-            remembered = self.memory.load(self.options.bucket, document.memory_key)
-        except Exception:
-            remembered = None
+        remembered = self.memory.load(self.options.bucket, document.memory_key)  # an S3 error stops the run
+        counts = Counter(document.chunk(index) for index in range(len(document.spans)))
         out = []
         for index in document.pending:
             if index >= len(document.spans):
                 continue
-            if remembered and remembered.by_place.get(
-                place_key(document.chunk(index), document.spans[index][0])
-            ):
+            chunk = document.chunk(index)
+            if remembered.get(chunk, document.spans[index][0], unique=counts[chunk] == 1):
                 continue
             out.append(index)
         return out
@@ -455,12 +456,14 @@ class Contextualizer:
                 summary.jobs_failed += 1
                 job["stored"] = True
         failed = [rid for job in state["jobs"] for rid in job.get("failed", [])]
+        stale = set(state.get("stale", []))
+        again = [rid for rid in failed if rid not in stale]  # answers for a stale record would not fit it
         retry = state.setdefault("retry", {"records": [], "failed": [], "stored": False})
-        if failed and self.options.on_demand_retry and self.on_demand is not None and not retry["stored"]:
-            self.log(f"{len(failed)} record(s) failed in batch: asked again on demand")
-            outputs = self._on_demand_outputs(state, failed, "retry")
-            retry["records"] = failed
-            retry["failed"] = self._store(state, failed, outputs, summary, rejected, batch=False)
+        if again and self.options.on_demand_retry and self.on_demand is not None and not retry["stored"]:
+            self.log(f"{len(again)} record(s) failed in batch: asked again on demand")
+            outputs = self._on_demand_outputs(state, again, "retry")
+            retry["records"] = again
+            retry["failed"] = self._store(state, again, outputs, summary, rejected, batch=False)
             retry["stored"] = True
         # Failed for good: what the retry did not answer (or every failure, without one), and on demand's.
         final = (
@@ -477,17 +480,29 @@ class Contextualizer:
     def _on_demand_outputs(
         self, state: dict[str, Any], record_ids_: list[str], name: str
     ) -> dict[str, Output]:
-        """The records' answers on demand, kept in S3 (as a job's output file) before they are used: a resume
-        reads them back instead of paying for them again."""
-        key = f"{self.options.batch_prefix}{state['run']}/output/{name}.jsonl.out"
-        try:
-            body = self.s3.get_object(Bucket=self.options.bucket, Key=key)["Body"].read()
-            return _parse_outputs(body)
-        except ClientError:
-            pass
-        outputs = self._run_on_demand(state, record_ids_)
-        lines = [json.dumps(_as_output_line(output), ensure_ascii=True) for output in outputs.values()]
-        self._put(key, ("\n".join(lines) + "\n").encode("ascii"))
+        """The records' answers on demand, kept in S3 (as job output files, ``ON_DEMAND_SLICE`` records
+        each) as they come: a resume reads back the slices answered and pays only for the others."""
+        prefix = f"{self.options.batch_prefix}{state['run']}/output/{name}-"
+        slices = [
+            record_ids_[at : at + ON_DEMAND_SLICE] for at in range(0, len(record_ids_), ON_DEMAND_SLICE)
+        ]
+        outputs: dict[str, Output] = {}
+        missing: list[tuple[str, list[str]]] = []
+        for number, ids in enumerate(slices):
+            key = f"{prefix}{number:05d}.jsonl.out"
+            kept = self._get(key)
+            if kept is None:
+                missing.append((key, ids))
+            else:
+                outputs.update(_parse_outputs(kept))
+        if not missing or self.on_demand is None:
+            return outputs
+        planned = self._planned(state, {rid for _, ids in missing for rid in ids})
+        for key, ids in missing:
+            answered = self.on_demand([planned[rid] for rid in ids if rid in planned])
+            lines = [json.dumps(_as_output_line(output), ensure_ascii=True) for output in answered.values()]
+            self._put(key, ("\n".join(lines) + "\n").encode("ascii"))
+            outputs.update(answered)
         return outputs
 
     def _outputs(self, described: dict[str, Any]) -> dict[str, Output]:
@@ -506,17 +521,14 @@ class Contextualizer:
                         found[record_id] = output
         return found
 
-    def _run_on_demand(self, state: dict[str, Any], record_ids_: list[str]) -> dict[str, Output]:
-        """The records' requests, read back from the inputs written at planning, sent on demand."""
-        if self.on_demand is None:
-            return {}
-        wanted = set(record_ids_)
+    def _planned(self, state: dict[str, Any], wanted: set[str]) -> dict[str, Planned]:
+        """The records' requests, read back (once) from the inputs written at planning."""
+        wanted = set(wanted)
         inputs = [state["on_demand"]["input"], *(job["input"] for job in state["jobs"])]
-        planned = []
+        planned: dict[str, Planned] = {}
         for key in inputs:
-            try:
-                body = self.s3.get_object(Bucket=self.options.bucket, Key=key)["Body"].read()
-            except ClientError:
+            body = self._get(key) if wanted else None
+            if body is None:
                 continue
             for line in body.split(b"\n"):  # JSONL lines end at newlines only (not at U+2028 in the text)
                 if not line.strip():
@@ -525,18 +537,16 @@ class Contextualizer:
                 if rid in wanted:
                     wanted.discard(rid)
                     info = state["records"][rid]
-                    planned.append(
-                        Planned(
-                            rid,
-                            info["document"],
-                            info["model"],
-                            info["unit"],
-                            tuple(info["chunks"]),
-                            line + b"\n",
-                            0,
-                        )
+                    planned[rid] = Planned(
+                        rid,
+                        info["document"],
+                        info["model"],
+                        info["unit"],
+                        tuple(info["chunks"]),
+                        line + b"\n",
+                        0,
                     )
-        return self.on_demand(planned)
+        return planned
 
     def _store(
         self,
@@ -559,8 +569,10 @@ class Contextualizer:
             info = state["documents"].get(key, {})
             if document is None or _spans_hash(document) != info.get("spans"):
                 # Deleted meanwhile, or recorded again with other chunks (a sync during the run): these
-                # answers no longer fit it. Counted as failed; the new record's chunks stay pending.
+                # answers no longer fit it. Counted as failed, never asked again (stale); the new record's
+                # chunks stay pending for the next run.
                 failed.extend(rid for rid, _ in results)
+                state.setdefault("stale", []).extend(rid for rid, _ in results)
                 continue
             units = {number: normalize(text) for number, _, text in unit_texts(document)}
             learned: dict[int, str] = {}
@@ -586,28 +598,48 @@ class Contextualizer:
     def _settle(self, state: dict[str, Any]) -> dict[str, int]:
         """Each pending record of this run keeps only the chunks still without a remembered context (deleted
         when none is left): read from the remembered contexts themselves, so it holds however the run went.
-        Returns, per record still there, its pending chunks."""
+        Written or deleted only over the version read (S3 conditional requests): a record the function
+        wrote again meanwhile (a sync) stands as it is. Returns, per record still there, its pending
+        chunks."""
         still: dict[str, int] = {}
         for key in state["documents"]:
-            document = self._read(key)
-            if document is None:
+            got = self._get_versioned(key)
+            document = _parse_pending(got[0]) if got is not None else None
+            if got is None or document is None:
                 continue
+            etag = got[1]
             wanted = self._still_wanted(document)
-            if not wanted:
-                self._drop(key)
-            else:
-                if wanted != document.pending:
-                    self._write(key, document.model_copy(update={"pending": wanted}))
+            try:
+                if not wanted:
+                    self._drop(key, if_match=etag)
+                elif wanted != document.pending:
+                    self._write(key, document.model_copy(update={"pending": wanted}), if_match=etag)
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") not in CHANGED_MEANWHILE:
+                    raise
+                newer = self._read(key)  # recorded again since it was read: what it says is pending stands
+                if newer is not None:
+                    still[key] = len(newer.pending)
+                continue
+            if wanted:
                 still[key] = len(wanted)
         return still
 
     def _remember(self, document: PendingDocument, learned: dict[int, str]) -> None:
+        """``learned`` merged into what the document has remembered. A read that fails stops the run (it is
+        resumable) rather than overwrite the remembered contexts with this run's alone; format-1 entries move
+        to their place where their text is unique, as the function migrates them."""
         bucket = self.options.bucket
-        try:
-            remembered = self.memory.load(bucket, document.memory_key)
-            merged = dict(remembered.by_place)
-        except Exception:
-            merged = {}
+        remembered = self.memory.load(bucket, document.memory_key)  # a missing object is an empty one
+        merged = dict(remembered.by_place)
+        if remembered.by_text:
+            chunks = [document.chunk(index) for index in range(len(document.spans))]
+            counts = Counter(chunks)
+            for index, chunk in enumerate(chunks):
+                start = document.spans[index][0]
+                known = remembered.get(chunk, start, unique=counts[chunk] == 1)
+                if known:
+                    merged.setdefault(place_key(chunk, start), known)
         for index, context in learned.items():
             merged[place_key(document.chunk(index), document.spans[index][0])] = context
         self.memory.save(bucket, document.memory_key, merged)
@@ -629,28 +661,46 @@ class Contextualizer:
         return total
 
     def _read(self, key: str) -> PendingDocument | None:
+        """The pending record at ``key``; None when it is gone or cannot be read as one. Any other S3 error
+        stops the run (resumable): a throttled read must not pass for a deleted record."""
+        got = self._get_versioned(key)
+        return _parse_pending(got[0]) if got is not None else None
+
+    def _get(self, key: str) -> bytes | None:
+        """The object's body, or None when there is none (any other error raises)."""
+        got = self._get_versioned(key)
+        return got[0] if got is not None else None
+
+    def _get_versioned(self, key: str) -> tuple[bytes, str] | None:
+        """The object's body and ETag, or None when there is none (any other error raises)."""
         try:
-            body = self.s3.get_object(Bucket=self.options.bucket, Key=key)["Body"].read()
-            return PendingDocument.parse(body)
-        except ClientError:
-            return None
-        except (ValueError, TypeError):
-            return None
+            response = self.s3.get_object(Bucket=self.options.bucket, Key=key)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
+                return None
+            raise
+        return bytes(response["Body"].read()), str(response.get("ETag", ""))
 
     def _put(self, key: str, body: bytes) -> None:
         self.s3.put_object(Bucket=self.options.bucket, Key=key, Body=body, ContentType="application/jsonl")
 
-    def _write(self, key: str, document: PendingDocument) -> None:
+    def _write(self, key: str, document: PendingDocument, *, if_match: str = "") -> None:
+        condition = {"IfMatch": if_match} if if_match else {}
         self.s3.put_object(
-            Bucket=self.options.bucket, Key=key, Body=document.dump(), ContentType="application/json"
+            Bucket=self.options.bucket,
+            Key=key,
+            Body=document.dump(),
+            ContentType="application/json",
+            **condition,
         )
 
-    def _drop(self, key: str) -> None:
+    def _drop(self, key: str, *, if_match: str = "") -> None:
         if not self.options.dry_run:
-            self._delete(key)
+            self._delete(key, if_match=if_match)
 
-    def _delete(self, key: str) -> None:
-        self.s3.delete_object(Bucket=self.options.bucket, Key=key)
+    def _delete(self, key: str, *, if_match: str = "") -> None:
+        condition = {"IfMatch": if_match} if if_match else {}
+        self.s3.delete_object(Bucket=self.options.bucket, Key=key, **condition)
 
     def _resume(self) -> dict[str, Any] | None:
         if self.options.dry_run:
@@ -680,6 +730,13 @@ class Contextualizer:
             self.s3.put_object(
                 Bucket=bucket, Key=prefix + CURRENT, Body=json.dumps({"run": state["run"]}).encode()
             )
+
+
+def _parse_pending(body: bytes) -> PendingDocument | None:
+    try:
+        return PendingDocument.parse(body)
+    except (ValueError, TypeError):
+        return None
 
 
 def _spans_hash(document: PendingDocument) -> str:

@@ -8,8 +8,8 @@ JSONL input from S3, answers every record the way the runtime stand-in answers I
 (``BedrockStandIn.answer``: same contexts, same token counts), and writes
 ``<output URI><job id>/<input file>.out`` (one ``{recordId, modelInput, modelOutput | error}`` a line) and
 ``manifest.json.out``, then sets the job Completed (PartiallyCompleted when records failed). Statuses go
-Submitted, Validating, InProgress, then an end state; a stopped job stays Stopped (what it processed before is
-written), and one its input breaks ends Failed with the reason.
+Submitted, Validating, InProgress, then an end state; a job asked to stop is Stopping until it has written
+what it processed, then Stopped; one its input breaks ends Failed with the reason.
 
 Faults, for tests: records answered with an error (by id, or a share), lines left out, duplicated or
 shuffled (output order is not promised), and whole jobs that fail or expire. Limits: a job with fewer records
@@ -220,7 +220,7 @@ class BatchStandIn:
             return 404, {"__type": "ResourceNotFoundException", "message": f"job {identifier} not found"}
         with self._lock:
             if job.status not in ENDED:
-                job.status, job.ended = "Stopped", _now()
+                job.status = "Stopping"  # as Bedrock: Stopped once the job has written what it processed
         return 200, {}
 
     def list_jobs(self) -> tuple[int, dict[str, Any]]:
@@ -248,7 +248,9 @@ class BatchStandIn:
 
     def _set(self, job: _Job, status: str, message: str = "") -> None:
         with self._lock:
-            if job.status == "Stopped":  # a stopped job stays stopped, whatever its thread was doing
+            if job.status == "Stopping":  # whatever its thread was doing, a job being stopped ends Stopped
+                status = "Stopped"
+            elif job.status == "Stopped":
                 return
             job.status = status
             if message:
@@ -267,7 +269,8 @@ class BatchStandIn:
         config = self.config
         for status in ("Validating", "Scheduled", "InProgress"):
             time.sleep(config.step_seconds)
-            if job.status == "Stopped":
+            if job.status == "Stopping":
+                self._set(job, "Stopped")
                 return
             self._set(job, status)
         with self._lock:
@@ -283,7 +286,7 @@ class BatchStandIn:
             return
         out: list[str] = []
         for line in lines:
-            if job.status == "Stopped":  # what was processed before the stop is still written
+            if job.status == "Stopping":  # what was processed before the stop is still written
                 break
             if config.record_seconds:
                 time.sleep(config.record_seconds)

@@ -37,6 +37,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote
 
+from contextual_kb.local.s3server import stop_child
 from contextual_kb.runtime.context.claude.pricing import min_cache_tokens
 
 BYTES_PER_TOKEN = 3.5
@@ -486,8 +487,9 @@ def standin_subprocess(latency_ms: float, per_token_ms: float, rpm: int = 0) -> 
     command = [
         sys.executable, "-m", "contextual_kb.local.bedrock_standin", "--port", "0",
         "--latency-ms", str(latency_ms), "--per-token-ms", str(per_token_ms), "--rpm", str(rpm),
+        "--until-stdin-closes",
     ]  # fmt: skip
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None
         line = process.stdout.readline()  # main()'s "Bedrock stand-in at http://127.0.0.1:PORT; ..."
@@ -495,8 +497,7 @@ def standin_subprocess(latency_ms: float, per_token_ms: float, rpm: int = 0) -> 
             raise RuntimeError(f"the stand-in did not start: {line!r}")
         yield line.split("stand-in at ", 1)[1].split(";", 1)[0]
     finally:
-        process.terminate()
-        process.wait(timeout=10)
+        stop_child(process)
 
 
 def main() -> None:
@@ -508,6 +509,9 @@ def main() -> None:
     parser.add_argument("--tpm", type=int, default=0)
     parser.add_argument("--burst-seconds", type=float, default=1.0)
     parser.add_argument("--fault-rate", type=float, default=0.0)
+    parser.add_argument(
+        "--until-stdin-closes", action="store_true", help="stop when standard input closes (a parent's pipe)"
+    )
     args = parser.parse_args()
     config = StandInConfig(
         latency_ms=args.latency_ms,
@@ -520,9 +524,14 @@ def main() -> None:
     standin = BedrockStandIn(config).start(args.port)
     print(f"Bedrock stand-in at {standin.url}; export ANTHROPIC_BEDROCK_BASE_URL={standin.url}", flush=True)
     try:
-        while True:
-            time.sleep(3600)
+        if args.until_stdin_closes:
+            sys.stdin.read()  # returns at EOF: the parent closed the pipe or died
+        else:
+            while True:
+                time.sleep(3600)
     except KeyboardInterrupt:
+        pass
+    finally:
         standin.stop()
 
 

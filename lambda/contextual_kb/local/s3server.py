@@ -63,8 +63,19 @@ def s3_subprocess() -> Iterator[str]:
             raise RuntimeError(f"the local S3 did not start: {line!r}")
         yield line.removeprefix("S3 at ").strip()
     finally:
-        process.terminate()
+        stop_child(process)
+
+
+def stop_child(process: subprocess.Popen[str]) -> None:
+    """Close its input (it stops on that alone), then terminate, then kill: it never outlives the caller."""
+    if process.stdin is not None:
+        process.stdin.close()
+    process.terminate()
+    try:
         process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def main() -> None:

@@ -106,8 +106,9 @@ def plan(s3: Any, data_source: dict[str, Any], prefix: str = "") -> Plan:
     return Plan(bucket, sorted(documents.items()), prefixes)
 
 
-# PutObject's answers when the object changed since it was read (412) or a concurrent write won (409).
-CHANGED_MEANWHILE = {"PreconditionFailed", "ConditionalRequestConflict"}
+# PutObject's answers when the object changed since it was read (412), a concurrent write won (409), or it
+# was deleted since (If-Match on a missing object: 404).
+CHANGED_MEANWHILE = {"PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey"}
 
 
 def marked_metadata(existing: bytes | None, stamp: str) -> tuple[bytes | None, str]:

@@ -279,17 +279,7 @@ class _Splitter:
                 out.append((position, end))
                 return
             if not text[cut - 1].isspace():
-                if word_start > position:
-                    cut = word_start
-                else:
-                    back = cut
-                    while back > position + 1 and _joined(text, back):
-                        back -= 1
-                    if _joined(text, back):  # marks all the way back: the cut goes after them instead
-                        while cut < end and _joined(text, cut):
-                            cut += 1
-                    else:
-                        cut = back
+                cut = word_start if word_start > position else _cluster_edge(text, position, cut, end)
             out.append((position, cut))
             position = cut
 
@@ -311,6 +301,24 @@ class _Splitter:
 
 
 _ZWJ = "\u200d"
+# Unicode's stream-safe text format allows 30 marks after a character: a longer run is not one character.
+_MAX_CLUSTER = 32
+
+
+def _cluster_edge(text: str, position: int, cut: int, end: int) -> int:
+    """A cut near ``cut`` (after ``position``, at most ``end``) that does not part a character from its
+    marks: back to the character, else on past the marks; within ``_MAX_CLUSTER`` characters either way
+    (past that the text is not letters with marks but a run of them, and ``cut`` stands, so no chunk grows
+    far beyond its size)."""
+    back = cut
+    while back > max(position + 1, cut - _MAX_CLUSTER) and _joined(text, back):
+        back -= 1
+    if not _joined(text, back):
+        return back
+    forward = cut
+    while forward < min(end, cut + _MAX_CLUSTER) and _joined(text, forward):
+        forward += 1
+    return forward if forward == end or not _joined(text, forward) else cut
 
 
 def _joined(text: str, at: int) -> bool:
