@@ -99,3 +99,22 @@ def test_a_job_stopped_while_in_progress_stays_stopped_with_what_it_processed(
     # Stopping until what it processed is written: an ended status means its outputs can be read.
     assert ended(bedrock, arn)["status"] == "Stopped"
     assert 0 < len(outputs(s3, "stopped")) < 1000
+
+
+def test_a_job_being_stopped_only_ever_ends_and_then_stopped() -> None:
+    """Whatever its thread sets after the stop (a step, or its end), a Stopping job stays Stopping until it
+    ends, and ends Stopped: never reported ended before its outputs are written."""
+    from contextual_kb.local.batch_standin import _Job
+
+    standin = BatchStandIn(s3=None)
+    job = _Job(
+        arn="arn", job_id="j", name="n", model_id="m", role_arn=ROLE, input_uri="s3://b/i.jsonl",
+        output_uri="s3://b/o/", timeout_hours=24, token="", submitted="", total=1, status="Stopping",
+    )  # fmt: skip
+    for step in ("Validating", "Scheduled", "InProgress"):
+        standin._set(job, step)
+        assert job.status == "Stopping"
+    standin._set(job, "Completed")
+    assert job.status == "Stopped"
+    standin._set(job, "Failed", "late")
+    assert job.status == "Stopped"

@@ -420,3 +420,38 @@ def test_a_record_written_again_while_being_settled_stands_as_the_function_wrote
         left = pending(world)
         assert list(left) == rewritten and left[rewritten[0]].pending == [0]
         assert summary.pending_after == 1 and summary.contexts_stored == 10
+
+
+def test_a_record_that_failed_before_its_document_was_recorded_again_is_not_asked_again_either() -> None:
+    """Three jobs; one's records fail, and the document is recorded again once that job is stored: no record
+    of the document is asked again on demand, whichever job it was in."""
+    from contextual_kb.deferred.records import Limits
+
+    faults = BatchConfig(min_records=1, failed_records={"R0000000001"}, step_seconds=0.05)
+    with LocalWorld(corpus(documents=1), faults) as world:
+        world.ingest("always")
+        contextualizer = world.contextualizer(
+            group_size=1, on_demand_retry=True, limits=Limits(min_records=1, max_records=2)
+        )
+        store, stored = contextualizer._store, []
+
+        def then_resync(state: dict[str, Any], ids: list[str], *args: Any, batch: bool) -> list[str]:
+            failed = store(state, ids, *args, batch=batch)
+            stored.append(ids)
+            if "R0000000001" in ids:  # a sync records the document again once the failed job is stored
+                for key, record in pending(world).items():
+                    spans = [*record.spans[:-2], (record.spans[-2][0], record.spans[-1][1])]
+                    again = record.model_copy(update={"spans": spans, "pending": list(range(len(spans)))})
+                    world.s3.put_object(Bucket=INTERMEDIATE, Key=key, Body=again.dump())
+            return failed
+
+        contextualizer._store = then_resync  # type: ignore[method-assign]
+        summary = contextualizer.run()
+        assert summary.jobs == 3 and world.model.stats.answered == 0  # not one on-demand call
+        # The new record keeps pending what no stored context fits: at least its new (merged) last chunk.
+        (record,) = pending(world).values()
+        assert (
+            summary.failed_records >= 1
+            and 3 in record.pending
+            and summary.pending_after == len(record.pending)
+        )

@@ -456,14 +456,16 @@ class Contextualizer:
                 summary.jobs_failed += 1
                 job["stored"] = True
         failed = [rid for job in state["jobs"] for rid in job.get("failed", [])]
-        stale = set(state.get("stale", []))
-        again = [rid for rid in failed if rid not in stale]  # answers for a stale record would not fit it
         retry = state.setdefault("retry", {"records": [], "failed": [], "stored": False})
-        if again and self.options.on_demand_retry and self.on_demand is not None and not retry["stored"]:
-            self.log(f"{len(again)} record(s) failed in batch: asked again on demand")
-            outputs = self._on_demand_outputs(state, again, "retry")
-            retry["records"] = again
-            retry["failed"] = self._store(state, again, outputs, summary, rejected, batch=False)
+        if failed and self.options.on_demand_retry and self.on_demand is not None and not retry["stored"]:
+            if "planned" not in retry:  # chosen once and saved: a resume asks for the same records
+                retry["records"], retry["planned"] = self._still_fitting(state, failed), True
+                self._checkpoint(state, summary, rejected)
+            again = retry["records"]
+            if again:
+                self.log(f"{len(again)} record(s) failed in batch: asked again on demand")
+                outputs = self._on_demand_outputs(state, again, "retry")
+                retry["failed"] = self._store(state, again, outputs, summary, rejected, batch=False)
             retry["stored"] = True
         # Failed for good: what the retry did not answer (or every failure, without one), and on demand's.
         final = (
@@ -471,6 +473,16 @@ class Contextualizer:
         )
         summary.failed_records = len(final)
         self._checkpoint(state, summary, rejected)
+
+    def _still_fitting(self, state: dict[str, Any], record_ids_: list[str]) -> list[str]:
+        """The records whose document is still recorded as it was planned: answers for one recorded again
+        during the run (a sync) would not fit it, so none of its records is worth asking again."""
+        stale = {state["records"][rid]["document"] for rid in state.get("stale", [])}
+        fits: dict[str, bool] = {}
+        for key in {state["records"][rid]["document"] for rid in record_ids_} - stale:
+            document = self._read(key)
+            fits[key] = document is not None and _spans_hash(document) == state["documents"][key].get("spans")
+        return [rid for rid in record_ids_ if fits.get(state["records"][rid]["document"], False)]
 
     def _checkpoint(self, state: dict[str, Any], summary: Summary, rejected: Counter[str]) -> None:
         summary.answers_rejected = dict(rejected)
@@ -599,8 +611,8 @@ class Contextualizer:
         """Each pending record of this run keeps only the chunks still without a remembered context (deleted
         when none is left): read from the remembered contexts themselves, so it holds however the run went.
         Written or deleted only over the version read (S3 conditional requests): a record the function
-        wrote again meanwhile (a sync) stands as it is. Returns, per record still there, its pending
-        chunks."""
+        wrote again meanwhile (a sync) stands as it is. Returns, per record of this run, its chunks still
+        without a remembered context."""
         still: dict[str, int] = {}
         for key in state["documents"]:
             got = self._get_versioned(key)
@@ -614,13 +626,9 @@ class Contextualizer:
                     self._drop(key, if_match=etag)
                 elif wanted != document.pending:
                     self._write(key, document.model_copy(update={"pending": wanted}), if_match=etag)
-            except ClientError as exc:
+            except ClientError as exc:  # recorded again since it was read: the newer record stands as it is
                 if exc.response.get("Error", {}).get("Code") not in CHANGED_MEANWHILE:
                     raise
-                newer = self._read(key)  # recorded again since it was read: what it says is pending stands
-                if newer is not None:
-                    still[key] = len(newer.pending)
-                continue
             if wanted:
                 still[key] = len(wanted)
         return still

@@ -248,7 +248,9 @@ class BatchStandIn:
 
     def _set(self, job: _Job, status: str, message: str = "") -> None:
         with self._lock:
-            if job.status == "Stopping":  # whatever its thread was doing, a job being stopped ends Stopped
+            if job.status == "Stopping":  # it only ends, and then Stopped, whatever its thread was doing
+                if status not in ENDED:
+                    return
                 status = "Stopped"
             elif job.status == "Stopped":
                 return
