@@ -19,22 +19,14 @@ process, once with it in a child process.
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
-from pathlib import Path
 
-for name, value in {
-    "POWERTOOLS_METRICS_DISABLED": "true",
-    "POWERTOOLS_TRACE_DISABLED": "true",
-    "POWERTOOLS_LOG_LEVEL": "WARNING",
-    "AWS_ACCESS_KEY_ID": "bench",
-    "AWS_SECRET_ACCESS_KEY": "bench",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}.items():
-    os.environ.setdefault(name, value)
+from corpus import DEFAULT_DATASET, offline_environment  # bench/corpus.py
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "codebase" / "codebase_chunks.json"
+offline_environment()
+
+CORPUS = DEFAULT_DATASET / "codebase_chunks.json"
 
 
 def cost() -> None:

@@ -20,22 +20,14 @@ import multiprocessing
 import os
 import resource
 import sys
-from pathlib import Path
 from typing import Any
 
-for name, value in {
-    "POWERTOOLS_METRICS_DISABLED": "true",
-    "POWERTOOLS_TRACE_DISABLED": "true",
-    "POWERTOOLS_LOG_LEVEL": "WARNING",
-    "AWS_ACCESS_KEY_ID": "bench",
-    "AWS_SECRET_ACCESS_KEY": "bench",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}.items():
-    os.environ.setdefault(name, value)
+from corpus import DEFAULT_DATASET, offline_environment  # bench/corpus.py
+
+offline_environment()
 
 BUCKET = "bench-chunking"
 KINDS = ("manual", "module", "prose")
-DATASET = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "codebase"
 
 
 def _document(kind: str, chars: int) -> tuple[str, str]:
@@ -102,8 +94,8 @@ def quality() -> None:
     from contextual_kb.evaluation.chunkers import compare_chunkers, versus_fixed
     from contextual_kb.evaluation.offline import load_corpus, load_queries
 
-    documents = load_corpus(DATASET / "codebase_chunks.json")
-    queries = load_queries(DATASET / "evaluation_dev.jsonl")
+    documents = load_corpus(DEFAULT_DATASET / "codebase_chunks.json")
+    queries = load_queries(DEFAULT_DATASET / "evaluation_dev.jsonl")
     print(
         "| chunker | setting | chunks | avg chars | analysis | Cov@5 | Cov@10 | Cov@20 | Half@10 | "
         "Cov@10 ours - fixed [95%], up/down (p) |"
