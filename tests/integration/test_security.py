@@ -466,7 +466,7 @@ def test_the_bedrock_standin_listens_on_loopback_only(monkeypatch: pytest.Monkey
     try:
         assert server.url.startswith("http://127.0.0.1:")
         assert server._server is not None
-        host, port = server._server.server_address[:2]
+        host, port = server._server.address
         assert host == "127.0.0.1"
         _refused_from_outside(port)
     finally:

@@ -29,11 +29,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import unquote
 
 from contextual_kb.local.bedrock_standin import BedrockStandIn, StandInConfig
+from contextual_kb.local.loopback import LoopbackServer
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
@@ -126,14 +127,13 @@ class BatchStandIn:
         self.requests: list[tuple[str, str]] = []  # (operation, job id or name), for tests
         self._lock = threading.Lock()
         self._random = random.Random(self.config.seed)
-        self._server: ThreadingHTTPServer | None = None
+        self._server: LoopbackServer | None = None
         self._threads: list[threading.Thread] = []
 
     @property
     def url(self) -> str:
         assert self._server is not None
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return self._server.url
 
     def start(self) -> BatchStandIn:
         owner = self
@@ -142,15 +142,12 @@ class BatchStandIn:
             pass
 
         Handler.owner = owner
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True, name="batch-standin").start()
+        self._server = LoopbackServer(Handler, name="batch-standin")
         return self
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.stop()
             self._server = None
         for thread in self._threads:
             thread.join(timeout=10)

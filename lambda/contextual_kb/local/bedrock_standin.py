@@ -33,10 +33,11 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import unquote
 
+from contextual_kb.local.loopback import LoopbackServer
 from contextual_kb.local.s3server import stop_child
 from contextual_kb.runtime.context.claude.pricing import min_cache_tokens
 
@@ -150,8 +151,7 @@ class BedrockStandIn:
         self._tpm = _Bucket(self.config.tpm, self.config.burst_seconds) if self.config.tpm else None
         self._scripted: list[int] = []  # statuses to answer next, in order
         self.seen: list[dict[str, Any]] = []  # request bodies, when ``config.record``
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._server: LoopbackServer | None = None
 
     # --- control (tests) ---
     def configure(self, **changes: Any) -> None:
@@ -177,8 +177,7 @@ class BedrockStandIn:
     def url(self) -> str:
         if self._server is None:
             raise RuntimeError("stand-in not started")
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return self._server.url
 
     def start(self, port: int = 0) -> BedrockStandIn:
         standin = self
@@ -186,18 +185,12 @@ class BedrockStandIn:
         class Handler(_Handler):
             owner = standin
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="bedrock-standin", daemon=True
-        )
-        self._thread.start()
+        self._server = LoopbackServer(Handler, port=port, name="bedrock-standin")
         return self
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.stop()
             self._server = None
 
     # --- the model ---

@@ -14,8 +14,10 @@ import hashlib
 import json
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from contextual_kb.local.loopback import LoopbackServer
 
 ACCESS_KEY = "AKIALOCALOPENSEARCH"
 SECRET_KEY = "local-secret"
@@ -37,7 +39,7 @@ class OpenSearchStandIn:
     bad_signatures: int = 0
     _deny: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _server: ThreadingHTTPServer | None = None
+    _server: LoopbackServer | None = None
 
     def deny_next(self, count: int) -> None:
         with self._lock:
@@ -46,8 +48,7 @@ class OpenSearchStandIn:
     @property
     def url(self) -> str:
         assert self._server is not None
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return self._server.url
 
     def start(self) -> OpenSearchStandIn:
         owner = self
@@ -55,15 +56,12 @@ class OpenSearchStandIn:
         class Handler(_Handler):
             standin = owner
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, name="opensearch-standin", daemon=True).start()
+        self._server = LoopbackServer(Handler, name="opensearch-standin")
         return self
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.stop()
             self._server = None
 
     def answer(self, method: str, path: str, body: Any, signed: bool) -> tuple[int, dict[str, Any]]:
