@@ -29,6 +29,7 @@ from stacks.batch import BatchRole
 from stacks.bundling import resources_code
 from stacks.config import StackConfig
 from stacks.function import TransformFunction
+from stacks.knowledge_base import transformation_statements
 from stacks.monitoring import Monitoring
 from stacks.storage import Storage
 
@@ -127,36 +128,17 @@ class AttachStack(Stack):
             code=code,
             chunking={
                 **config.function_chunking,
-                "CHUNKING": self.inspection.get_att_string(
-                    "Chunking"
-                ),  # structure when the data source's is NONE
+                # structure when the data source's chunking is NONE
+                "CHUNKING": self.inspection.get_att_string("Chunking"),
             },
         )
         function = self.transform.function
 
-        # What the Knowledge Base's own role needs for a custom transformation (as the full stack grants its
-        # role): invoke the function and its versions; its batch objects in the intermediate bucket.
+        # What the Knowledge Base's own role needs for a custom transformation, as the full stack grants it.
         self.kb_role = iam.Role.from_role_arn(
             self, "KnowledgeBaseRole", config.knowledge_base_role_arn, mutable=True
         )
-        statements = [
-            iam.PolicyStatement(
-                actions=["lambda:InvokeFunction"],
-                resources=[function.function_arn, f"{function.function_arn}:*"],
-            ),
-            iam.PolicyStatement(actions=["s3:ListBucket"], resources=[self.intermediate.bucket_arn]),
-            iam.PolicyStatement(
-                actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
-                resources=[self.intermediate.arn_for_objects("*")],
-            ),
-        ]
-        if self.intermediate.encryption_key is not None:
-            statements.append(
-                iam.PolicyStatement(
-                    actions=["kms:Decrypt", "kms:GenerateDataKey"],
-                    resources=[self.intermediate.encryption_key.key_arn],
-                )
-            )
+        statements = transformation_statements(function, self.intermediate, self.intermediate.encryption_key)
         self.kb_policy = iam.Policy(self, "KnowledgeBaseAccess", roles=[self.kb_role], statements=statements)
         self.kb_policy.node.add_dependency(self.inspection)  # a wrong role is said by the inspection first
 

@@ -82,25 +82,8 @@ class KnowledgeBase(Construct):
         role.add_to_policy(
             iam.PolicyStatement(actions=["s3:GetObject"], resources=[source.arn_for_objects("*")])
         )
-        role.add_to_policy(
-            iam.PolicyStatement(actions=["s3:ListBucket"], resources=[intermediate.bucket_arn])
-        )
-        role.add_to_policy(
-            iam.PolicyStatement(
-                actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
-                resources=[intermediate.arn_for_objects("*")],
-            )
-        )
-        role.add_to_policy(
-            iam.PolicyStatement(
-                actions=["lambda:InvokeFunction"],
-                resources=[function.function_arn, f"{function.function_arn}:*"],
-            )
-        )
-        if key is not None:
-            role.add_to_policy(
-                iam.PolicyStatement(actions=["kms:Decrypt", "kms:GenerateDataKey"], resources=[key.key_arn])
-            )
+        for statement in transformation_statements(function, intermediate, key):
+            role.add_to_policy(statement)
         for statement in storage.statements:
             role.add_to_policy(statement)
         # The name changes with what replaces the Knowledge Base (its vector store, index, embedding model),
@@ -155,6 +138,28 @@ class KnowledgeBase(Construct):
             vector_ingestion_configuration=ingestion,
             server_side_encryption_configuration={"kmsKeyArn": key.key_arn} if key else None,
         )
+
+
+def transformation_statements(
+    function: lambda_.IFunction, intermediate: s3.IBucket, key: kms.IKey | None
+) -> list[iam.PolicyStatement]:
+    """What a Knowledge Base's role needs for a custom transformation: the batch objects in the intermediate
+    bucket (and its key), and invoking the function and its versions."""
+    statements = [
+        iam.PolicyStatement(actions=["s3:ListBucket"], resources=[intermediate.bucket_arn]),
+        iam.PolicyStatement(
+            actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
+            resources=[intermediate.arn_for_objects("*")],
+        ),
+        iam.PolicyStatement(
+            actions=["lambda:InvokeFunction"], resources=[function.function_arn, f"{function.function_arn}:*"]
+        ),
+    ]
+    if key is not None:
+        statements.append(
+            iam.PolicyStatement(actions=["kms:Decrypt", "kms:GenerateDataKey"], resources=[key.key_arn])
+        )
+    return statements
 
 
 def knowledge_base_role(scope: Construct) -> iam.Role:
