@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -72,3 +74,33 @@ def transform_function(template: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         (k, v) for k, v in resources(template, "AWS::Lambda::Function").items() if "TransformFunction" in k
     ]
     return found[0], found[1]["Properties"]
+
+
+def synth_variants(
+    folder: Path, variants: dict[str, dict[str, Any]]
+) -> dict[str, tuple[Path, dict[str, Any]]]:
+    """Each named context synthesized (cdk-nag runs in synth: an unacknowledged finding raises), its
+    template written to ``folder`` for cfn-lint and returned as a dict."""
+    from aws_cdk.assertions import Template
+
+    from stacks.app_builder import build_app
+
+    out = {}
+    for name, context in variants.items():
+        app, stack = build_app({**NO_BUNDLING, **context})
+        app.synth()
+        template = Template.from_stack(stack).to_json()
+        path = folder / f"{name}.json"
+        path.write_text(json.dumps(template))
+        out[name] = (path, template)
+    return out
+
+
+def cfn_lint(paths: list[Path]) -> subprocess.CompletedProcess[str]:
+    """cfn-lint (the venv's) on the templates; W3005 (a DependsOn already implied) ignored."""
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "cfn-lint"), "--ignore-checks", "W3005", "--", *map(str, paths)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )

@@ -4,15 +4,12 @@ policy exist."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.infra.conftest import NO_BUNDLING, as_list, flat, only, resources
+from tests.infra.conftest import as_list, cfn_lint, flat, only, resources, synth_variants
 
 ROLE = "arn:aws:iam::123456789012:role/service-role/AmazonBedrockExecutionRoleForKnowledgeBase_x1"
 ATTACH = {"knowledgeBaseId": "KBEXIST001", "dataSourceId": "DSEXIST001", "knowledgeBaseRoleArn": ROLE}
@@ -29,30 +26,11 @@ VARIANTS = {
 
 @pytest.fixture(scope="module")
 def attached(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict[str, Any]]]:
-    from aws_cdk.assertions import Template
-
-    from stacks.app_builder import build_app
-
-    folder = tmp_path_factory.mktemp("attach")
-    out = {}
-    for name, context in VARIANTS.items():
-        app, stack = build_app({**NO_BUNDLING, **context})
-        app.synth()  # cdk-nag: an unacknowledged finding raises
-        template = Template.from_stack(stack).to_json()
-        path = folder / f"{name}.json"
-        path.write_text(json.dumps(template))
-        out[name] = (path, template)
-    return out
+    return synth_variants(tmp_path_factory.mktemp("attach"), VARIANTS)
 
 
 def test_every_attach_variant_passes_cfn_lint(attached: dict[str, tuple[Path, dict[str, Any]]]) -> None:
-    paths = [str(path) for path, _ in attached.values()]
-    result = subprocess.run(
-        [str(Path(sys.executable).parent / "cfn-lint"), "--ignore-checks", "W3005", "--", *paths],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    result = cfn_lint([path for path, _ in attached.values()])
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -7,13 +7,12 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import ROOT
-from tests.infra.conftest import NO_BUNDLING, STORES, flat, only, resources, transform_function
+from tests.infra.conftest import NO_BUNDLING, STORES, cfn_lint, flat, only, resources, transform_function
 
 # Wildcard resources each role may hold, and why (the same reasons are acknowledged for cdk-nag in code).
 ALLOWED_WILDCARD_SUFFIXES = (
@@ -203,12 +202,7 @@ def test_outputs_alarms_and_dashboard(synthesized: dict[str, Any], store: str) -
 @pytest.mark.parametrize("store", STORES)
 def test_cfn_lint_finds_nothing_but_redundant_depends_on(synthesized: dict[str, Any], store: str) -> None:
     path = synthesized[store]["path"]
-    result = subprocess.run(
-        [str(Path(sys.executable).parent / "cfn-lint"), "--ignore-checks", "W3005", "--", str(path)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    result = cfn_lint([path])
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -379,12 +373,7 @@ def test_a_kms_key_encrypts_the_buckets_and_is_given_to_the_data_source_and_coll
     assert key_id in flat(policies)
     path = tmp_path_factory.mktemp("kms") / "template.json"
     path.write_text(json.dumps(template))
-    linted = subprocess.run(
-        [str(Path(sys.executable).parent / "cfn-lint"), "--ignore-checks", "W3005", "--", str(path)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    linted = cfn_lint([path])
     assert linted.returncode == 0, linted.stdout
 
 

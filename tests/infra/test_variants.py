@@ -4,15 +4,12 @@ broke OpenSearch Serverless's 32-character policy names, cfn-lint E3031)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.infra.conftest import NO_BUNDLING, resources
+from tests.infra.conftest import cfn_lint, resources, synth_variants
 
 CHUNKINGS = ("fixed_size", "hierarchical", "semantic", "default", "none")
 VARIANTS = [
@@ -33,30 +30,11 @@ def label(variant: dict[str, Any]) -> str:
 
 @pytest.fixture(scope="module")
 def templates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict[str, Any]]]:
-    from aws_cdk.assertions import Template
-
-    from stacks.app_builder import build_app
-
-    folder = tmp_path_factory.mktemp("variants")
-    out = {}
-    for variant in VARIANTS:
-        app, stack = build_app({**NO_BUNDLING, **variant})
-        app.synth()  # cdk-nag runs here: an unacknowledged finding raises
-        as_json = Template.from_stack(stack).to_json()
-        path = folder / f"{label(variant)}.json"
-        path.write_text(json.dumps(as_json))
-        out[label(variant)] = (path, as_json)
-    return out
+    return synth_variants(tmp_path_factory.mktemp("variants"), {label(v): v for v in VARIANTS})
 
 
 def test_every_variant_passes_cfn_lint(templates: dict[str, tuple[Path, dict[str, Any]]]) -> None:
-    paths = [str(path) for path, _ in templates.values()]
-    result = subprocess.run(
-        [str(Path(sys.executable).parent / "cfn-lint"), "--ignore-checks", "W3005", "--", *paths],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    result = cfn_lint([path for path, _ in templates.values()])
     assert result.returncode == 0, result.stdout + result.stderr
 
 
