@@ -92,7 +92,7 @@ def test_demo_with_bedrock_and_no_credentials_says_how_to_configure_them(
 def test_demo_eval_table_includes_its_own_strategy_labelled_with_its_endpoint(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from contextual_kb.cli.evaluate import DATASET
+    from contextual_kb.cli.datasets import DATASET
 
     if not (DATASET / "codebase_chunks.json").exists():
         pytest.skip("the codebase benchmark is not beside the repository")

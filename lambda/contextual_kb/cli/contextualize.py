@@ -9,13 +9,11 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
+from contextual_kb.cli.datasets import DATASET, SHOWN_DATASET
 from contextual_kb.cli.errors import CliError, usage
 from contextual_kb.cli.kb import Region, Stack, deployment_of, ingestion_of
 from contextual_kb.cli.terminal import console, error_console, plain, write_json
 from contextual_kb.query.deployment import DEFAULT_STACK
-
-DATASET = Path(__file__).resolve().parents[4] / "shared" / "datasets" / "codebase"
-SHOWN_DATASET = "../shared/datasets/codebase"
 
 
 def contextualize(

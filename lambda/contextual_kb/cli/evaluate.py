@@ -11,15 +11,12 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from contextual_kb.cli.datasets import DATASET, SHOWN_DATASET
 from contextual_kb.cli.errors import CliError, usage
 from contextual_kb.cli.terminal import console, write_json
 from contextual_kb.evaluation.metrics import RRF_K, Difference
 from contextual_kb.evaluation.offline import Row, versus_raw
 
-DATASET = Path(__file__).resolve().parents[4] / "shared" / "datasets" / "codebase"
-
-
-SHOWN_DATASET = "../shared/datasets/codebase"
 STRATEGY_NAMES = ("none", "structural", "claude")
 
 

@@ -219,7 +219,8 @@ def demo(
 def _demo_eval(out: Console, strategy: str, endpoint: object) -> None:
     """The codebase benchmark's dev split, offline: BM25 over raw chunks, structural contexts, and the demo's
     own strategy."""
-    from contextual_kb.cli.evaluate import DATASET, print_table
+    from contextual_kb.cli.datasets import DATASET
+    from contextual_kb.cli.evaluate import print_table
     from contextual_kb.evaluation.offline import evaluate, load_corpus, load_queries
 
     corpus, queries = DATASET / "codebase_chunks.json", DATASET / "evaluation_dev.jsonl"

@@ -352,12 +352,13 @@ class Contextualizer:
         return total
 
     def _estimate(self, summary: Summary, planned: list[Planned], on_demand: list[int]) -> None:
+        asked_on_demand = set(on_demand)
         for index, record in enumerate(planned):
             output = ESTIMATED_OUTPUT_TOKENS_PER_CHUNK * len(record.chunks)
             summary.input_tokens += record.input_tokens
             summary.output_tokens += output
             self._charge(
-                summary, record.model_id, record.input_tokens, output, batch=index not in set(on_demand)
+                summary, record.model_id, record.input_tokens, output, batch=index not in asked_on_demand
             )
 
     def _charge(
@@ -528,15 +529,16 @@ class Contextualizer:
                 if not item["Key"].endswith(".jsonl.out"):
                     continue
                 body = self.s3.get_object(Bucket=bucket, Key=item["Key"])["Body"].read()
-                for record_id, output in _parse_outputs(body).items():
-                    if record_id not in found or (found[record_id].error and not output.error):
-                        found[record_id] = output
+                _parse_outputs(body, into=found)
         return found
 
     def _planned(self, state: dict[str, Any], wanted: set[str]) -> dict[str, Planned]:
         """The records' requests, read back (once) from the inputs written at planning."""
         wanted = set(wanted)
-        inputs = [state["on_demand"]["input"], *(job["input"] for job in state["jobs"])]
+        # Only the input files that hold some of them (a job's input can be a gigabyte).
+        inputs = [
+            step["input"] for step in (state["on_demand"], *state["jobs"]) if wanted & set(step["records"])
+        ]
         planned: dict[str, Planned] = {}
         for key in inputs:
             body = self._get(key) if wanted else None
@@ -751,9 +753,10 @@ def _spans_hash(document: PendingDocument) -> str:
     return hashlib.sha256(json.dumps(document.spans).encode()).hexdigest()[:16]
 
 
-def _parse_outputs(body: bytes) -> dict[str, Output]:
-    """Output records by id from a JSONL body: lines end at newlines only (a U+2028 in a context is text)."""
-    found: dict[str, Output] = {}
+def _parse_outputs(body: bytes, into: dict[str, Output] | None = None) -> dict[str, Output]:
+    """Output records by id from a JSONL body (added to ``into``), the first valid one where an id repeats:
+    lines end at newlines only (a U+2028 in a context is text)."""
+    found: dict[str, Output] = {} if into is None else into
     for raw in body.split(b"\n"):
         if not raw.strip():
             continue
