@@ -20,8 +20,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from contextual_kb.runtime.context.claude.memory import document_key
-
 VERSION = 1
 
 
@@ -80,9 +78,10 @@ class PendingDocument(BaseModel):
         return cls.model_validate(json.loads(body))
 
 
-def pending_key(prefix: str, fingerprint: str, text: str) -> str:
-    """The record's key: the remembered contexts' key scheme under the pending prefix."""
-    return document_key(prefix, fingerprint, text)
+def pending_key(prefix: str, memory_key: str, memory_prefix: str) -> str:
+    """The record's key: the document's remembered-contexts key (its digest, already computed) moved from
+    the remembered contexts' prefix to the pending prefix."""
+    return prefix + memory_key.removeprefix(memory_prefix)
 
 
 def text_hash(text: str) -> str:

@@ -390,13 +390,16 @@ class _Run:
         opened.remembered = remembered
         needed: set[int] = set()
         texts = _text_counts(opened) if remembered.by_text else {}
+        # Each chunk's unit, once: looked up per remembered chunk, a scan of the units made a re-sync of a
+        # large document quadratic.
+        unit_of = {index: number for number, spec in enumerate(opened.units) for index in spec.chunks}
         for index in _all(opened):
             if not _needs_context(opened, index):
                 continue
             chunk = opened.document.chunk(index)
             start = opened.document.document.spans[index].start
             known = remembered.get(chunk, start, unique=texts.get(chunk) == 1) if remembered else None
-            if known and self._remembered(opened, index, known):
+            if known and self._remembered(opened, unit_of[index], index, known):
                 self.acct.chunks_remembered += 1
             else:
                 needed.add(index)
@@ -511,7 +514,9 @@ class _Run:
             path=document.path,
             ids=self.ids,
         )
-        key = pending_key(self.settings.pending_prefix, self.s.fingerprint, text)
+        key = pending_key(
+            self.settings.pending_prefix, opened.memory_key, self.settings.context_memory_prefix
+        )
         self.s.pending.save(self.bucket, key, pending)
 
     def _await_saves(self, saves: list[tuple[Future[None], int]]) -> None:
@@ -656,9 +661,8 @@ class _Run:
         self.acct.chunks_from_model += 1
         return True
 
-    def _remembered(self, opened: _Open, index: int, text: str) -> bool:
+    def _remembered(self, opened: _Open, unit: int, index: int, text: str) -> bool:
         """A remembered context, checked as strictly as an answer (the store is outside this process)."""
-        unit = next(number for number, spec in enumerate(opened.units) if index in spec.chunks)
         verdict = self._check(opened, unit, index, text, remembered=True)
         if verdict is None:
             return False
