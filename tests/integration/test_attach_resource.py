@@ -385,3 +385,27 @@ def test_unknown_fields_are_found_at_any_depth() -> None:
     parsed = {"a": 1, "b": {"c": 2, "d": [{"e": 1}]}}
     assert unknown_fields(raw, parsed) == ["b.d.f", "g"]
     assert unknown_fields(parsed, parsed) == []
+
+
+def test_an_update_to_another_data_source_is_refused_before_any_call(agent: Any) -> None:
+    """Moving the stack to another Knowledge Base or data source would leave the old one running our function
+    with its role's grants gone: refused in one line (the update rolls back), nothing read or written."""
+    client, _ = agent
+    attached = physical_id(KB, DS, None)
+    for moved in ({"DataSourceId": "OTHERDS123"}, {"KnowledgeBaseId": "OTHERKB123"}):
+        with pytest.raises(AttachError) as refused:
+            handle(
+                event(
+                    "Update",
+                    properties=moved,
+                    PhysicalResourceId=attached,
+                    OldResourceProperties={
+                        "FunctionArn": FUNCTION,
+                        "KnowledgeBaseId": KB,
+                        "DataSourceId": DS,
+                    },
+                ),
+                DataSources(client),
+            )
+        assert f"attached to data source {DS} of knowledge base {KB}" in str(refused.value)
+        assert "-c stackName=" in str(refused.value) and "\n" not in str(refused.value)

@@ -329,13 +329,20 @@ def _attachment(event: dict[str, Any], sources: DataSources) -> dict[str, Any]:
     ours_now = ours(function_arn, str(properties["IntermediateUri"]))
     replace = str(properties.get("ReplaceTransformation", "false")).lower() == "true"
     previous = parse_physical_id(event.get("PhysicalResourceId", "")) if request == "Update" else None
-    same_source = previous is not None and previous[:2] == (kb_id, ds_id)
+    if previous is not None and previous[:2] != (kb_id, ds_id):
+        # Moving the stack would detach the old data source after this stack's policies were rewritten for
+        # the new one (the detach denied, the old Knowledge Base's role without its grants): refused, and the
+        # update rolls back with the stack still attached where it was.
+        raise AttachError(
+            f"this stack is attached to data source {previous[1]} of knowledge base {previous[0]}: attach "
+            f"another with a stack of its own (-c stackName=...), or destroy this one first"
+        )
     known = {function_arn}
     if request == "Update":
         known.add(str(event.get("OldResourceProperties", {}).get("FunctionArn", function_arn)))
     data_source = sources.data_source(kb_id, ds_id)
     current = transformation_of(data_source)
-    if same_source and previous is not None:
+    if previous is not None:  # an update of this stack's own attachment
         kept = previous[2]  # what was there before the first attach, not our own earlier setting
     else:
         if current is not None and not is_ours(current, known) and not replace:
