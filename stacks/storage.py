@@ -18,6 +18,9 @@ OUTPUT_PREFIX = "contextual-kb/output/"
 CONTEXTS_PREFIX = "contextual-kb/contexts/"
 # Batch inference inputs and outputs (ckb contextualize) expire; pending documents stay until contextualized.
 BATCH_PREFIX = "contextual-kb/batch/"
+# A batch run's inputs, outputs and state must outlive its jobs (ckb contextualize submits them with a 24-hour
+# timeout, after time queued) and the run's resume: they expire after a week at least, whatever the setting.
+BATCH_MIN_EXPIRATION_DAYS = 7
 PENDING_PREFIX = "contextual-kb/pending/"
 
 
@@ -76,8 +79,12 @@ class Storage(Construct):
             server_access_logs_bucket=self.access_logs,
             server_access_logs_prefix="intermediate/",
             lifecycle_rules=[
-                s3.LifecycleRule(prefix=prefix, expiration=Duration.days(expiration_days))
-                for prefix in (KB_INTERMEDIATE_PREFIX, OUTPUT_PREFIX, BATCH_PREFIX)
+                s3.LifecycleRule(prefix=prefix, expiration=Duration.days(days))
+                for prefix, days in (
+                    (KB_INTERMEDIATE_PREFIX, expiration_days),
+                    (OUTPUT_PREFIX, expiration_days),
+                    (BATCH_PREFIX, max(expiration_days, BATCH_MIN_EXPIRATION_DAYS)),
+                )
             ],
             **common,
         )

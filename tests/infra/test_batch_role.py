@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.infra.conftest import STORES, as_list, flat, resources
+from tests.infra.conftest import NO_BUNDLING, STORES, as_list, flat, resources
 
 
 def batch_role(template: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -61,6 +61,24 @@ def test_batch_files_expire_and_pending_documents_and_remembered_contexts_stay(
     prefixes = {r["Prefix"] for r in bucket["Properties"]["LifecycleConfiguration"]["Rules"]}
     assert "contextual-kb/batch/" in prefixes
     assert not any(p.startswith(("contextual-kb/pending", "contextual-kb/contexts")) for p in prefixes)
+
+
+def test_batch_files_outlive_a_job_however_short_the_intermediate_files_live() -> None:
+    from aws_cdk.assertions import Template
+
+    from stacks.app_builder import build_app
+
+    _, stack = build_app({**NO_BUNDLING, "intermediateExpirationDays": 1})
+    (bucket,) = [
+        r
+        for k, r in resources(Template.from_stack(stack).to_json(), "AWS::S3::Bucket").items()
+        if "Intermediate" in k
+    ]
+    days = {
+        r["Prefix"]: r["ExpirationInDays"] for r in bucket["Properties"]["LifecycleConfiguration"]["Rules"]
+    }
+    assert days.pop("contextual-kb/batch/") == 7  # a job may run 24 hours after time queued; the run resumes
+    assert set(days.values()) == {1}
 
 
 def test_context_defer_is_a_stack_setting_and_one_place_only() -> None:
