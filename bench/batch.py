@@ -99,6 +99,10 @@ def _speed_table(where: str, url: str, runs: int) -> None:
             "CONTEXT_DEFER": "never",
             "CONTEXT_MEMORY_PREFIX": "",
         },
+        # What `always` must do besides deferring: the structural contexts it gives now.
+        "structural contexts, nothing deferred (CONTEXT_STRATEGY=structural)": {
+            "CONTEXT_STRATEGY": "structural"
+        },
         # The floor under any context: the batch objects read, validated and written back as they are.
         "no context at all (CONTEXT_STRATEGY=none: S3 and parsing alone)": {"CONTEXT_STRATEGY": "none"},
     }
@@ -116,13 +120,81 @@ def _speed_table(where: str, url: str, runs: int) -> None:
     print("|---|---|---|---|")
     for label, (seconds, model) in results.items():
         print(f"| {label} | {seconds:.2f} | {model.get('calls', 0)} | {model.get('deferred', 0)} |")
-    (fast, _), (slow, _), (floor, _) = results.values()
-    print(f"\nspeed-up: {slow / fast:.1f}x (at most {slow / floor:.1f}x over this S3)", flush=True)
+    (fast, _), (slow, _), (structural, _), (floor, _) = results.values()
+    print(
+        f"\nspeed-up: {slow / fast:.1f}x; with nothing deferred (structural contexts alone) "
+        f"{slow / structural:.1f}x; at most {slow / floor:.1f}x over this S3",
+        flush=True,
+    )
+
+
+def scale(copies: tuple[int, ...] = (1, 4, 16), latency_ms: float = 20.0) -> None:
+    """``ckb contextualize`` over 90, 360 and 1,440 pending documents (the corpus copied, each copy's text
+    made its own): the whole run's seconds with every S3 request of the command delayed by ``latency_ms``
+    (a network wait, as from a laptop or an instance to S3; moto's own CPU comes on top), and the plan's
+    peak memory (a dry run, tracemalloc: Python allocations made while planning)."""
+    import time
+    import tracemalloc
+
+    import boto3
+
+    from contextual_kb.deferred.concurrency import S3_CONNECTIONS
+    from contextual_kb.deferred.offline import REGION, LocalWorld
+    from contextual_kb.local.batch_standin import BatchConfig
+
+    def delayed_s3() -> object:
+        from botocore.config import Config
+
+        client = boto3.client("s3", region_name=REGION, config=Config(max_pool_connections=S3_CONNECTIONS))
+        client.meta.events.register("request-created.s3", lambda **_: time.sleep(latency_ms / 1000))
+        return client
+
+    base = load_documents_copied(1)
+    text_mb = sum(len(d["content"].encode()) for d in base) / 1e6
+    print(f"\nckb contextualize at scale ({latency_ms:.0f} ms per S3 request of the command):\n")
+    print("| pending documents | chunks | records | run seconds | plan peak memory (MB) | pending after |")
+    print("|---|---|---|---|---|---|")
+    for n in copies:
+        documents = load_documents_copied(n)
+        with LocalWorld(documents, BatchConfig(step_seconds=0.02)) as world:
+            world.ingest("always")
+            planner = world.contextualizer(s3=delayed_s3(), dry_run=True)
+            tracemalloc.start()  # after the clients are built: what planning allocates
+            planner.run()
+            peak = tracemalloc.get_traced_memory()[1] / 1e6
+            tracemalloc.stop()
+            started = time.perf_counter()
+            s = world.contextualizer(s3=delayed_s3(), poll_seconds=0.05).run()
+            seconds = time.perf_counter() - started
+        print(
+            f"| {s.documents:,} ({n * text_mb:.1f} MB of text) | {s.chunks:,} | {s.records:,} | "
+            f"{seconds:.1f} | {peak:.1f} | {s.pending_after} |",
+            flush=True,
+        )
+
+
+def load_documents_copied(copies: int) -> list[dict]:
+    """The corpus ``copies`` times over, each copy's documents with their own name and a first line of their
+    own (another text: another pending record)."""
+    import copy
+
+    from contextual_kb.evaluation.offline import load_corpus
+
+    out = []
+    for n in range(copies):
+        for document in load_corpus(CORPUS):
+            again = copy.deepcopy(document)
+            again["doc_id"] = f"{document['doc_id']}-copy{n}"
+            again["chunks"][0]["content"] = f"# copy {n}\n" + again["chunks"][0]["content"]
+            out.append(again)
+    return out
 
 
 if __name__ == "__main__":
-    parts = sys.argv[1:] or ["cost", "speed"]
+    parts = sys.argv[1:] or ["cost", "speed", "scale"]
     if "cost" in parts:
         cost()
     if "speed" in parts:
         speed()
+    if "scale" in parts:
+        scale()

@@ -29,7 +29,7 @@ def _here(monkeypatch: pytest.MonkeyPatch) -> None:
 def one_line(result: Any, code: int) -> str:
     """The command's single error line; asserts it is the only thing on stderr, with no traceback."""
     assert result.exit_code == code, (result.exit_code, result.output)
-    lines = result.stderr.strip().splitlines()
+    lines = result.stderr.rstrip("\n").splitlines()  # nothing before it either, not even an empty line
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("error: ") and "Traceback" not in result.output
     return lines[0]
@@ -107,7 +107,17 @@ def test_usage_errors_name_the_option_before_anything_runs(
     assert named in line
 
 
-def test_no_credentials_says_how_to_configure_them(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["query", "refund policy", "--region", "us-east-1"],
+        # Its progress bar is shown from the first job: not an empty line before the error.
+        ["contextualize", "--dry-run", "--region", "us-east-1"],
+    ],
+)
+def test_no_credentials_says_how_to_configure_them(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, args: list[str]
+) -> None:
     import boto3
 
     monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # its credentials were found (and kept) earlier
@@ -116,7 +126,7 @@ def test_no_credentials_says_how_to_configure_them(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    line = one_line(runner.invoke(app, ["query", "refund policy", "--region", "us-east-1"]), 1)
+    line = one_line(runner.invoke(app, args), 1)
     assert line.startswith("error: no AWS credentials")
     assert "aws configure" in line and "AWS_PROFILE" in line
 

@@ -6,6 +6,7 @@ failed and expired jobs, duplicated and shuffled outputs, stale pending records,
 from __future__ import annotations
 
 import json
+import threading
 import time
 from typing import Any
 
@@ -19,11 +20,12 @@ from contextual_kb.runtime.pending import PendingDocument
 PENDING = "contextual-kb/pending/"
 
 
-def corpus(documents: int = 4, chunks: int = 5) -> list[dict[str, Any]]:
+def corpus(documents: int = 4, chunks: int = 5, lines: int = 1) -> list[dict[str, Any]]:
     out = []
     for d in range(documents):
         parts = [
-            f"## Part {i} of guide {d}\n\nThe valve {d}-{i} is inspected before the pump starts.\n"
+            f"## Part {i} of guide {d}\n\n"
+            + "".join(f"The valve {d}-{i}-{n} is inspected before the pump starts.\n" for n in range(lines))
             for i in range(chunks)
         ]
         out.append(
@@ -227,9 +229,11 @@ def test_ckb_contextualize_against_a_deployed_stack_reads_its_outputs(
         agent = boto3.client("bedrock-agent", region_name="us-east-1")
         real = aws_clients.client
         stubbed = {"cloudformation": cloudformation, "bedrock-agent": agent, "s3": world.s3}
-        monkeypatch.setattr(
-            aws_clients, "client", lambda service, region=None: stubbed.get(service) or real(service, region)
-        )
+
+        def client(service: str, region: str | None = None, **config: Any) -> Any:
+            return stubbed.get(service) or real(service, region, **config)
+
+        monkeypatch.setattr(aws_clients, "client", client)
         with Stubber(cloudformation) as cfn, Stubber(agent) as jobs:
             cfn.add_response("describe_stacks", outputs())
             missing = CliRunner().invoke(app, ["contextualize", "--region", "us-east-1"])
@@ -401,15 +405,17 @@ def test_a_record_written_again_while_being_settled_stands_as_the_function_wrote
         contextualizer = world.contextualizer(group_size=2)
         settle, still_wanted = contextualizer._settle, contextualizer._still_wanted
         rewritten: list[str] = []
+        one_at_a_time = threading.Lock()  # records are settled several at a time: one sync, not two
 
         def settling(state: dict[str, Any]) -> dict[str, int]:
             def sync_meanwhile(document: PendingDocument) -> list[int]:
                 wanted = still_wanted(document)
-                if not rewritten:
-                    (key,) = [k for k, r in pending(world).items() if r.memory_key == document.memory_key]
-                    again = document.model_copy(update={"pending": [0], "reasons": {"deadline": 1}})
-                    world.s3.put_object(Bucket=INTERMEDIATE, Key=key, Body=again.dump())
-                    rewritten.append(key)
+                with one_at_a_time:
+                    if not rewritten:
+                        (key,) = [k for k, r in pending(world).items() if r.memory_key == document.memory_key]
+                        again = document.model_copy(update={"pending": [0], "reasons": {"deadline": 1}})
+                        world.s3.put_object(Bucket=INTERMEDIATE, Key=key, Body=again.dump())
+                        rewritten.append(key)
                 return wanted
 
             contextualizer._still_wanted = sync_meanwhile  # type: ignore[method-assign]
@@ -455,3 +461,48 @@ def test_a_record_that_failed_before_its_document_was_recorded_again_is_not_aske
             and 3 in record.pending
             and summary.pending_after == len(record.pending)
         )
+
+
+def test_the_plan_holds_no_document_text_however_many_documents_are_pending() -> None:
+    """Planning reads the pending records several at a time and spools the records to disk: its memory is
+    the same for 16 documents as for 64 (it held every text and every record's line before)."""
+    import tracemalloc
+
+    peaks = []
+    for documents in (16, 64):
+        with LocalWorld(corpus(documents, chunks=8, lines=60), BatchConfig(min_records=1)) as world:
+            world.ingest("always")
+            planner = world.contextualizer(dry_run=True)
+            tracemalloc.start()
+            summary = planner.run()
+            peaks.append(tracemalloc.get_traced_memory()[1])
+            tracemalloc.stop()
+            assert summary.documents == documents and summary.pending_before == documents * 8
+    assert peaks[1] < 1.4 * peaks[0], peaks
+
+
+def test_ckb_contextualize_sends_several_s3_requests_at_a_time() -> None:
+    """Each pending document is read and written more than once in a run: those requests overlap (a run over
+    many documents is bound by S3's latency, not by the CPU)."""
+    import boto3
+
+    from contextual_kb.deferred.offline import REGION
+
+    in_flight, most = [0], [0]
+    lock = threading.Lock()
+
+    def wait_for_the_network(**_: Any) -> None:
+        with lock:
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+        time.sleep(0.005)
+        with lock:
+            in_flight[0] -= 1
+
+    with LocalWorld(corpus(documents=24), BatchConfig(min_records=1)) as world:
+        world.ingest("always")
+        s3 = boto3.client("s3", region_name=REGION)
+        s3.meta.events.register("request-created.s3", wait_for_the_network)
+        summary = world.contextualizer(s3=s3).run()
+    assert summary.contexts_stored == 24 * 5 and summary.pending_after == 0
+    assert most[0] >= 4, most

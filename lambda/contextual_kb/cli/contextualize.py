@@ -113,20 +113,23 @@ def contextualize(
         raise usage("--batch-prices", str(exc).removeprefix("batch prices: ")) from None
     out = console()
     log = (lambda _: None) if as_json else (lambda line: out.print(plain(line)))
-    with Progress(
+    bar = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         console=error_console(),
         transient=True,
-    ) as bar:
-        tasks: dict[str, Any] = {}
+    )
+    tasks: dict[str, Any] = {}
 
-        def progress(name: str, done: int, total: int) -> None:
-            if name not in tasks:
-                tasks[name] = bar.add_task(name, total=total)
-            bar.update(tasks[name], completed=done)
+    def progress(name: str, done: int, total: int) -> None:
+        if not tasks:  # shown from the first job followed: a run that stops before prints no empty bar
+            bar.start()
+        if name not in tasks:
+            tasks[name] = bar.add_task(name, total=total)
+        bar.update(tasks[name], completed=done)
 
+    try:
         if local:
             from contextual_kb.deferred.offline import run_local
             from contextual_kb.evaluation.offline import load_corpus
@@ -160,6 +163,9 @@ def contextualize(
                 log,
                 progress,
             )
+    finally:
+        if tasks:
+            bar.stop()
     if as_json:
         write_json(result)
         return
@@ -180,6 +186,7 @@ def _on_aws(
     progress: Any,
 ) -> dict[str, Any]:
     from contextual_kb.deferred import services
+    from contextual_kb.deferred.concurrency import S3_CONNECTIONS
     from contextual_kb.deferred.contextualize import Contextualizer, Options
     from contextual_kb.query import aws_clients
     from contextual_kb.runtime.context.claude.client import ClaudeClient
@@ -199,7 +206,7 @@ def _on_aws(
             "it may record pending documents while they are being contextualized",
             "wait for it to end (ckb sync follows it), then run ckb contextualize",
         )
-    s3 = aws_clients.client("s3", deployment.region)
+    s3 = aws_clients.client("s3", deployment.region, connections=S3_CONNECTIONS)
     contextualizer = Contextualizer(
         s3,
         aws_clients.client("bedrock", deployment.region),

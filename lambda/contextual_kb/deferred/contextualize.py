@@ -29,13 +29,15 @@ import json
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import closing
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
 
+from contextual_kb.deferred.concurrency import in_order
 from contextual_kb.deferred.records import (
     Accepted,
     Limits,
@@ -49,6 +51,7 @@ from contextual_kb.deferred.records import (
     split_jobs,
     unit_texts,
 )
+from contextual_kb.deferred.spool import Spool, Spooled
 from contextual_kb.runtime.context.claude.answers import normalize
 from contextual_kb.runtime.context.claude.memory import ContextMemory, place_key
 from contextual_kb.runtime.context.claude.pricing import batch_prices_for, prices_for
@@ -126,6 +129,22 @@ class Summary:
         return out
 
 
+@dataclass(frozen=True, slots=True)
+class _Glance:
+    key: str
+    source: str
+    recorded_at: str
+
+
+@dataclass
+class _Stored:
+    """What one document's outputs gave."""
+
+    source: str
+    contexts: dict[int, str] = field(default_factory=dict)
+    rejected: Counter[str] = field(default_factory=Counter)
+
+
 SourceState = Callable[[str, str], str]  # (source URI, recorded at) -> ok | deleted | changed | unknown
 OnDemand = Callable[[list[Planned]], dict[str, Output]]
 Reingest = Callable[[list[str]], int | None]  # source URIs -> model calls made while re-ingesting
@@ -195,86 +214,107 @@ class Contextualizer:
 
     # --- plan ---
     def _plan(self) -> dict[str, Any]:
+        """Two passes over the pending records, several at a time: the first picks the usable ones (keeping
+        their keys alone), the second reads each again and spools its records to disk; no document's text
+        stays in memory after its records are built."""
         options = self.options
         run = datetime.now().strftime("%Y%m%d%H%M%S") + uuid.uuid4().hex[:6]
         summary = Summary(run=run, estimated=options.dry_run)
         usable, dropped = self._usable()
         ids = record_ids()
-        planned: list[Planned] = []
         documents: dict[str, int] = {}  # pending record key -> the document's tokens
         known: dict[str, dict[str, Any]] = {}  # pending record key -> what the run must know of it
-        for key, document in usable:
-            wanted = self._still_wanted(document)
-            if not wanted:
-                dropped["resolved"] += 1
-                self._drop(key)
-                continue
-            planned.extend(build(key, document, wanted, options.group_size, ids))
-            documents[key] = count_tokens(document.text)
-            known[key] = {
-                "source": document.source,
-                "with_text": sum(1 for i in range(len(document.spans)) if document.chunk(i).strip()),
-                "spans": _spans_hash(document),  # a record rewritten with other chunks is not stored into
-            }
-            summary.documents += 1
-            summary.chunks += len(document.spans)
-            summary.pending_before += len(wanted)
-        summary.dropped = dict(dropped)
-        summary.records = len(planned)
-        on_demand, jobs = self._jobs(planned)
-        summary.jobs = len(jobs)
-        summary.on_demand_records = len(on_demand)
-        if on_demand:
-            summary.notes.append(
-                f"{len(on_demand)} record(s) below a job's minimum of {options.limits.min_records}: run on "
-                "demand instead"
-            )
-        summary.floor_usd = self._floor(planned, documents)
-        if options.dry_run:
-            self._estimate(summary, planned, on_demand)
-        state = self._new_state(run, summary, planned, jobs, on_demand)
+        with Spool() as spool:
+            for key, (document, wanted) in in_order(self._with_wanted, usable):
+                if document is None:  # gone or broken since the first pass read it
+                    dropped["corrupt"] += 1
+                    self._drop(key)
+                    continue
+                if not wanted:
+                    dropped["resolved"] += 1
+                    self._drop(key)
+                    continue
+                for record in build(key, document, wanted, options.group_size, ids):
+                    spool.add(record)
+                documents[key] = count_tokens(document.text)
+                known[key] = {
+                    "source": document.source,
+                    "with_text": sum(1 for i in range(len(document.spans)) if document.chunk(i).strip()),
+                    "spans": _spans_hash(document),  # a record rewritten with other chunks is not stored into
+                }
+                summary.documents += 1
+                summary.chunks += len(document.spans)
+                summary.pending_before += len(wanted)
+            planned = spool.records
+            summary.dropped = dict(dropped)
+            summary.records = len(planned)
+            on_demand, jobs = self._jobs(planned)
+            summary.jobs = len(jobs)
+            summary.on_demand_records = len(on_demand)
+            if on_demand:
+                summary.notes.append(
+                    f"{len(on_demand)} record(s) below a job's minimum of {options.limits.min_records}: run "
+                    "on demand instead"
+                )
+            summary.floor_usd = self._floor(planned, documents)
+            if options.dry_run:
+                self._estimate(summary, planned, on_demand)
+            state = self._new_state(run, summary, spool, jobs, on_demand)
         state["documents"] = known
         return state
 
-    def _usable(self) -> tuple[list[tuple[str, PendingDocument]], Counter[str]]:
-        """The pending records worth contextualizing, newest per source; the others dropped (deleted, unless
-        a dry run) and counted by reason."""
+    def _usable(self) -> tuple[list[str], Counter[str]]:
+        """The keys of the pending records worth contextualizing, newest per source; the others dropped
+        (deleted, unless a dry run) and counted by reason."""
         dropped: Counter[str] = Counter()
-        newest: dict[str, tuple[str, PendingDocument]] = {}
-        for key in self._pending_keys():
-            document = self._read(key)
-            if document is None or not document.intact():
+        newest: dict[str, _Glance] = {}
+        for key, glance in in_order(self._glance, self._pending_keys()):
+            if glance is None:
                 dropped["corrupt"] += 1
                 self._drop(key)
                 continue
-            previous = newest.get(document.source)
+            previous = newest.get(glance.source)
             if previous is None:
-                newest[document.source] = (key, document)
+                newest[glance.source] = glance
                 continue
-            older, newer = sorted([previous, (key, document)], key=lambda kd: kd[1].recorded_at)
+            older, newer = sorted([previous, glance], key=lambda g: g.recorded_at)
             dropped["superseded"] += 1  # a newer ingestion of that source recorded its own
-            self._drop(older[0])
-            newest[document.source] = newer
+            self._drop(older.key)
+            newest[glance.source] = newer
+        chosen = sorted(newest.values(), key=lambda g: g.key)
         usable = []
-        for key, document in sorted(newest.values(), key=lambda kd: kd[0]):
-            state = self.source_state(document.source, document.recorded_at)
+        for glance, state in in_order(lambda g: self.source_state(g.source, g.recorded_at), chosen):
             if state in {"deleted", "changed"}:
                 dropped[state] += 1  # never written under another text's key: that one is ingested anew
-                self._drop(key)
+                self._drop(glance.key)
             else:
-                usable.append((key, document))
+                usable.append(glance.key)
         return usable, dropped
+
+    def _glance(self, key: str) -> _Glance | None:
+        """What choosing among the records needs of one (None: gone, or its text no longer hashes)."""
+        document = self._read(key)
+        if document is None or not document.intact():
+            return None
+        return _Glance(key, document.source, document.recorded_at)
+
+    def _with_wanted(self, key: str) -> tuple[PendingDocument | None, list[int]]:
+        document = self._read(key)
+        if document is None or not document.intact():
+            return None, []
+        return document, self._still_wanted(document)
 
     def _new_state(
         self,
         run: str,
         summary: Summary,
-        planned: list[Planned],
+        spool: Spool,
         jobs: list[list[int]],
         on_demand: list[int],
     ) -> dict[str, Any]:
         """The run's state; unless a dry run, each job's JSONL input written now (the state holds none)."""
         prefix = f"{self.options.batch_prefix}{run}/"
+        planned = spool.records
         records = {
             p.record_id: {
                 "document": p.document,
@@ -302,10 +342,11 @@ class Contextualizer:
             entry = {"name": name, "input": f"{prefix}input/{name}.jsonl", "records": records_of}
             state["jobs"].append({**entry, "arn": "", "status": "", "stored": False, "message": ""})
         if not self.options.dry_run:
+            bucket = self.options.bucket
             for job, indices in zip(state["jobs"], jobs, strict=True):
-                self._put(job["input"], b"".join(planned[i].line for i in indices))
+                spool.upload(self.s3, bucket, job["input"], indices)
             if on_demand:
-                self._put(state["on_demand"]["input"], b"".join(planned[i].line for i in on_demand))
+                spool.upload(self.s3, bucket, state["on_demand"]["input"], on_demand)
         return state
 
     def _still_wanted(self, document: PendingDocument) -> list[int]:
@@ -322,7 +363,7 @@ class Contextualizer:
             out.append(index)
         return out
 
-    def _jobs(self, planned: list[Planned]) -> tuple[list[int], list[list[int]]]:
+    def _jobs(self, planned: Sequence[Spooled]) -> tuple[list[int], list[list[int]]]:
         """(records to run on demand, jobs): per model, split within the limits; too few for a job, on
         demand."""
         limits = self.options.limits
@@ -340,7 +381,7 @@ class Contextualizer:
                     on_demand.extend(chosen)
         return on_demand, jobs
 
-    def _floor(self, planned: list[Planned], documents: dict[str, int]) -> float:
+    def _floor(self, planned: Sequence[Spooled], documents: dict[str, int]) -> float:
         """Each document read once at the on-demand input price (its contexts at the on-demand output price
         are added as the outputs come back: ``_charge``)."""
         models = {p.document: p.model_id for p in planned}
@@ -351,7 +392,7 @@ class Contextualizer:
                 total += tokens * prices.input / 1e6
         return total
 
-    def _estimate(self, summary: Summary, planned: list[Planned], on_demand: list[int]) -> None:
+    def _estimate(self, summary: Summary, planned: Sequence[Spooled], on_demand: list[int]) -> None:
         asked_on_demand = set(on_demand)
         for index, record in enumerate(planned):
             output = ESTIMATED_OUTPUT_TOKENS_PER_CHUNK * len(record.chunks)
@@ -479,11 +520,14 @@ class Contextualizer:
         """The records whose document is still recorded as it was planned: answers for one recorded again
         during the run (a sync) would not fit it, so none of its records is worth asking again."""
         stale = {state["records"][rid]["document"] for rid in state.get("stale", [])}
-        fits: dict[str, bool] = {}
-        for key in {state["records"][rid]["document"] for rid in record_ids_} - stale:
+
+        def fits(key: str) -> bool:
             document = self._read(key)
-            fits[key] = document is not None and _spans_hash(document) == state["documents"][key].get("spans")
-        return [rid for rid in record_ids_ if fits.get(state["records"][rid]["document"], False)]
+            return document is not None and _spans_hash(document) == state["documents"][key].get("spans")
+
+        keys = sorted({state["records"][rid]["document"] for rid in record_ids_} - stale)
+        fitting = {key: ok for key, ok in in_order(fits, keys)}
+        return [rid for rid in record_ids_ if fitting.get(state["records"][rid]["document"], False)]
 
     def _checkpoint(self, state: dict[str, Any], summary: Summary, rejected: Counter[str]) -> None:
         summary.answers_rejected = dict(rejected)
@@ -528,8 +572,9 @@ class Contextualizer:
             for item in page.get("Contents", []):
                 if not item["Key"].endswith(".jsonl.out"):
                     continue
-                body = self.s3.get_object(Bucket=bucket, Key=item["Key"])["Body"].read()
-                _parse_outputs(body, into=found)
+                # Streamed: an output file holds its records' inputs too, as large as the input file.
+                with closing(self.s3.get_object(Bucket=bucket, Key=item["Key"])["Body"]) as body:
+                    _parse_outputs(_lines(body), into=found)
         return found
 
     def _planned(self, state: dict[str, Any], wanted: set[str]) -> dict[str, Planned]:
@@ -541,14 +586,21 @@ class Contextualizer:
         ]
         planned: dict[str, Planned] = {}
         for key in inputs:
-            body = self._get(key) if wanted else None
-            if body is None:
-                continue
-            for line in body.split(b"\n"):  # JSONL lines end at newlines only (not at U+2028 in the text)
-                if not line.strip():
+            if not wanted:
+                break
+            try:
+                body = self.s3.get_object(Bucket=self.options.bucket, Key=key)["Body"]
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
                     continue
-                rid = json.loads(line).get("recordId")
-                if rid in wanted:
+                raise
+            with closing(body):
+                for line in _lines(body):  # streamed: a job's input can be a gigabyte
+                    if not line.strip():
+                        continue
+                    rid = json.loads(line).get("recordId")
+                    if rid not in wanted:
+                        continue
                     wanted.discard(rid)
                     info = state["records"][rid]
                     planned[rid] = Planned(
@@ -560,6 +612,8 @@ class Contextualizer:
                         line + b"\n",
                         0,
                     )
+                    if not wanted:
+                        break
         return planned
 
     def _store(
@@ -578,35 +632,46 @@ class Contextualizer:
         by_document: dict[str, list[tuple[str, Output | None]]] = {}
         for rid in record_ids_:
             by_document.setdefault(state["records"][rid]["document"], []).append((rid, outputs.get(rid)))
-        for key, results in by_document.items():
+
+        def store_one(item: tuple[str, list[tuple[str, Output | None]]]) -> _Stored | None:
+            """One document's accepted contexts, remembered (None: the answers no longer fit it)."""
+            key, results = item
             document = self._read(key)
-            info = state["documents"].get(key, {})
-            if document is None or _spans_hash(document) != info.get("spans"):
+            if document is None or _spans_hash(document) != state["documents"].get(key, {}).get("spans"):
+                return None
+            units = {number: normalize(text) for number, _, text in unit_texts(document)}
+            stored = _Stored(document.source)
+            for rid, output in results:
+                if output is None or output.error:
+                    continue
+                planned = state["records"][rid]
+                accepted: Accepted = accept(document, units[planned["unit"]], planned["chunks"], output)
+                stored.contexts.update(accepted.contexts)
+                stored.rejected.update(accepted.rejected)
+            if stored.contexts:
+                self._remember(document, stored.contexts)
+            return stored
+
+        for (key, results), stored in in_order(store_one, list(by_document.items())):
+            if stored is None:
                 # Deleted meanwhile, or recorded again with other chunks (a sync during the run): these
                 # answers no longer fit it. Counted as failed, never asked again (stale); the new record's
                 # chunks stay pending for the next run.
                 failed.extend(rid for rid, _ in results)
                 state.setdefault("stale", []).extend(rid for rid, _ in results)
                 continue
-            units = {number: normalize(text) for number, _, text in unit_texts(document)}
-            learned: dict[int, str] = {}
             for rid, output in results:
-                planned = state["records"][rid]
                 if output is None or output.error:
                     failed.append(rid)
                     continue
                 summary.input_tokens += output.input_tokens
                 summary.output_tokens += output.output_tokens
-                self._charge(
-                    summary, planned["model"], output.input_tokens, output.output_tokens, batch=batch
-                )
-                accepted: Accepted = accept(document, units[planned["unit"]], planned["chunks"], output)
-                learned.update(accepted.contexts)
-                rejected.update(accepted.rejected)
-            if learned:
-                self._remember(document, learned)
-                summary.contexts_stored += len(learned)
-                state["touched"][key] = document.source
+                model = state["records"][rid]["model"]
+                self._charge(summary, model, output.input_tokens, output.output_tokens, batch=batch)
+            rejected.update(stored.rejected)
+            if stored.contexts:
+                summary.contexts_stored += len(stored.contexts)
+                state["touched"][key] = stored.source
         return failed
 
     def _settle(self, state: dict[str, Any]) -> dict[str, int]:
@@ -616,11 +681,12 @@ class Contextualizer:
         wrote again meanwhile (a sync) stands as it is. Returns, per record of this run, its chunks still
         without a remembered context."""
         still: dict[str, int] = {}
-        for key in state["documents"]:
+
+        def settle_one(key: str) -> int:
             got = self._get_versioned(key)
             document = _parse_pending(got[0]) if got is not None else None
             if got is None or document is None:
-                continue
+                return 0
             etag = got[1]
             wanted = self._still_wanted(document)
             try:
@@ -631,8 +697,11 @@ class Contextualizer:
             except ClientError as exc:  # recorded again since it was read: the newer record stands as it is
                 if exc.response.get("Error", {}).get("Code") not in CHANGED_MEANWHILE:
                     raise
-            if wanted:
-                still[key] = len(wanted)
+            return len(wanted)
+
+        for key, left in in_order(settle_one, list(state["documents"])):
+            if left:
+                still[key] = left
         return still
 
     def _remember(self, document: PendingDocument, learned: dict[int, str]) -> None:
@@ -664,11 +733,11 @@ class Contextualizer:
                     yield item["Key"]
 
     def _pending_chunks(self) -> int:
-        total = 0
-        for key in self._pending_keys():
+        def chunks(key: str) -> int:
             document = self._read(key)
-            total += len(document.pending) if document is not None else 0
-        return total
+            return len(document.pending) if document is not None else 0
+
+        return sum(count for _, count in in_order(chunks, self._pending_keys()))
 
     def _read(self, key: str) -> PendingDocument | None:
         """The pending record at ``key``; None when it is gone or cannot be read as one. Any other S3 error
@@ -753,11 +822,25 @@ def _spans_hash(document: PendingDocument) -> str:
     return hashlib.sha256(json.dumps(document.spans).encode()).hexdigest()[:16]
 
 
-def _parse_outputs(body: bytes, into: dict[str, Output] | None = None) -> dict[str, Output]:
-    """Output records by id from a JSONL body (added to ``into``), the first valid one where an id repeats:
-    lines end at newlines only (a U+2028 in a context is text)."""
+def _lines(body: Any, piece_bytes: int = 1 << 20) -> Iterator[bytes]:
+    """The lines of a streamed S3 body, without their newline, read a megabyte at a time. JSONL lines end at
+    newlines only: a U+2028 in a text is text (``str.splitlines`` would cut there)."""
+    rest = b""
+    for piece in body.iter_chunks(piece_bytes):
+        lines = (rest + piece).split(b"\n")
+        rest = lines.pop()
+        yield from lines
+    if rest:
+        yield rest
+
+
+def _parse_outputs(
+    lines: bytes | Iterator[bytes], into: dict[str, Output] | None = None
+) -> dict[str, Output]:
+    """Output records by id from JSONL (a body, or its lines; added to ``into``), the first valid one where
+    an id repeats: lines end at newlines only (a U+2028 in a context is text)."""
     found: dict[str, Output] = {} if into is None else into
-    for raw in body.split(b"\n"):
+    for raw in lines.split(b"\n") if isinstance(lines, bytes) else lines:
         if not raw.strip():
             continue
         output = parse_output(raw.decode("utf-8", "replace"))

@@ -93,7 +93,10 @@ class LocalWorld:
         with environment(CONTEXT_DEFER=defer):
             return runner.invoke(self.event)
 
-    def contextualizer(self, log: Callable[[str], None] = lambda _: None, **options: Any) -> Contextualizer:
+    def contextualizer(
+        self, log: Callable[[str], None] = lambda _: None, *, s3: Any = None, **options: Any
+    ) -> Contextualizer:
+        """``ckb contextualize`` over the local world (``s3``: its own client, e.g. one with a latency)."""
         import boto3
 
         from contextual_kb.deferred import services
@@ -102,11 +105,12 @@ class LocalWorld:
         options.setdefault("limits", Limits(min_records=self.batch.min_records))
         options.setdefault("poll_seconds", 0.02)
         client = ClaudeClient(region=REGION, timeout_seconds=30, max_retries=1, max_connections=8)
+        s3 = s3 or self.s3
         return Contextualizer(
-            self.s3,
+            s3,
             boto3.client("bedrock", region_name=REGION),
             Options(bucket=INTERMEDIATE, role_arn=LOCAL_ROLE, **options),
-            source_state=services.source_state(self.s3),
+            source_state=services.source_state(s3),
             on_demand=services.on_demand(client),
             log=log,
         )

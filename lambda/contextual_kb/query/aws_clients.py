@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 import boto3
+from botocore.config import Config
 from botocore.exceptions import NoRegionError
 
 from contextual_kb.query.retrieval import CLIENT_CONFIG
@@ -23,5 +24,7 @@ def region(given: str | None = None) -> str:
     return found
 
 
-def client(service: str, region_name: str) -> Any:
-    return boto3.client(service, region_name=region_name, config=CLIENT_CONFIG)  # type: ignore[call-overload]
+def client(service: str, region_name: str, *, connections: int | None = None) -> Any:
+    """``connections``: for a caller that sends that many requests at once (urllib3 keeps 10 by default)."""
+    config = CLIENT_CONFIG.merge(Config(max_pool_connections=connections)) if connections else CLIENT_CONFIG
+    return boto3.client(service, region_name=region_name, config=config)  # type: ignore[call-overload]
