@@ -1,7 +1,7 @@
-"""Contexts made later (issue 20): the cost of `ckb contextualize` against the on-demand floor, and the
-speed of an ingestion that defers every context against one that calls the model in the Lambda.
+"""Contexts made later (issue 20): the cost of `ckb contextualize` against the on-demand floor, the command at
+scale, and the speed of an ingestion that defers every context against one that calls the model in the Lambda.
 
-    .venv/bin/python bench/batch.py            # make bench-batch (about 3 minutes)
+    .venv/bin/python bench/batch.py            # make bench-batch (about 8 minutes)
 
 cost: ``ckb contextualize --local`` on the codebase corpus (90 documents, 737 chunks): the handler with
 CONTEXT_DEFER=always, then batch records of 20 and 40 chunks through the batch inference stand-in (its
@@ -10,17 +10,22 @@ records answered by the same stand-in as the contextualization table: same conte
 the on-demand input price + the contexts written at the on-demand output price (Haiku 4.5 list prices;
 batch at half of them).
 
-speed: the same staged corpus through the real handler on moto S3, warm (the second of three invocations
-onward, the median of three): CONTEXT_DEFER=always against CONTEXT_DEFER=never with per-chunk model calls in
-the Lambda (remembering off, so every run calls the model), the stand-in in its own process at 300 ms +
-2 ms per output token (the contextualization table's), MAX_CONCURRENCY=32; once with moto S3 in this
+speed: the same staged corpus through the real handler on moto S3, warm (the median of five invocations after
+the one that builds the runtime): CONTEXT_DEFER=always against CONTEXT_DEFER=never with per-chunk model calls
+in the Lambda (remembering off, so every run calls the model), the stand-in in its own process at 300 ms +
+2 ms per output token (the contextualization table's), MAX_CONCURRENCY=32; beside them, the structural
+contexts alone (what `always` gives now, nothing deferred) and no context at all; once with moto S3 in this
 process, once with it in a child process.
+
+scale: ``ckb contextualize`` over 90, 360 and 1,440 pending documents with every S3 request of the command
+delayed 20 ms: the whole run's seconds, and the plan's peak memory.
 """
 
 from __future__ import annotations
 
 import statistics
 import sys
+from typing import Any
 
 from corpus import DEFAULT_DATASET, offline_environment  # bench/corpus.py
 
@@ -49,11 +54,14 @@ def cost() -> None:
         )
 
 
-def speed(runs: int = 3) -> None:
+def speed(runs: int = 5) -> None:
     """Both ways of serving S3: moto in this process (the other tables' setup: its request handling is CPU
     under the handler's interpreter lock, counted in the handler's seconds), and moto in a child process
-    (closer to Lambda, where S3's side of a request is a network wait, not the function's CPU)."""
-    from contextlib import ExitStack
+    (closer to Lambda, where S3's side of a request is a network wait, not the function's CPU). Each case
+    gets an S3 of its own, the corpus staged anew, and starts from a collected heap: a case run after
+    another does not pay for what the other left behind."""
+    from collections.abc import Iterator
+    from contextlib import contextmanager
 
     from moto import mock_aws
 
@@ -61,17 +69,37 @@ def speed(runs: int = 3) -> None:
     from contextual_kb.local.bedrock_standin import standin_subprocess
     from contextual_kb.local.s3server import s3_subprocess
 
+    @contextmanager
+    def in_this_process() -> Iterator[None]:
+        with mock_aws():
+            yield
+
+    @contextmanager
+    def in_a_child_process() -> Iterator[None]:
+        with s3_subprocess() as endpoint, environment(AWS_ENDPOINT_URL_S3=endpoint):
+            yield
+
     with standin_subprocess(300.0, 2.0) as url:
-        for where in ("in this process", "in a child process"):
-            with ExitStack() as stack:
-                if where == "in this process":
-                    stack.enter_context(mock_aws())
-                else:
-                    stack.enter_context(environment(AWS_ENDPOINT_URL_S3=stack.enter_context(s3_subprocess())))
-                _speed_table(where, url, runs)
+        _speed_table("in this process", in_this_process, url, runs)
+        _speed_table("in a child process", in_a_child_process, url, runs)
 
 
-def _speed_table(where: str, url: str, runs: int) -> None:
+CASES = {
+    "CONTEXT_DEFER=always (no model call in the Lambda)": {"CONTEXT_DEFER": "always"},
+    "model calls in the Lambda (per-chunk, remembering off)": {
+        "CONTEXT_DEFER": "never",
+        "CONTEXT_MEMORY_PREFIX": "",
+    },
+    # What `always` must do besides deferring: the structural contexts it gives now.
+    "structural contexts, nothing deferred (CONTEXT_STRATEGY=structural)": {"CONTEXT_STRATEGY": "structural"},
+    # The floor under any context: the batch objects read, validated and written back as they are.
+    "no context at all (CONTEXT_STRATEGY=none: S3 and parsing alone)": {"CONTEXT_STRATEGY": "none"},
+}
+
+
+def _speed_table(where: str, s3_server: Any, url: str, runs: int) -> None:
+    import gc
+
     import boto3
 
     from contextual_kb.deferred.offline import environment
@@ -79,41 +107,31 @@ def _speed_table(where: str, url: str, runs: int) -> None:
     from contextual_kb.local import runner
     from contextual_kb.local.kb_staging import build_event, stage_file
 
-    s3 = boto3.client("s3")
-    s3.create_bucket(Bucket="bench-deferred")
-    staged = [
-        stage_file(
-            s3,
-            "bench-deferred",
-            f"s3://src/{d['doc_id']}",
-            [c["content"] for c in d["chunks"]],
-            chunks_per_batch=8,
-        )
-        for d in load_corpus(CORPUS)
-    ]
-    event = build_event("bench-deferred", staged)
+    documents = load_corpus(CORPUS)
     results = {}
-    cases = {
-        "CONTEXT_DEFER=always (no model call in the Lambda)": {"CONTEXT_DEFER": "always"},
-        "model calls in the Lambda (per-chunk, remembering off)": {
-            "CONTEXT_DEFER": "never",
-            "CONTEXT_MEMORY_PREFIX": "",
-        },
-        # What `always` must do besides deferring: the structural contexts it gives now.
-        "structural contexts, nothing deferred (CONTEXT_STRATEGY=structural)": {
-            "CONTEXT_STRATEGY": "structural"
-        },
-        # The floor under any context: the batch objects read, validated and written back as they are.
-        "no context at all (CONTEXT_STRATEGY=none: S3 and parsing alone)": {"CONTEXT_STRATEGY": "none"},
-    }
-    for label, settings in cases.items():
-        with environment(**{"CONTEXT_STRATEGY": "claude", "ANTHROPIC_BEDROCK_BASE_URL": url, **settings}):
-            seconds = []
-            for run in range(runs + 1):
-                result = runner.invoke(event, fresh=run == 0)
-                if run:  # the first builds the runtime (Lambda's init): not counted
-                    seconds.append(result.seconds)
-            model = result.summary().get("model", {})
+    for label, settings in CASES.items():
+        with s3_server():
+            s3 = boto3.client("s3")
+            s3.create_bucket(Bucket="bench-deferred")
+            staged = [
+                stage_file(
+                    s3,
+                    "bench-deferred",
+                    f"s3://src/{d['doc_id']}",
+                    [c["content"] for c in d["chunks"]],
+                    chunks_per_batch=8,
+                )
+                for d in documents
+            ]
+            event = build_event("bench-deferred", staged)
+            with environment(**{"CONTEXT_STRATEGY": "claude", "ANTHROPIC_BEDROCK_BASE_URL": url, **settings}):
+                seconds = []
+                for run in range(runs + 1):
+                    gc.collect()
+                    result = runner.invoke(event, fresh=run == 0)
+                    if run:  # the first builds the runtime (Lambda's init): not counted
+                        seconds.append(result.seconds)
+                model = result.summary().get("model", {})
         results[label] = (statistics.median(seconds), model)
     print(f"\nS3 (moto) {where}:\n")
     print("| ingestion | handler seconds (median, warm) | model calls | chunks deferred |")

@@ -512,7 +512,7 @@ def test_model_and_s3_clients_use_https_endpoints_by_default(monkeypatch: pytest
         assert str(claude._client.base_url).startswith("https://bedrock-runtime.eu-west-1.amazonaws.com")
     finally:
         claude.close()
-    for client in (S3BatchStore()._client, ContextMemory()._client):
+    for client in (S3BatchStore()._client, ContextMemory().client):
         assert client.meta.endpoint_url.startswith("https://")
 
 

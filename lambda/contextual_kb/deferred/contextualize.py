@@ -710,15 +710,9 @@ class Contextualizer:
         to their place where their text is unique, as the function migrates them."""
         bucket = self.options.bucket
         remembered = self.memory.load(bucket, document.memory_key)  # a missing object is an empty one
-        merged = dict(remembered.by_place)
-        if remembered.by_text:
-            chunks = [document.chunk(index) for index in range(len(document.spans))]
-            counts = Counter(chunks)
-            for index, chunk in enumerate(chunks):
-                start = document.spans[index][0]
-                known = remembered.get(chunk, start, unique=counts[chunk] == 1)
-                if known:
-                    merged.setdefault(place_key(chunk, start), known)
+        merged = remembered.migrated(
+            [(document.chunk(index), start) for index, (start, _) in enumerate(document.spans)]
+        )
         for index, context in learned.items():
             merged[place_key(document.chunk(index), document.spans[index][0])] = context
         self.memory.save(bucket, document.memory_key, merged)

@@ -18,9 +18,9 @@ from typing import Any
 
 from contextual_kb.runtime.context.claude.answers import check_answer
 from contextual_kb.runtime.context.claude.prompts import (
-    MARKER,
     PromptSettings,
     grouped_request,
+    marked_unit,
     marker_code,
     parse_grouped,
 )
@@ -90,12 +90,9 @@ def unit_texts(document: PendingDocument) -> Iterator[tuple[int, tuple[int, ...]
         opening_tokens=snapshot.opening_tokens,
     )
     code = marker_code(document.text)
+    spans = document.spans
     for number, unit in enumerate(units):
-        marks: dict[int, str] = {}
-        for index in unit.chunks:
-            start = document.spans[index][0]
-            marks[start] = marks.get(start, "") + MARKER.format(n=index + 1, code=code)
-        yield number, unit.chunks, unit.render(document.text, marks)
+        yield number, unit.chunks, marked_unit(unit, document.text, lambda i: spans[i][0], code)
 
 
 def model_input(request: dict[str, Any]) -> dict[str, Any]:

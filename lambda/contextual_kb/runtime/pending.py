@@ -12,13 +12,14 @@ and the KB's ids. ``ckb contextualize`` reads, updates and deletes the records.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from contextual_kb.runtime.hashing import sha256_hex
 
 VERSION = 1
 
@@ -85,10 +86,7 @@ def pending_key(prefix: str, memory_key: str, memory_prefix: str) -> str:
 
 
 def text_hash(text: str) -> str:
-    digest = hashlib.sha256()
-    for start in range(0, len(text), 1 << 20):
-        digest.update(text[start : start + (1 << 20)].encode("utf-8", "surrogatepass"))
-    return digest.hexdigest()
+    return sha256_hex(text)
 
 
 def now_iso() -> str:

@@ -48,10 +48,10 @@ from contextual_kb.runtime.context.claude.memory import ContextMemory, Remembere
 from contextual_kb.runtime.context.claude.pricing import min_cache_tokens, prices_for
 from contextual_kb.runtime.context.claude.prompts import (
     GROUPED_PROMPT_VERSION,
-    MARKER,
     PromptSettings,
     chunk_request,
     grouped_request,
+    marked_unit,
     marker_code,
     parse_grouped,
 )
@@ -139,9 +139,11 @@ class ClaudeStrategy(ContextStrategy):
         if client is None and settings.context_defer != "always":  # always: no call is ever made here
             with contextlib.suppress(TransformationError):
                 self._client = self._new_client()
+        # Built now, not on a worker thread: boto3's session is not shared. Pending records go through the
+        # remembered contexts' S3 client (both are written from one pool of MEMORY_THREADS).
         self._memory = memory if memory is not None or not self.remembering else ContextMemory()
         if self._pending is None and self.remembering and settings.context_defer != "never":
-            self._pending = self._new_pending()  # now, not on a worker thread: boto3's session is not shared
+            self._pending = PendingStore(self.memory.client)
 
     @property
     def client(self) -> ClaudeClient:
@@ -167,16 +169,8 @@ class ClaudeStrategy(ContextStrategy):
     @property
     def pending(self) -> PendingStore:
         if self._pending is None:
-            self._pending = self._new_pending()
+            self._pending = PendingStore(self.memory.client)
         return self._pending
-
-    @staticmethod
-    def _new_pending() -> PendingStore:
-        import boto3
-
-        from contextual_kb.runtime.storage import S3_CONFIG
-
-        return PendingStore(boto3.client("s3", config=S3_CONFIG))
 
     @property
     def prompt_snapshot(self) -> PromptSnapshot:
@@ -443,11 +437,8 @@ class _Run:
             if self.s.published:  # the published algorithm: the batch's own chunks joined
                 text = "\n".join(document.chunk(i) for i in spec.chunks)
             elif self.s.grouped:
-                marks: dict[int, str] = {}
-                for i in spec.chunks:  # two chunks may start at one place: both markers go there
-                    start = document.document.spans[i].start
-                    marks[start] = marks.get(start, "") + MARKER.format(n=i + 1, code=opened.code)
-                text = spec.render(document.document.text, marks)
+                spans = document.document.spans
+                text = marked_unit(spec, document.document.text, lambda i: spans[i].start, opened.code)
             else:
                 text = spec.render(document.document.text)
             opened._texts[unit] = text
@@ -520,39 +511,36 @@ class _Run:
         self.s.pending.save(self.bucket, key, pending)
 
     def _await_saves(self, saves: list[tuple[Future[None], int]]) -> None:
-        """Wait for the remembered contexts and pending records to be written, while the deadline allows
-        (writes, like the outputs: they take compute time, not the model's)."""
-        self._await_pending()
-        if not saves:
-            return
-        remaining = self.deadline.compute_remaining()
-        wait([f for f, _ in saves], timeout=None if remaining == float("inf") else max(0.0, remaining))
-        for future, count in saves:
-            if not future.done():
-                self.acct.memory_errors += 1
-                continue
-            try:
-                future.result()
-                self.acct.contexts_remembered_written += count
-            except Exception as exc:
-                self.acct.memory_errors += 1
-                logger.warning("could not remember contexts", extra={"error": str(exc)})
+        """Wait for the pending records and remembered contexts to be written, while the deadline allows
+        (writes, like the outputs: they take compute time, not the model's). One not written in time, or
+        refused, is counted and logged; its chunks keep their contexts in this output all the same."""
+        pending = [(future, 1) for future in self.pending_saves]
+        self.pending_saves.clear()
+        written, failed = self._await_writes(pending, "could not record a pending document")
+        self.acct.documents_pending += written
+        self.acct.pending_errors += failed
+        written, failed = self._await_writes(saves, "could not remember contexts")
+        self.acct.contexts_remembered_written += written
+        self.acct.memory_errors += failed
 
-    def _await_pending(self) -> None:
-        if not self.pending_saves:
-            return
+    def _await_writes(self, writes: list[tuple[Future[None], int]], warning: str) -> tuple[int, int]:
+        """(what the writes done carried, how many failed or were not done in time, each logged)."""
+        if not writes:
+            return 0, 0
         remaining = self.deadline.compute_remaining()
-        wait(self.pending_saves, timeout=None if remaining == float("inf") else max(0.0, remaining))
-        for future in self.pending_saves:
+        wait([f for f, _ in writes], timeout=None if remaining == float("inf") else max(0.0, remaining))
+        written = failed = 0
+        for future, count in writes:
             try:
                 if not future.done():
                     raise TimeoutError("no time left to write it")
                 future.result()
-                self.acct.documents_pending += 1
-            except Exception as exc:  # the chunks keep their structural context; the record is what is lost
-                self.acct.pending_errors += 1
-                logger.warning("could not record a pending document", extra={"error": str(exc)})
-        self.pending_saves.clear()
+            except Exception as exc:
+                failed += 1
+                logger.warning(warning, extra={"error": str(exc)})
+                continue
+            written += count
+        return written, failed
 
     # --- calls ---
     def _start(self, pool: ThreadPoolExecutor, calls: dict[Future[Reply], tuple[Job, float]]) -> None:
@@ -808,19 +796,11 @@ def _text_counts(opened: _Open) -> Counter[str]:
 
 
 def _by_place(opened: _Open) -> dict[str, str]:
-    """What was remembered, by place: format-2 entries as they are, format-1 ones moved to their place where
-    their text is unique (the next save writes them in format 2: the migration)."""
-    entries = dict(opened.remembered.by_place)
-    if opened.remembered.by_text:
-        counts = _text_counts(opened)
-        for index in _all(opened):
-            chunk = opened.document.chunk(index)
-            start = opened.document.document.spans[index].start
-            if counts[chunk] == 1:
-                known = opened.remembered.get(chunk, start, unique=True)
-                if known:
-                    entries.setdefault(place_key(chunk, start), known)
-    return entries
+    """What was remembered, by place (format-1 entries migrated: ``Remembered.migrated``)."""
+    if not opened.remembered.by_text:
+        return dict(opened.remembered.by_place)
+    spans = opened.document.document.spans
+    return opened.remembered.migrated([(opened.document.chunk(i), spans[i].start) for i in _all(opened)])
 
 
 def _any_text(opened: _Open) -> bool:

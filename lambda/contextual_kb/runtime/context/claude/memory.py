@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,7 @@ import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
 from contextual_kb.runtime.errors import StorageError
+from contextual_kb.runtime.hashing import sha256_hex
 from contextual_kb.runtime.storage import S3_CONFIG
 
 FORMAT_VERSION = 2
@@ -44,16 +46,8 @@ def place_key(chunk: str, start: int) -> str:
 
 
 def document_key(prefix: str, fingerprint: str, document: str) -> str:
-    # The digest of fingerprint + NUL + document in UTF-8, fed a megabyte at a time: joining and encoding a
-    # 50 MB document whole cost two transient copies of it (measured: docs/RELIABILITY.md, "Load").
-    digest = hashlib.sha256(f"{fingerprint}\x00".encode())
-    for start in range(0, len(document), _HASH_SLICE):
-        digest.update(document[start : start + _HASH_SLICE].encode("utf-8", "surrogatepass"))
-    hexdigest = digest.hexdigest()
+    hexdigest = sha256_hex(document, prefix=f"{fingerprint}\x00".encode())
     return f"{prefix}{fingerprint}/{hexdigest[:2]}/{hexdigest}.json"
-
-
-_HASH_SLICE = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,14 +68,27 @@ class Remembered:
     def __bool__(self) -> bool:
         return bool(self.by_place or self.by_text)
 
+    def migrated(self, chunks: Sequence[tuple[str, int]]) -> dict[str, str]:
+        """Everything remembered, by place: format-2 entries as they are, format-1 ones moved to the place of
+        the chunk they name among ``chunks`` (text, start) where its text is unique (the next save writes
+        them in format 2: the migration)."""
+        entries = dict(self.by_place)
+        if self.by_text:
+            counts = Counter(chunk for chunk, _ in chunks)
+            for chunk, start in chunks:
+                known = self.get(chunk, start, unique=True) if counts[chunk] == 1 else None
+                if known:
+                    entries.setdefault(place_key(chunk, start), known)
+        return entries
+
 
 class ContextMemory:
     def __init__(self, client: Any = None) -> None:
-        self._client = client or boto3.client("s3", config=S3_CONFIG)
+        self.client = client or boto3.client("s3", config=S3_CONFIG)  # shared with the pending records
 
     def load(self, bucket: str, key: str) -> Remembered:
         try:
-            response = self._client.get_object(Bucket=bucket, Key=key)
+            response = self.client.get_object(Bucket=bucket, Key=key)
             data = json.loads(response["Body"].read())
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "Unknown")
@@ -102,7 +109,7 @@ class ContextMemory:
         """``contexts`` by place key (format 2)."""
         body = json.dumps({"version": FORMAT_VERSION, "contexts": dict(contexts)}, ensure_ascii=False)
         try:
-            self._client.put_object(
+            self.client.put_object(
                 Bucket=bucket, Key=key, Body=body.encode("utf-8"), ContentType="application/json"
             )
         except ClientError as exc:

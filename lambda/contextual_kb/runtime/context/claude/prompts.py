@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from contextual_kb.runtime.hashing import sha256_hex
+
+if TYPE_CHECKING:
+    from contextual_kb.runtime.context.claude.windows import Unit
 
 # Bump when a change to the prompts should invalidate remembered contexts.
 PROMPT_VERSION = "2026-11-22.1"
@@ -108,10 +113,18 @@ def chunk_request(settings: PromptSettings, *, document: str, chunk: str, cache:
 def marker_code(document: str) -> str:
     """The code the markers of ``document`` carry: 8 hex digits of its SHA-256, the same for every unit and
     call of the document (its cached prefix stays the same)."""
-    digest = hashlib.sha256()
-    for start in range(0, len(document), 1 << 20):  # a 50 MB document, a megabyte at a time
-        digest.update(document[start : start + (1 << 20)].encode("utf-8", "surrogatepass"))
-    return digest.hexdigest()[:8]
+    return sha256_hex(document)[:8]
+
+
+def marked_unit(unit: Unit, text: str, start_of: Callable[[int], int], code: str) -> str:
+    """What grouped mode shows the model as the document, in the Lambda and in a batch record alike: the unit
+    of ``text`` with ``MARKER`` where each of its chunks starts (``start_of(index)``; two chunks starting at
+    one place: both markers there)."""
+    marks: dict[int, str] = {}
+    for index in unit.chunks:
+        start = start_of(index)
+        marks[start] = marks.get(start, "") + MARKER.format(n=index + 1, code=code)
+    return unit.render(text, marks)
 
 
 def grouped_request(
