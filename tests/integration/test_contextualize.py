@@ -506,3 +506,22 @@ def test_ckb_contextualize_sends_several_s3_requests_at_a_time() -> None:
         summary = world.contextualizer(s3=s3).run()
     assert summary.contexts_stored == 24 * 5 and summary.pending_after == 0
     assert most[0] >= 4, most
+
+
+def test_a_record_deleted_between_the_two_planning_passes_is_left_out_not_counted_as_corrupt() -> None:
+    """Another run settles a record after the first pass chose it: the plan leaves it out and drops nothing;
+    one rewritten unreadable meanwhile is counted as corrupt."""
+    with LocalWorld(corpus(), BatchConfig(min_records=1)) as world:
+        world.ingest("always")
+        planner = world.contextualizer(dry_run=True)
+        usable = planner._usable
+
+        def meanwhile() -> tuple[list[str], Any]:
+            keys, dropped = usable()
+            world.s3.delete_object(Bucket=INTERMEDIATE, Key=keys[0])
+            world.s3.put_object(Bucket=INTERMEDIATE, Key=keys[1], Body=b"{not json")
+            return keys, dropped
+
+        planner._usable = meanwhile  # type: ignore[method-assign]
+        summary = planner.run()
+    assert summary.documents == 2 and summary.dropped == {"corrupt": 1}

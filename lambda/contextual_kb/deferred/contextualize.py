@@ -65,6 +65,8 @@ ON_DEMAND_SLICE = 50
 # A conditional write or delete refused: the object changed (412), a concurrent write won (409), or is gone.
 CHANGED_MEANWHILE = {"PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey"}
 CURRENT = "current.json"
+# A pending record deleted, or rewritten unreadable, between the plan's two passes.
+GONE, BROKEN = "gone", "broken"
 # When nothing is known of a document's context length, an output's estimate (dry run): measured on the
 # codebase corpus, 74 output tokens a chunk (docs/BENCHMARKS.md, "Contextualizing with Claude").
 ESTIMATED_OUTPUT_TOKENS_PER_CHUNK = 74
@@ -226,9 +228,10 @@ class Contextualizer:
         known: dict[str, dict[str, Any]] = {}  # pending record key -> what the run must know of it
         with Spool() as spool:
             for key, (document, wanted) in in_order(self._with_wanted, usable):
-                if document is None:  # gone or broken since the first pass read it
-                    dropped["corrupt"] += 1
-                    self._drop(key)
+                if isinstance(document, str):  # changed since the first pass read it
+                    if document == BROKEN:  # a deleted one (another run settled it) needs nothing more
+                        dropped["corrupt"] += 1
+                        self._drop(key)
                     continue
                 if not wanted:
                     dropped["resolved"] += 1
@@ -298,10 +301,14 @@ class Contextualizer:
             return None
         return _Glance(key, document.source, document.recorded_at)
 
-    def _with_wanted(self, key: str) -> tuple[PendingDocument | None, list[int]]:
-        document = self._read(key)
+    def _with_wanted(self, key: str) -> tuple[PendingDocument | str, list[int]]:
+        """The record and its chunks still wanted; ``GONE`` or ``BROKEN`` in its place."""
+        got = self._get_versioned(key)
+        if got is None:
+            return GONE, []
+        document = _parse_pending(got[0])
         if document is None or not document.intact():
-            return None, []
+            return BROKEN, []
         return document, self._still_wanted(document)
 
     def _new_state(
@@ -710,8 +717,10 @@ class Contextualizer:
         to their place where their text is unique, as the function migrates them."""
         bucket = self.options.bucket
         remembered = self.memory.load(bucket, document.memory_key)  # a missing object is an empty one
-        merged = remembered.migrated(
-            [(document.chunk(index), start) for index, (start, _) in enumerate(document.spans)]
+        merged = (
+            remembered.migrated([(document.chunk(i), start) for i, (start, _) in enumerate(document.spans)])
+            if remembered.by_text  # format 1: moved to their places (each chunk's text listed only then)
+            else dict(remembered.by_place)
         )
         for index, context in learned.items():
             merged[place_key(document.chunk(index), document.spans[index][0])] = context
