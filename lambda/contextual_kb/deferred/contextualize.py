@@ -321,7 +321,7 @@ class Contextualizer:
     ) -> dict[str, Any]:
         """The run's state; unless a dry run, each job's JSONL input written now (the state holds none)."""
         prefix = f"{self.options.batch_prefix}{run}/"
-        planned = spool.records
+        planned = [spooled.record for spooled in spool.records]
         records = {
             p.record_id: {
                 "document": p.document,
@@ -375,8 +375,8 @@ class Contextualizer:
         demand."""
         limits = self.options.limits
         by_model: dict[str, list[int]] = {}
-        for index, record in enumerate(planned):
-            by_model.setdefault(record.model_id, []).append(index)
+        for index, spooled in enumerate(planned):
+            by_model.setdefault(spooled.record.model_id, []).append(index)
         on_demand: list[int] = []
         jobs: list[list[int]] = []
         for indices in by_model.values():
@@ -391,7 +391,7 @@ class Contextualizer:
     def _floor(self, planned: Sequence[Spooled], documents: dict[str, int]) -> float:
         """Each document read once at the on-demand input price (its contexts at the on-demand output price
         are added as the outputs come back: ``_charge``)."""
-        models = {p.document: p.model_id for p in planned}
+        models = {p.record.document: p.record.model_id for p in planned}
         total = 0.0
         for key, tokens in documents.items():
             prices = prices_for(models.get(key, ""), self.options.model_prices)
@@ -401,7 +401,8 @@ class Contextualizer:
 
     def _estimate(self, summary: Summary, planned: Sequence[Spooled], on_demand: list[int]) -> None:
         asked_on_demand = set(on_demand)
-        for index, record in enumerate(planned):
+        for index, spooled in enumerate(planned):
+            record = spooled.record
             output = ESTIMATED_OUTPUT_TOKENS_PER_CHUNK * len(record.chunks)
             summary.input_tokens += record.input_tokens
             summary.output_tokens += output

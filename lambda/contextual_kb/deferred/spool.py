@@ -8,7 +8,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import IO, Any
 
 from contextual_kb.deferred.records import Planned
@@ -18,14 +18,9 @@ COPY_BYTES = 8 * 1024 * 1024
 
 @dataclass(frozen=True, slots=True)
 class Spooled:
-    """What the run keeps of one record; its line is in the spool, at ``offset``."""
+    """What the run keeps of one record: the record without its line, which is in the spool at ``offset``."""
 
-    record_id: str
-    document: str  # the pending record's key
-    model_id: str
-    unit: int
-    chunks: tuple[int, ...]
-    input_tokens: int  # estimated
+    record: Planned  # its ``line`` left out (empty)
     size: int  # bytes of its line
     offset: int
 
@@ -50,18 +45,7 @@ class Spool:
             self._files[record.model_id] = file
         offset = file.seek(0, 2)
         file.write(record.line)
-        self.records.append(
-            Spooled(
-                record.record_id,
-                record.document,
-                record.model_id,
-                record.unit,
-                record.chunks,
-                record.input_tokens,
-                len(record.line),
-                offset,
-            )
-        )
+        self.records.append(Spooled(replace(record, line=b""), len(record.line), offset))
 
     def pieces(self, indices: Sequence[int]) -> Iterator[bytes]:
         """The lines of records ``indices``, in that order, read in pieces of at most ``COPY_BYTES``
@@ -69,11 +53,11 @@ class Spool:
         ranges: list[tuple[str, int, int]] = []
         for index in indices:
             record = self.records[index]
-            if ranges and ranges[-1][0] == record.model_id and ranges[-1][2] == record.offset:
-                model, start, _ = ranges[-1]
-                ranges[-1] = (model, start, record.offset + record.size)
+            model = record.record.model_id
+            if ranges and ranges[-1][0] == model and ranges[-1][2] == record.offset:
+                ranges[-1] = (model, ranges[-1][1], record.offset + record.size)
             else:
-                ranges.append((record.model_id, record.offset, record.offset + record.size))
+                ranges.append((model, record.offset, record.offset + record.size))
         for model, start, end in ranges:
             file = self._files[model]
             file.seek(start)
