@@ -193,7 +193,6 @@ def healthy(aws: Clients, **overrides: Any) -> None:
         "stack": lambda: aws.stubs["cloudformation"].add_response("describe_stacks", stack_outputs()),
         "data_source": lambda: aws.stubs["bedrock-agent"].add_response("get_data_source", data_source()),
         "function": lambda: aws.stubs["lambda"].add_response("get_function_configuration", function()),
-        "chunking": lambda: aws.stubs["bedrock-agent"].add_response("get_data_source", data_source()),
         "model": lambda: aws.stubs["bedrock-runtime"].add_response(
             "invoke_model",
             {"body": StreamingBody(io.BytesIO(b"{}"), 2), "contentType": "application/json"},
@@ -300,7 +299,6 @@ def test_the_data_sources_chunking_and_the_functions_must_agree(
         function=lambda: aws.stubs["lambda"].add_response(
             "get_function_configuration", function({"CHUNKING": chunking})
         ),
-        chunking=lambda: aws.stubs["bedrock-agent"].add_response("get_data_source", with_chunking),
     )
     code, checks = doctor()
     found = by_name(checks)["chunking"]

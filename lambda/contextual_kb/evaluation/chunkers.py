@@ -15,12 +15,12 @@ the closest to ours (and within 10% of it, or the table says so).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from contextual_kb.evaluation.metrics import Difference, Scores, paired_difference
+from contextual_kb.local.environment import handler_environment
 from contextual_kb.local.kb_chunking import fixed_size_spans
 
 CHUNKERS = ("fixed", "structure")
@@ -201,20 +201,6 @@ def matching_fixed_size(documents: Sequence[dict[str, Any]], target_chars: float
 # --- chunking through the real handler --------------------------------------------------------------------
 
 
-@contextmanager
-def _environment(**values: str) -> Iterator[None]:
-    """The handler's settings for the block, its runtime rebuilt from them (and again after)."""
-    from contextual_kb.local.environment import environment
-    from contextual_kb.runtime import handler
-
-    with environment(**values):
-        handler.runtime.cache_clear()
-        try:
-            yield
-        finally:
-            handler.runtime.cache_clear()
-
-
 def _source(doc: dict[str, Any]) -> str:
     return f"s3://eval-source/{doc.get('doc_id', doc['original_uuid'])}"
 
@@ -239,7 +225,7 @@ def chunk_by_structure(
         "CHUNK_MAX_TOKENS": str(max_tokens),
         "CHUNK_OVERLAP_TOKENS": str(overlap_tokens),
     }
-    with _environment(**settings), mock_aws():
+    with handler_environment(**settings), mock_aws():
         s3 = boto3.client("s3")
         s3.create_bucket(Bucket=BUCKET)
         staged = [
@@ -271,7 +257,7 @@ def chunk_fixed(documents: Sequence[dict[str, Any]], *, max_tokens: int) -> Chun
 
     spans: list[Span] = []
     per_document: list[list[tuple[int, int]]] = []
-    with _environment(CONTEXT_STRATEGY="structural", CHUNKING="kb"), mock_aws():
+    with handler_environment(CONTEXT_STRATEGY="structural", CHUNKING="kb"), mock_aws():
         s3 = boto3.client("s3")
         s3.create_bucket(Bucket=BUCKET)
         staged = []

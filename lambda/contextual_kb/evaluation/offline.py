@@ -12,7 +12,6 @@ original_index, content}]}]`` and queries JSONL ``{query, golden_chunk_uuids: [[
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,42 +111,32 @@ def contextualized_bodies(
     from moto import mock_aws
 
     from contextual_kb.local import runner
+    from contextual_kb.local.environment import handler_environment
     from contextual_kb.local.kb_staging import build_event
-    from contextual_kb.runtime import handler
 
-    previous = os.environ.get("CONTEXT_STRATEGY")
-    os.environ["CONTEXT_STRATEGY"] = strategy
-    handler.runtime.cache_clear()
     bodies: dict[ChunkId, str] = {}
-    try:
-        with mock_aws():
-            s3 = boto3.client("s3")
-            s3.create_bucket(Bucket=BUCKET)
-            staged = stage_corpus(s3, BUCKET, documents)
-            # runner.invoke keeps the handler's logs and metrics off our stdout, and reads the outputs back.
-            result = runner.invoke(build_event(BUCKET, staged))
-            model = result.summary().get("model")
-            use = (
-                ModelUse(
-                    endpoint.kind if endpoint is not None else "Bedrock",
-                    int(model.get("calls", 0)),
-                    int(result.summary().get("chunks_in", 0)),
-                    {str(k): int(v) for k, v in (model.get("fallbacks") or {}).items()},
-                )
-                if strategy == "claude" and isinstance(model, dict)
-                else None
+    with handler_environment(CONTEXT_STRATEGY=strategy), mock_aws():
+        s3 = boto3.client("s3")
+        s3.create_bucket(Bucket=BUCKET)
+        staged = stage_corpus(s3, BUCKET, documents)
+        # runner.invoke keeps the handler's logs and metrics off our stdout, and reads the outputs back.
+        result = runner.invoke(build_event(BUCKET, staged))
+        model = result.summary().get("model")
+        use = (
+            ModelUse(
+                endpoint.kind if endpoint is not None else "Bedrock",
+                int(model.get("calls", 0)),
+                int(result.summary().get("chunks_in", 0)),
+                {str(k): int(v) for k, v in (model.get("fallbacks") or {}).items()},
             )
-            for doc, produced in zip(documents, result.response["outputFiles"], strict=True):
-                refs = produced["contentBatches"]
-                items = [item for ref in refs for item in result.after[ref["key"]].file_contents]
-                for chunk, item in zip(doc["chunks"], items, strict=True):
-                    bodies[(doc["original_uuid"], chunk["original_index"])] = item.content_body
-    finally:
-        handler.runtime.cache_clear()
-        if previous is None:
-            os.environ.pop("CONTEXT_STRATEGY", None)
-        else:
-            os.environ["CONTEXT_STRATEGY"] = previous
+            if strategy == "claude" and isinstance(model, dict)
+            else None
+        )
+        for doc, produced in zip(documents, result.response["outputFiles"], strict=True):
+            refs = produced["contentBatches"]
+            items = [item for ref in refs for item in result.after[ref["key"]].file_contents]
+            for chunk, item in zip(doc["chunks"], items, strict=True):
+                bodies[(doc["original_uuid"], chunk["original_index"])] = item.content_body
     return bodies, use
 
 

@@ -20,3 +20,17 @@ def environment(**values: str) -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+@contextmanager
+def handler_environment(**values: str) -> Iterator[None]:
+    """``environment``, and the handler's runtime (settings, strategy, S3 client) rebuilt from it for the
+    block; cleared again as it ends, so the next run builds it from the environment as it was."""
+    from contextual_kb.runtime import handler
+
+    with environment(**values):
+        handler.runtime.cache_clear()
+        try:
+            yield
+        finally:
+            handler.runtime.cache_clear()

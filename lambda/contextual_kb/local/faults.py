@@ -19,7 +19,7 @@ from typing import Any
 
 from contextual_kb.local.bedrock_standin import BedrockStandIn, Seen, StandInConfig
 from contextual_kb.local.corpora import heading_dense_manual, split_at_lines
-from contextual_kb.local.environment import environment
+from contextual_kb.local.environment import handler_environment
 
 BUCKET = "reliability-intermediate"
 MODEL_PREFIX = "This chunk is from"  # how the stand-in's own answers begin
@@ -222,8 +222,9 @@ def run(scenario: Scenario, standin: BedrockStandIn) -> Outcome:
     event, total = _stage(s3, scenario.workload)
     outcome = Outcome(scenario.name, chunks_in=total, timeout_seconds=scenario.timeout_seconds)
     standin.configure(**scenario.standin)
-    with environment(CONTEXT_STRATEGY="claude", ANTHROPIC_BEDROCK_BASE_URL=standin.url, **scenario.env):
-        handler.runtime.cache_clear()
+    with handler_environment(
+        CONTEXT_STRATEGY="claude", ANTHROPIC_BEDROCK_BASE_URL=standin.url, **scenario.env
+    ):
         settings, _, store = handler.runtime()
         outcome.hard_stop_seconds = scenario.timeout_seconds - settings.deadline_reserve_seconds
         counter = _PutFaults(scenario.s3_put_failures, scenario.s3_put_every)
@@ -250,7 +251,6 @@ def run(scenario: Scenario, standin: BedrockStandIn) -> Outcome:
             done.set()
             if chaos:
                 chaos.join(timeout=5)
-            handler.runtime.cache_clear()
     outcome.put_attempts, outcome.put_failures = counter.attempts, counter.failures
     outcome.put_most_per_object = max((n for n in counter.by_key.values() if n > 0), default=0)
     listed = s3.list_objects_v2(

@@ -11,6 +11,7 @@ lifecycle and the remembered contexts' prefix.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -65,14 +66,21 @@ def run(deployment: Deployment, clients: Clients) -> Iterator[Check]:
         "ok",
         f"{deployment.stack} in {deployment.region}: Knowledge Base {deployment.knowledge_base_id}",
     )
+    clients = functools.cache(clients)  # one client per service
+    # Read once for the two checks that need it (a failed read is not kept: the second check tries again).
+    data_source: Callable[[], dict[str, Any]] = functools.cache(
+        lambda: clients("bedrock-agent").get_data_source(
+            knowledgeBaseId=deployment.knowledge_base_id, dataSourceId=deployment.data_source_id
+        )["dataSource"]
+    )
     environment: dict[str, str] = {}
-    for check in (_transformation, _function):
-        found = _guarded(check, deployment, clients, environment)
-        yield found
+    yield _guarded(_transformation, deployment, clients, data_source)
+    yield _guarded(_function, deployment, clients, environment)
     settings = _settings(environment)
     if deployment.attached:  # a Knowledge Base the user had: its own role must have been given ours
         yield _guarded(_knowledge_base_role, deployment, clients, environment, settings)
-    for check in (_chunking, _model, _embedding, _reranker, _quotas, _lifecycle):
+    yield _guarded(_chunking, deployment, clients, data_source, settings)
+    for check in (_model, _embedding, _reranker, _quotas, _lifecycle):
         yield _guarded(check, deployment, clients, environment, settings)
 
 
@@ -96,10 +104,10 @@ def _settings(environment: dict[str, str]) -> Settings | None:
         return None
 
 
-def _transformation(deployment: Deployment, clients: Clients, environment: dict[str, str]) -> Check:
-    source = clients("bedrock-agent").get_data_source(
-        knowledgeBaseId=deployment.knowledge_base_id, dataSourceId=deployment.data_source_id
-    )["dataSource"]
+def _transformation(
+    deployment: Deployment, clients: Clients, data_source: Callable[[], dict[str, Any]]
+) -> Check:
+    source = data_source()
     custom = (source.get("vectorIngestionConfiguration") or {}).get("customTransformationConfiguration") or {}
     steps = custom.get("transformations") or []
     arns = [
@@ -173,13 +181,14 @@ def _knowledge_base_role(
 
 
 def _chunking(
-    deployment: Deployment, clients: Clients, environment: dict[str, str], settings: Settings | None
+    deployment: Deployment,
+    clients: Clients,
+    data_source: Callable[[], dict[str, Any]],
+    settings: Settings | None,
 ) -> Check:
     """The data source's chunking and the function's agree: with NONE the function must chunk (else each
     document is embedded whole, one chunk); with the KB's own chunking it must not chunk again."""
-    source = clients("bedrock-agent").get_data_source(
-        knowledgeBaseId=deployment.knowledge_base_id, dataSourceId=deployment.data_source_id
-    )["dataSource"]
+    source = data_source()
     ingestion = source.get("vectorIngestionConfiguration") or {}
     strategy = (ingestion.get("chunkingConfiguration") or {}).get("chunkingStrategy", "DEFAULT (FIXED_SIZE)")
     if settings is None:
@@ -459,8 +468,9 @@ def model_calls_during(clients: Clients, start: datetime, end: datetime) -> int:
 
 def _sums(clients: Clients, start: datetime, end: datetime, metrics: tuple[str, ...]) -> list[int]:
     totals = []
+    cloudwatch = clients("cloudwatch")
     for metric in metrics:
-        found = clients("cloudwatch").get_metric_statistics(
+        found = cloudwatch.get_metric_statistics(
             Namespace=METRICS_NAMESPACE,
             MetricName=metric,
             Dimensions=[
