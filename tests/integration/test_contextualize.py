@@ -465,11 +465,12 @@ def test_a_record_that_failed_before_its_document_was_recorded_again_is_not_aske
 
 def test_the_plan_holds_no_document_text_however_many_documents_are_pending() -> None:
     """Planning reads the pending records several at a time and spools the records to disk: its memory is
-    the same for 16 documents as for 64 (it held every text and every record's line before)."""
+    about the same for 32 documents as for 128, both more than the 16 read at a time (it held every text and
+    every record's line before)."""
     import tracemalloc
 
     peaks = []
-    for documents in (16, 64):
+    for documents in (32, 128):
         with LocalWorld(corpus(documents, chunks=8, lines=60), BatchConfig(min_records=1)) as world:
             world.ingest("always")
             planner = world.contextualizer(dry_run=True)
@@ -478,7 +479,7 @@ def test_the_plan_holds_no_document_text_however_many_documents_are_pending() ->
             peaks.append(tracemalloc.get_traced_memory()[1])
             tracemalloc.stop()
             assert summary.documents == documents and summary.pending_before == documents * 8
-    assert peaks[1] < 1.4 * peaks[0], peaks
+    assert peaks[1] < 1.6 * peaks[0], peaks  # measured 1.05-1.28; the code before: 3.15
 
 
 def test_ckb_contextualize_sends_several_s3_requests_at_a_time() -> None:
