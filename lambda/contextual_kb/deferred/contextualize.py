@@ -29,7 +29,7 @@ import json
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import closing
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -559,7 +559,7 @@ class Contextualizer:
             if kept is None:
                 missing.append((key, ids))
             else:
-                outputs.update(_parse_outputs(kept))
+                outputs.update(_parse_outputs(kept.split(b"\n")))
         if not missing or self.on_demand is None:
             return outputs
         planned = self._planned(state, {rid for _, ids in missing for rid in ids})
@@ -596,13 +596,10 @@ class Contextualizer:
         for key in inputs:
             if not wanted:
                 break
-            try:
-                body = self.s3.get_object(Bucket=self.options.bucket, Key=key)["Body"]
-            except ClientError as exc:
-                if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
-                    continue
-                raise
-            with closing(body):
+            response = self._get_object(key)
+            if response is None:
+                continue
+            with closing(response["Body"]) as body:
                 for line in _lines(body):  # streamed: a job's input can be a gigabyte
                     if not line.strip():
                         continue
@@ -756,13 +753,21 @@ class Contextualizer:
 
     def _get_versioned(self, key: str) -> tuple[bytes, str] | None:
         """The object's body and ETag, or None when there is none (any other error raises)."""
+        response = self._get_object(key)
+        if response is None:
+            return None
+        return bytes(response["Body"].read()), str(response.get("ETag", ""))
+
+    def _get_object(self, key: str) -> dict[str, Any] | None:
+        """GetObject's response (its body still to read), or None when there is no such object (any other
+        error raises: a throttled read must not pass for a missing object)."""
         try:
-            response = self.s3.get_object(Bucket=self.options.bucket, Key=key)
+            response: dict[str, Any] = self.s3.get_object(Bucket=self.options.bucket, Key=key)
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
                 return None
             raise
-        return bytes(response["Body"].read()), str(response.get("ETag", ""))
+        return response
 
     def _put(self, key: str, body: bytes) -> None:
         self.s3.put_object(Bucket=self.options.bucket, Key=key, Body=body, ContentType="application/jsonl")
@@ -838,13 +843,11 @@ def _lines(body: Any, piece_bytes: int = 1 << 20) -> Iterator[bytes]:
         yield rest
 
 
-def _parse_outputs(
-    lines: bytes | Iterator[bytes], into: dict[str, Output] | None = None
-) -> dict[str, Output]:
-    """Output records by id from JSONL (a body, or its lines; added to ``into``), the first valid one where
-    an id repeats: lines end at newlines only (a U+2028 in a context is text)."""
+def _parse_outputs(lines: Iterable[bytes], into: dict[str, Output] | None = None) -> dict[str, Output]:
+    """Output records by id from JSONL lines (split at newlines only: a U+2028 in a context is text; added
+    to ``into``), the first valid one where an id repeats."""
     found: dict[str, Output] = {} if into is None else into
-    for raw in lines.split(b"\n") if isinstance(lines, bytes) else lines:
+    for raw in lines:
         if not raw.strip():
             continue
         output = parse_output(raw.decode("utf-8", "replace"))

@@ -139,11 +139,9 @@ class ClaudeStrategy(ContextStrategy):
         if client is None and settings.context_defer != "always":  # always: no call is ever made here
             with contextlib.suppress(TransformationError):
                 self._client = self._new_client()
-        # Built now, not on a worker thread: boto3's session is not shared. Pending records go through the
-        # remembered contexts' S3 client (both are written from one pool of MEMORY_THREADS).
+        # Built now, not on a worker thread: boto3's session is not shared. Pending records go through its
+        # S3 client (``pending``: both are written from one pool of MEMORY_THREADS).
         self._memory = memory if memory is not None or not self.remembering else ContextMemory()
-        if self._pending is None and self.remembering and settings.context_defer != "never":
-            self._pending = PendingStore(self.memory.client)
 
     @property
     def client(self) -> ClaudeClient:
