@@ -15,11 +15,13 @@ CDK := npx --yes aws-cdk@2.1148.1
 VECTOR_STORE ?= opensearch
 # Attach to a Knowledge Base you already have (README): make deploy KNOWLEDGE_BASE_ID=... DATA_SOURCE_ID=...
 # KNOWLEDGE_BASE_ROLE_ARN=... (stack ContextualKbAttached); otherwise the full stack with VECTOR_STORE.
+# Any other setting (README, Settings) as CDK context: make deploy CDK_CONTEXT="-c chunking=none".
+CDK_CONTEXT ?=
 ifdef KNOWLEDGE_BASE_ID
 STACK_CONTEXT := -c knowledgeBaseId=$(KNOWLEDGE_BASE_ID) -c dataSourceId=$(DATA_SOURCE_ID) \
-	-c knowledgeBaseRoleArn=$(KNOWLEDGE_BASE_ROLE_ARN)
+	-c knowledgeBaseRoleArn=$(KNOWLEDGE_BASE_ROLE_ARN) $(CDK_CONTEXT)
 else
-STACK_CONTEXT := -c vectorStore=$(VECTOR_STORE)
+STACK_CONTEXT := -c vectorStore=$(VECTOR_STORE) $(CDK_CONTEXT)
 endif
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
@@ -77,9 +79,13 @@ eval-dense: $(STAMP)  ## ckb eval --local with BM25, dense (MiniLM, CPU) and hyb
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,dense]"
 	$(BIN)/ckb eval --local --retrieval bm25,dense,hybrid --analyzers opensearch-builtin,code-aware
 
-synth: $(STAMP)  ## CloudFormation for both vector stores, offline: cdk.out/opensearch, cdk.out/s3vectors
-	$(CDK) synth -q -c vectorStore=opensearch -o cdk.out/opensearch
-	$(CDK) synth -q -c vectorStore=s3vectors -o cdk.out/s3vectors
+synth: $(STAMP)  ## CloudFormation, offline: both vector stores (cdk.out/opensearch, cdk.out/s3vectors), or attach (cdk.out/attached)
+ifdef KNOWLEDGE_BASE_ID
+	$(CDK) synth -q $(STACK_CONTEXT) -o cdk.out/attached
+else
+	$(CDK) synth -q -c vectorStore=opensearch $(CDK_CONTEXT) -o cdk.out/opensearch
+	$(CDK) synth -q -c vectorStore=s3vectors $(CDK_CONTEXT) -o cdk.out/s3vectors
+endif
 
 deploy: $(STAMP)  ## deploy with your AWS credentials; VECTOR_STORE=opensearch (default) or s3vectors; or attach (KNOWLEDGE_BASE_ID=...)
 	$(CDK) deploy $(STACK_CONTEXT) --require-approval broadening

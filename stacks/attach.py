@@ -20,7 +20,6 @@ from aws_cdk import Aws, CfnOutput, CustomResource, Duration, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import custom_resources as cr
 from constructs import Construct
@@ -30,6 +29,7 @@ from stacks.bundling import resources_code
 from stacks.config import StackConfig
 from stacks.function import TransformFunction
 from stacks.knowledge_base import transformation_statements
+from stacks.logs import month_of_logs
 from stacks.monitoring import Monitoring
 from stacks.storage import Storage
 
@@ -72,7 +72,7 @@ class AttachStack(Stack):
         kb_arn = f"arn:{Aws.PARTITION}:bedrock:{Aws.REGION}:{Aws.ACCOUNT_ID}:knowledge-base/{kb_id}"
 
         # The custom resources' function: reads the Knowledge Base and the data source, updates the latter.
-        self.attach_log_group = logs.LogGroup(self, "AttachLogs", retention=logs.RetentionDays.ONE_MONTH)
+        self.attach_log_group = month_of_logs(self, "AttachLogs")
         self.attach_role = iam.Role(
             self, "AttachRole", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com")
         )
@@ -104,7 +104,7 @@ class AttachStack(Stack):
             role=self.attach_role,
             log_group=self.attach_log_group,
         )
-        self.provider_log_group = logs.LogGroup(self, "ProviderLogs", retention=logs.RetentionDays.ONE_MONTH)
+        self.provider_log_group = month_of_logs(self, "ProviderLogs")
         self.provider = cr.Provider(
             self, "AttachProvider", on_event_handler=self.attach_function, log_group=self.provider_log_group
         )
@@ -131,8 +131,18 @@ class AttachStack(Stack):
                 # structure when the data source's chunking is NONE
                 "CHUNKING": self.inspection.get_att_string("Chunking"),
             },
+            vector_store=self.inspection.get_att_string("VectorStoreType"),
         )
         function = self.transform.function
+        # The data source's KMS key (serverSideEncryptionConfiguration), which encrypts its ingestion's
+        # transient data: the function reads and writes the intermediate files it may encrypt. An ARN of no
+        # key when the data source has none (the inspection's answer).
+        self.transform.role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["kms:Decrypt", "kms:GenerateDataKey"],
+                resources=[self.inspection.get_att_string("DataSourceKmsKeyArn")],
+            )
+        )
 
         # What the Knowledge Base's own role needs for a custom transformation, as the full stack grants it.
         self.kb_role = iam.Role.from_role_arn(

@@ -179,6 +179,10 @@ class StackConfig(BaseModel):
         """``chunking=none`` sets the function's chunking (CHUNKING=structure and its sizes): the function
         environment may not say otherwise, or a whole document would be embedded as one chunk (or chunks
         chunked twice)."""
+        if "VECTOR_STORE" in self.function_environment:
+            raise ValueError(
+                "functionEnvironment.VECTOR_STORE: the stack sets it from the Knowledge Base's vector store"
+            )
         set_here = sorted(
             n
             for n in ("CHUNKING", "CHUNK_MAX_TOKENS", "CHUNK_OVERLAP_TOKENS")

@@ -9,12 +9,12 @@ from __future__ import annotations
 from aws_cdk import Aws, Duration, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from stacks.bundling import function_code
 from stacks.config import StackConfig
+from stacks.logs import month_of_logs
 from stacks.storage import OUTPUT_PREFIX
 
 HANDLER = "contextual_kb.runtime.handler.lambda_handler"
@@ -71,12 +71,14 @@ class TransformFunction(Construct):
         intermediate: s3.IBucket,
         code: lambda_.Code | None = None,
         chunking: dict[str, str] | None = None,
+        vector_store: str | None = None,
     ) -> None:
         """``chunking``: the function's chunking settings when the config's are not the final word (attach
-        mode: CHUNKING comes from the data source, at deploy time)."""
+        mode: CHUNKING comes from the data source, at deploy time); ``vector_store`` likewise (attach mode:
+        the Knowledge Base's store, which sets the chunk metadata's limit)."""
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
-        self.log_group = log_group = logs.LogGroup(self, "Logs", retention=logs.RetentionDays.ONE_MONTH)
+        self.log_group = log_group = month_of_logs(self, "Logs")
         # Our own role, not AWSLambdaBasicExecutionRole: logs to this log group only.
         self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
         self.role.add_to_policy(
@@ -92,6 +94,7 @@ class TransformFunction(Construct):
             **config.function_environment,
             **(config.function_chunking if chunking is None else chunking),
             **config.function_defer,
+            "VECTOR_STORE": config.vector_store if vector_store is None else vector_store,
         }
         self.function = lambda_.Function(
             self,

@@ -1,6 +1,7 @@
 """Buckets: source documents (versioned), the KB's intermediate files, and access logs.
 
-All block public access, refuse plain HTTP and are encrypted (SSE-S3, or one customer-managed KMS key).
+All block public access, refuse plain HTTP and are encrypted (SSE-S3, or one customer-managed KMS key). They,
+their policies and the key are kept when the stack is deleted (README, "What destroy keeps").
 Intermediate objects expire after ``intermediateExpirationDays``, except the remembered contexts and the
 pending documents (both are read later: by re-syncs, by ``ckb contextualize``).
 """
@@ -88,6 +89,11 @@ class Storage(Construct):
             ],
             **common,
         )
+        # A kept bucket keeps its policy (TLS only; the access logs' delivery): destroy would leave the
+        # buckets open to plain HTTP and stop their access logs.
+        for bucket in (self.access_logs, self._source, self.intermediate):
+            if bucket is not None and bucket.policy is not None:
+                bucket.policy.apply_removal_policy(RemovalPolicy.RETAIN)
 
     @property
     def source(self) -> s3.Bucket:

@@ -23,7 +23,6 @@ from aws_cdk import Aws, CustomResource, Duration, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_logs as logs
 from aws_cdk import aws_opensearchserverless as aoss
 from aws_cdk import aws_s3vectors as s3vectors
 from aws_cdk import custom_resources as cr
@@ -37,6 +36,7 @@ from contextual_kb.query.index_definition import (
     index_name,
 )
 from stacks import naming
+from stacks.logs import month_of_logs
 
 S3_VECTORS_NON_FILTERABLE = ["AMAZON_BEDROCK_TEXT", "AMAZON_BEDROCK_METADATA"]
 INDEX_HANDLER = "contextual_kb.resources.opensearch_index.on_event"
@@ -70,8 +70,11 @@ class OpenSearchVectorStore(Construct):
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         # Collection names: unique in the account and region; policy names 3-32 characters (stacks/naming.py).
-        name = naming.collection_name(stack.stack_name)
-        resource = [f"collection/{name}"]
+        name = naming.collection_name(stack.stack_name, standby_replicas=standby_replicas)
+        # The policies cover this stack's collection under each of its names (one replaces the other when
+        # standby replicas change; CloudFormation creates the new one before it deletes the old).
+        names = naming.collection_names(stack.stack_name)
+        resource = [f"collection/{n}" for n in names]
         encryption = {"Rules": [{"ResourceType": "collection", "Resource": resource}]}
         encryption |= {"KmsARN": key.key_arn} if key else {"AWSOwnedKey": True}
         encryption_policy = aoss.CfnSecurityPolicy(
@@ -103,7 +106,7 @@ class OpenSearchVectorStore(Construct):
         self.collection.node.add_dependency(network_policy)
 
         # The index's custom resource: its own function and role.
-        self.index_log_group = logs.LogGroup(self, "IndexLogs", retention=logs.RetentionDays.ONE_MONTH)
+        self.index_log_group = month_of_logs(self, "IndexLogs")
         self.index_role = iam.Role(self, "IndexRole", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
         self.index_role.add_to_policy(
             iam.PolicyStatement(
@@ -136,7 +139,7 @@ class OpenSearchVectorStore(Construct):
                             collection_rule,
                             {
                                 "ResourceType": "index",
-                                "Resource": [f"index/{name}/*"],
+                                "Resource": [f"index/{n}/*" for n in names],
                                 "Permission": INDEX_MANAGER_PERMISSIONS,
                             },
                         ],
@@ -148,7 +151,7 @@ class OpenSearchVectorStore(Construct):
                             collection_rule,
                             {
                                 "ResourceType": "index",
-                                "Resource": [f"index/{name}/*"],
+                                "Resource": [f"index/{n}/*" for n in names],
                                 "Permission": KB_PERMISSIONS,
                             },
                         ],
@@ -170,7 +173,7 @@ class OpenSearchVectorStore(Construct):
             role=self.index_role,
             log_group=self.index_log_group,
         )
-        self.provider_log_group = logs.LogGroup(self, "ProviderLogs", retention=logs.RetentionDays.ONE_MONTH)
+        self.provider_log_group = month_of_logs(self, "ProviderLogs")
         self.provider = cr.Provider(
             self, "IndexProvider", on_event_handler=self.index_function, log_group=self.provider_log_group
         )
@@ -206,7 +209,8 @@ class OpenSearchVectorStore(Construct):
             statements=[
                 iam.PolicyStatement(actions=["aoss:APIAccessAll"], resources=[self.collection.attr_arn]),
             ],
-            identity=f"opensearch:{self.index_name}",
+            # A new collection replaces the Knowledge Base too (AWS's default keeps the identity it had).
+            identity=f"opensearch:{self.index_name}" + ("" if standby_replicas else ":no-standby"),
         )
 
 

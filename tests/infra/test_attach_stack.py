@@ -124,7 +124,19 @@ def test_the_data_source_is_switched_last_and_the_function_chunks_as_its_data_so
             for r in resources(template, "AWS::Lambda::Function").values()
             if "POST_CHUNKING" in flat(r)
         ]
-        assert function["Environment"]["Variables"]["CHUNKING"] == {"Fn::GetAtt": ["Inspection", "Chunking"]}
+        variables = function["Environment"]["Variables"]
+        assert variables["CHUNKING"] == {"Fn::GetAtt": ["Inspection", "Chunking"]}
+        # The chunk metadata's limit follows the attached Knowledge Base's store (1 KB on S3 Vectors).
+        assert variables["VECTOR_STORE"] == {"Fn::GetAtt": ["Inspection", "VectorStoreType"]}
+        # The data source's own KMS key (its ingestion's transient data): the function may use it.
+        key_grants = [
+            statement
+            for policy in resources(template, "AWS::IAM::Policy").values()
+            if "TransformRole" in flat(policy["Properties"]["Roles"])
+            for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+            if {"Fn::GetAtt": ["Inspection", "DataSourceKmsKeyArn"]} in as_list(statement["Resource"])
+        ]
+        assert [sorted(as_list(s["Action"])) for s in key_grants] == [["kms:Decrypt", "kms:GenerateDataKey"]]
 
 
 def test_attach_mode_has_its_own_default_stack_name() -> None:

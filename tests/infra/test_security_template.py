@@ -223,6 +223,7 @@ def test_the_function_logs_to_its_own_group_traces_and_turns_on_no_verbose_outpu
         "POWERTOOLS_SERVICE_NAME": "contextual-kb",
         "POWERTOOLS_METRICS_NAMESPACE": "ContextualKB",
         "CONTEXT_STRATEGY": "claude",
+        "VECTOR_STORE": store,  # S3 Vectors' 1 KB of metadata a chunk is the function's to keep
     }  # no log level, event logging, ANTHROPIC_LOG, or endpoint override unless the deployer adds one
 
 

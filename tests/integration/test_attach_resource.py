@@ -409,3 +409,21 @@ def test_an_update_to_another_data_source_is_refused_before_any_call(agent: Any)
             )
         assert f"attached to data source {DS} of knowledge base {KB}" in str(refused.value)
         assert "-c stackName=" in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_the_inspection_gives_the_data_sources_kms_key_or_an_arn_of_no_key(agent: Any) -> None:
+    """A data source with serverSideEncryptionConfiguration: its key encrypts the ingestion's transient data
+    (encryption-kb.html), so the function is granted it; without one, an ARN that names no key."""
+    client, stub = agent
+    key = f"arn:aws:kms:{REGION}:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+    with_key = data_source(CHUNKINGS["fixed_size"])
+    with_key["serverSideEncryptionConfiguration"] = {"kmsKeyArn": key}
+    without = data_source(CHUNKINGS["fixed_size"])
+    without.pop("serverSideEncryptionConfiguration", None)
+    for source, expected in ((with_key, key), (without, "arn:aws:kms:::key/none-on-the-data-source")):
+        stub.add_response("get_knowledge_base", knowledge_base(), {"knowledgeBaseId": KB})
+        stub.add_response(
+            "get_data_source", {"dataSource": source}, {"knowledgeBaseId": KB, "dataSourceId": DS}
+        )
+        found = handle(event("Create", "Custom::DataSourceInspection"), DataSources(client))
+        assert found["Data"]["DataSourceKmsKeyArn"] == expected

@@ -5,6 +5,7 @@ create, update and delete, each idempotent."""
 from __future__ import annotations
 
 import json
+import urllib.error
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +14,7 @@ from botocore.credentials import Credentials
 
 from contextual_kb.local.opensearch_standin import ACCESS_KEY, REGION, SECRET_KEY, OpenSearchStandIn
 from contextual_kb.query.index_definition import index_body, index_name
+from contextual_kb.resources import opensearch_index as opensearch_module
 from contextual_kb.resources.opensearch_index import IndexRequestError, OpenSearch, handle
 
 
@@ -131,3 +133,63 @@ def test_the_handler_reads_its_endpoint_and_region(
     monkeypatch.setenv("AWS_REGION", REGION)
     result = opensearch_index.on_event(event("Create", endpoint=collection.url), None)
     assert result["PhysicalResourceId"] == NAME and NAME in collection.indexes
+
+
+def test_a_new_endpoint_gets_the_index_under_the_same_name() -> None:
+    """A replaced collection (a create-only setting changed): the Update carries a new Endpoint and the same
+    index name; the index is created on the new collection, and the physical id stays (no Delete follows for
+    an index the old collection takes with it)."""
+    old, new = OpenSearchStandIn().start(), OpenSearchStandIn().start()
+    try:
+        clock = FakeClock()
+        handle(event("Create", endpoint=old.url), client(old, clock))
+        update = event("Update", physical=NAME, endpoint=new.url)
+        update["OldResourceProperties"] = {**update["ResourceProperties"], "Endpoint": old.url}
+        result = handle(update, client(new, clock))
+        assert result["PhysicalResourceId"] == NAME
+        assert new.indexes[NAME] == BODY
+        same = event("Update", physical=NAME, endpoint=new.url)
+        same["OldResourceProperties"] = dict(same["ResourceProperties"])
+        received = len(new.received)
+        handle(same, client(new, clock))
+        assert len(new.received) == received  # same endpoint, same name: nothing to do
+    finally:
+        old.stop()
+        new.stop()
+
+
+def test_network_errors_on_a_new_endpoint_are_retried_then_said_in_one_line() -> None:
+    """DNS that does not resolve yet, a refused connection: retried with growing waits like a 503, bounded,
+    then one message naming the network error."""
+    clock = FakeClock()
+    import socket
+
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    unreachable = OpenSearch(
+        f"http://127.0.0.1:{port}", REGION, credentials=Credentials(ACCESS_KEY, SECRET_KEY),
+        sleep=clock.sleep, clock=clock,
+    )  # fmt: skip
+    with pytest.raises(IndexRequestError, match="network_error"):
+        handle(event("Create"), unreachable)
+    assert len(clock.slept) > 3 and clock.now <= 300
+
+
+def test_a_network_error_then_success_creates_the_index(collection: OpenSearchStandIn) -> None:
+    clock = FakeClock()
+    opensearch = client(collection, clock)
+    real = opensearch.call
+    failures = iter([True, True])
+
+    def flaky(method: str, path: str, body: dict[str, Any] | None = None):  # type: ignore[no-untyped-def]
+        if next(failures, False):
+            raise_to = urllib.error.URLError("[Errno -2] Name or service not known")
+            return opensearch_module.Reply(
+                opensearch_module.NETWORK_ERROR, {"error": {"type": "network_error", "reason": str(raise_to)}}
+            )
+        return real(method, path, body)
+
+    opensearch.call = flaky  # type: ignore[method-assign]
+    assert handle(event("Create"), opensearch)["PhysicalResourceId"] == NAME
+    assert collection.indexes[NAME] == BODY and clock.slept[:2] == [2.0, 4.0]

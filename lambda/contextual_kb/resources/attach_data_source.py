@@ -54,6 +54,7 @@ VECTOR = "VECTOR"
 UNSUPPORTED_TYPES = {"REDSHIFT_METADATA", "MANAGED_KNOWLEDGE_BASE_CONNECTOR", "CUSTOM"}
 GONE = {"ResourceNotFoundException"}
 STORES = {"OPENSEARCH_SERVERLESS": "opensearch", "S3_VECTORS": "s3vectors"}
+NO_KEY = "none-on-the-data-source"
 
 
 class AttachError(Exception):
@@ -204,6 +205,11 @@ def inspect(
     ).get("chunkingStrategy", "FIXED_SIZE")
     bucket_arn = str((configuration.get("s3Configuration") or {}).get("bucketArn", ""))
     storage = str((knowledge_base.get("storageConfiguration") or {}).get("type", ""))
+    # The data source's own key encrypts its ingestion's transient data (encryption-kb.html), the
+    # intermediate files the function reads and writes among them as far as AWS's pages say (aws-facts.md):
+    # the function is granted it. None: an ARN of no key, so that the grant is valid and grants nothing.
+    key = str((data_source.get("serverSideEncryptionConfiguration") or {}).get("kmsKeyArn") or "")
+    partition = role.split(":")[1] if role.count(":") >= 5 else "aws"
     return {
         "Chunking": "structure" if chunking == "NONE" else "kb",
         "ChunkingStrategy": chunking,
@@ -211,6 +217,7 @@ def inspect(
         "SourceBucketName": bucket_arn.rsplit(":", 1)[-1] if bucket_arn else "",
         "VectorStoreType": STORES.get(storage, storage.lower() or "unknown"),
         "RoleArn": role,
+        "DataSourceKmsKeyArn": key or f"arn:{partition}:kms:::key/{NO_KEY}",
     }
 
 

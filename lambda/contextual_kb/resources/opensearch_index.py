@@ -9,9 +9,10 @@ result or raises; the framework answers CloudFormation).
   retried while the collection's data access policy propagates (403, "about a minute" in AWS's docs;
   bounded), then waits until ``GET /<index>`` answers, so the Knowledge Base is created against an index
   that is there. An index already there under this name is this body's (the name holds the body's hash).
-- **Update**: the same name: nothing to do. A new name (the analysis changed, which OpenSearch allows only
-  at creation): the new index is created and returned as the new physical id; CloudFormation then deletes
-  the old one.
+- **Update**: the same name on the same endpoint: nothing to do. A new name (the analysis changed, which
+  OpenSearch allows only at creation): the new index is created and returned as the new physical id;
+  CloudFormation then deletes the old one. A new endpoint (the collection was replaced): the index is created
+  there, under the same physical id (the old collection goes with its index).
 - **Delete**: ``DELETE /<index>``; an index already gone is fine.
 
 Requests are signed with SigV4 for ``aoss`` (botocore, which the Lambda runtime provides), with the
@@ -36,7 +37,10 @@ PROPAGATION_SECONDS = 300.0
 READY_SECONDS = 120.0
 FIRST_WAIT = 2.0
 MAX_WAIT = 15.0
-RETRIED = {403, 408, 429, 500, 502, 503, 504}
+# A network error (DNS not yet resolving a new collection's endpoint, a refused connection, a timeout) is
+# answered as this status, and retried like a 503.
+NETWORK_ERROR = 0
+RETRIED = {NETWORK_ERROR, 403, 408, 429, 500, 502, 503, 504}
 
 
 class IndexRequestError(Exception):
@@ -97,6 +101,9 @@ class OpenSearch:
                 return Reply(response.status, _json(response.read()))
         except urllib.error.HTTPError as error:
             return Reply(error.code, _json(error.read()))
+        except (urllib.error.URLError, OSError) as error:  # TimeoutError and ConnectionError are OSErrors
+            reason = getattr(error, "reason", error)
+            return Reply(NETWORK_ERROR, {"error": {"type": "network_error", "reason": str(reason)}})
 
     def until(
         self, method: str, path: str, body: dict[str, Any] | None, *, seconds: float, ok: set[int]
@@ -136,10 +143,16 @@ def handle(event: dict[str, Any], client: OpenSearch) -> dict[str, Any]:
     if kind == "Delete":
         delete(client, event["PhysicalResourceId"])
         return {"PhysicalResourceId": event["PhysicalResourceId"]}
-    if kind == "Update" and event.get("PhysicalResourceId") == name:
+    if kind == "Update" and event.get("PhysicalResourceId") == name and not _moved(event):
         return {"PhysicalResourceId": name, "Data": {"IndexName": name}}
     create(client, name, json.loads(properties["Body"]))
     return {"PhysicalResourceId": name, "Data": {"IndexName": name}}
+
+
+def _moved(event: dict[str, Any]) -> bool:
+    """The collection's endpoint changed (a new collection): the index must be made there."""
+    old = (event.get("OldResourceProperties") or {}).get("Endpoint")
+    return old is not None and old != event["ResourceProperties"].get("Endpoint")
 
 
 def on_event(event: dict[str, Any], _context: Any) -> dict[str, Any]:

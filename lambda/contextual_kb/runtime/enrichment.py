@@ -1,10 +1,10 @@
 """Putting a context on a chunk. Pure.
 
 ``contentBody`` becomes context + a blank line + the original text, byte for byte; the context alone goes
-into the chunk's metadata under a documented key, capped in bytes because S3 Vectors limits filterable
-metadata to 2 KB per vector (shared with the KB's own keys). The user's metadata always wins: the copy
-only takes the room it leaves under that limit less a reserve for the KB's keys (escapes counted), and is
-left out when the user has a key of the same name.
+into the chunk's metadata under a documented key, capped in bytes to the vector store's limit on a chunk's
+custom metadata (``MetadataLimit``), which the user's metadata and ours share. The user's metadata always
+wins: our keys only take the room it leaves (escapes counted), and the copy is left out when the user has a
+key of the same name.
 """
 
 from __future__ import annotations
@@ -24,6 +24,56 @@ ELLIPSIS = "…"
 METADATA_LIMIT_BYTES = 2048
 # Left for the keys the KB adds itself (source URI, data source id, ...): our copy never takes it.
 KB_RESERVE_BYTES = 512
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataLimit:
+    """What a chunk's custom metadata (the file's, the chunk's, ours) may hold once the KB merges it,
+    counted as compact JSON in UTF-8: keys, values, quotes and separators (more than any store counts)."""
+
+    max_bytes: int
+    max_keys: int | None = None
+
+    def fits(self, metadata: Mapping[str, Any]) -> bool:
+        return _json_bytes(metadata) <= self.max_bytes and (
+            self.max_keys is None or len(metadata) <= self.max_keys
+        )
+
+
+# A Knowledge Base on S3 Vectors: "up to 1 KB of custom metadata (including both filterable and
+# non-filterable metadata) and 35 metadata keys per vector"; past them the ingestion job fails (aws-facts.md,
+# "Vector stores and retrieval").
+S3_VECTORS_LIMIT = MetadataLimit(max_bytes=1024, max_keys=35)
+# Other stores (OpenSearch Serverless): S3 Vectors' 2 KB of filterable metadata less the KB's reserve, a
+# budget that keeps chunks portable between stores.
+DEFAULT_LIMIT = MetadataLimit(max_bytes=METADATA_LIMIT_BYTES - KB_RESERVE_BYTES)
+
+
+def metadata_limit(vector_store: str) -> MetadataLimit:
+    """The limit for the function's ``VECTOR_STORE`` (the stack's name for it, or the KB's storage type)."""
+    normalized = vector_store.lower().replace("_", "").replace("-", "")
+    return S3_VECTORS_LIMIT if normalized == "s3vectors" else DEFAULT_LIMIT
+
+
+def add_within(
+    metadata: Mapping[str, Any],
+    ours: Mapping[str, Any],
+    *,
+    limit: MetadataLimit,
+    file_metadata: Mapping[str, Any] | None = None,
+) -> tuple[dict[str, Any], bool]:
+    """``metadata`` with each of ``ours`` (in their order) that fits ``limit`` beside the file's metadata and
+    what came before it, and whether any was left out. The user's keys win: ours never replace them."""
+    merged = dict(metadata)
+    left_out = False
+    for key, value in ours.items():
+        if key in merged or (file_metadata and key in file_metadata):
+            continue
+        if limit.fits({**(file_metadata or {}), **merged, key: value}):
+            merged[key] = value
+        else:
+            left_out = True
+    return merged, left_out
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -49,6 +99,7 @@ def enrich(
     metadata_key: str,
     max_bytes: int,
     file_metadata: Mapping[str, Any] | None = None,
+    limit: MetadataLimit = DEFAULT_LIMIT,
 ) -> Enriched:
     """The chunk with its context, or the chunk untouched when there is no context or it is not text.
 
@@ -63,10 +114,12 @@ def enrich(
     truncated = False
     if max_bytes > 0:
         user = {**(file_metadata or {}), **(item.content_metadata or {})}
-        if metadata_key in user:  # never overwrite the user's own value
+        # Never overwrite the user's own value; nor take a key the store has no room for.
+        no_key = limit.max_keys is not None and len(user) >= limit.max_keys
+        if metadata_key in user or no_key:
             truncated = True
         else:
-            budget = METADATA_LIMIT_BYTES - KB_RESERVE_BYTES
+            budget = limit.max_bytes
             # Our key and value as they add to the JSON: `,"key":"value"`; escapes are counted below.
             overhead = _json_bytes({metadata_key: ""}) - 2 + (1 if user else 0)
             room = min(max_bytes, budget - _json_bytes(user) - overhead)

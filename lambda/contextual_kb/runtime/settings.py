@@ -56,6 +56,9 @@ class Settings(BaseModel):
     context_metadata_key: str = Field(default="ckb_context", min_length=1, alias="CONTEXT_METADATA_KEY")
     # S3 Vectors caps filterable metadata at 2 KB per vector, shared with the KB's own keys: keep ours small.
     context_metadata_max_bytes: int = Field(default=1024, ge=0, le=2048, alias="CONTEXT_METADATA_MAX_BYTES")
+    # The Knowledge Base's vector store (the stack sets it): with s3vectors (or S3_VECTORS) a chunk's whole
+    # custom metadata, the user's and ours, stays within 1 KB and 35 keys, as the KB requires there.
+    vector_store: str = Field(default="", max_length=64, alias="VECTOR_STORE")
     # Shortest run of identical text that counts as the overlap between two consecutive chunks.
     min_overlap_chars: int = Field(default=8, ge=1, le=1000, alias="MIN_OVERLAP_CHARS")
     # Validated batch objects kept in memory between validation and processing, in bytes of JSON.

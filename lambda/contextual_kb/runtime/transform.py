@@ -28,10 +28,10 @@ from __future__ import annotations
 import bisect
 import time
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from contextual_kb.runtime.budget import WorkLeft
 from contextual_kb.runtime.chunking import Chunk, chunk_document
@@ -39,7 +39,7 @@ from contextual_kb.runtime.context.base import ChunkContext, ContextStrategy, In
 from contextual_kb.runtime.context.claude.accounting import ModelAccounting
 from contextual_kb.runtime.deadline import Deadline
 from contextual_kb.runtime.documents import Document, Span, assemble
-from contextual_kb.runtime.enrichment import Enriched, enrich
+from contextual_kb.runtime.enrichment import Enriched, MetadataLimit, add_within, enrich, metadata_limit
 from contextual_kb.runtime.models import (
     BatchObject,
     ContentBatchRef,
@@ -313,6 +313,7 @@ class Transformation:
             count += sum(1 for item in loaded.batches[ref.key].file_contents if item.is_text)
 
         settings = self.settings
+        limit = metadata_limit(settings.vector_store)
         rechunked = loaded.rechunked
         text = loaded.document.document.text
         out_refs: list[ContentBatchRef] = []
@@ -327,6 +328,7 @@ class Transformation:
                     metadata_key=settings.context_metadata_key,
                     max_bytes=settings.context_metadata_max_bytes,
                     file_metadata=file.file_metadata,
+                    limit=limit,
                 )
             except Exception:  # this chunk's context, not the call: the chunk goes back as it came
                 logger.exception(
@@ -358,7 +360,11 @@ class Transformation:
                     items.append(contextualized(item, text_index))
                 else:
                     for index in range(rechunked.first[text_index], rechunked.first[text_index + 1]):
-                        items.append(contextualized(_chunk_item(item, rechunked.chunks[index], text), index))
+                        chunk_item, left_out = _chunk_item(
+                            item, rechunked.chunks[index], text, limit=limit, file_metadata=file.file_metadata
+                        )
+                        file_stats["metadata_truncated"] += int(left_out)
+                        items.append(contextualized(chunk_item, index))
                 text_index += 1
             for part, part_items in enumerate(_parts(items), 1):
                 key = output_key(ref.key, directory=directory, prefix=settings.output_prefix, part=part)
@@ -410,18 +416,26 @@ def first_chunks(item_starts: list[int], chunk_starts: list[int]) -> tuple[int, 
     return (*first, len(chunk_starts))
 
 
-def _chunk_item(item: ContentItem, chunk: Chunk, text: str) -> ContentItem:
+def _chunk_item(
+    item: ContentItem,
+    chunk: Chunk,
+    text: str,
+    *,
+    limit: MetadataLimit,
+    file_metadata: Mapping[str, Any] | None,
+) -> tuple[ContentItem, bool]:
     """One of our chunks in place of the KB's ``item``: its text, the item's type and metadata (the user's
-    keys win), its section and span; unknown fields of the item travel too."""
+    keys win), its span and section as far as they fit the store's metadata limit (and whether one did
+    not); unknown fields of the item travel too."""
     ours: dict[str, object] = {START_KEY: chunk.start, END_KEY: chunk.end}
     if chunk.section:
-        ours = {SECTION_KEY: chunk.section, **ours}
-    return item.model_copy(
-        update={
-            "content_body": text[chunk.start : chunk.end],
-            "content_metadata": {**ours, **(item.content_metadata or {})},
-        }
+        ours[SECTION_KEY] = chunk.section
+    metadata, left_out = add_within(
+        item.content_metadata or {}, ours, limit=limit, file_metadata=file_metadata
     )
+    return item.model_copy(
+        update={"content_body": text[chunk.start : chunk.end], "content_metadata": metadata}
+    ), left_out
 
 
 def _parts(items: list[ContentItem]) -> Iterator[list[ContentItem]]:
