@@ -10,8 +10,9 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test test-long lint format bench bench-contextualize bench-load bench-reliability bench-structural bench-chunking bench-batch bench-cold-start eval-dense synth deploy destroy clean
 
-# The CDK CLI, pinned: the 3.x CLI rejects this app's cloud assembly.
-CDK := npx --yes aws-cdk@2.1148.1
+# The CDK CLI, pinned: the 3.x CLI rejects this app's cloud assembly. It runs the app with this venv's
+# Python (cdk.json's "app" names .venv's, for a CLI run by hand).
+CDK := npx --yes aws-cdk@2.1148.1 --app "$(BIN)/python app.py"
 VECTOR_STORE ?= opensearch
 # Attach to a Knowledge Base you already have (README): make deploy KNOWLEDGE_BASE_ID=... DATA_SOURCE_ID=...
 # KNOWLEDGE_BASE_ROLE_ARN=... (stack ContextualKbAttached); otherwise the full stack with VECTOR_STORE.

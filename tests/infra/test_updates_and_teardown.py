@@ -1,6 +1,6 @@
-"""Updates and teardown as CloudFormation runs them: a create-only change gets a new name (CloudFormation cannot
-replace a custom-named resource under its name), the index follows a new collection, and destroy keeps the
-buckets, their policies and the key (as on a failed first deploy's rollback) while the log groups go."""
+"""Updates and teardown as CloudFormation runs them: a create-only change gets a new name (CloudFormation
+cannot replace a custom-named resource under its name), the index follows a new collection, and destroy keeps
+the buckets, their policies and the key (as on a failed first deploy's rollback) while the log groups go."""
 
 from __future__ import annotations
 
