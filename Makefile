@@ -8,7 +8,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-long lint format bench bench-contextualize bench-load bench-reliability bench-structural bench-chunking bench-batch bench-cold-start eval-dense synth deploy destroy clean
+.PHONY: demo test test-long test-lifecycle lint format bench bench-contextualize bench-load bench-reliability bench-structural bench-chunking bench-batch bench-cold-start eval-dense synth deploy destroy clean
 
 # The CDK CLI, pinned: the 3.x CLI rejects this app's cloud assembly. It runs the app with this venv's
 # Python (cdk.json's "app" names .venv's, for a CLI run by hand).
@@ -38,10 +38,22 @@ demo: $(STAMP)  ## offline: local S3, KB-style chunking, the real handler, befor
 test: $(STAMP)  ## lint, then the test suite (no AWS, no network)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -m "not long" -q
+	$(BIN)/python -m pytest -m "not long and not lifecycle" -q
 
 test-long: $(STAMP)  ## the long tests: a 50 MB document, 10,000 chunks, memory against the number of files
 	$(BIN)/python -m pytest -m long -q
+
+# ministack, a CloudFormation engine in Python, in a venv of its own (it pins another botocore); its Python runs
+# the deployed functions: CI gives it the function's (MINISTACK_PYTHON=python3.13).
+MINISTACK_PYTHON ?= $(PYTHON)
+MINISTACK_VENV ?= .venv-ministack
+$(MINISTACK_VENV)/.installed: tests/lifecycle/requirements.txt
+	$(MINISTACK_PYTHON) -m venv $(MINISTACK_VENV)
+	$(MINISTACK_VENV)/bin/python -m pip install --quiet --no-deps -r tests/lifecycle/requirements.txt
+	touch $@
+
+test-lifecycle: $(STAMP) $(MINISTACK_VENV)/.installed  ## the stack on ministack: bootstrap, deploy, invoke, update, destroy (~2 min)
+	MINISTACK=$(abspath $(MINISTACK_VENV))/bin/ministack $(BIN)/python -m pytest -m lifecycle -q -p no:cacheprovider
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -34,6 +34,9 @@ class Received:
 
 @dataclass
 class OpenSearchStandIn:
+    # The key the requests must be signed with (an emulator's functions sign with its own).
+    access_key: str = ACCESS_KEY
+    secret_key: str = SECRET_KEY
     indexes: dict[str, Any] = field(default_factory=dict)
     received: list[Received] = field(default_factory=list)
     bad_signatures: int = 0
@@ -93,7 +96,15 @@ def _error(kind: str, reason: str) -> dict[str, Any]:
     return {"error": {"type": kind, "reason": reason}, "status": 0}
 
 
-def signature_matches(method: str, url: str, headers: dict[str, str], body: bytes) -> bool:
+def signature_matches(
+    method: str,
+    url: str,
+    headers: dict[str, str],
+    body: bytes,
+    *,
+    access_key: str = ACCESS_KEY,
+    secret_key: str = SECRET_KEY,
+) -> bool:
     """Signed for ``aoss`` with the stand-in's key: the signature computed again from what arrived."""
     from botocore.auth import SigV4Auth
     from botocore.awsrequest import AWSRequest
@@ -101,7 +112,7 @@ def signature_matches(method: str, url: str, headers: dict[str, str], body: byte
 
     lower = {k.lower(): v for k, v in headers.items()}
     authorization = lower.get("authorization", "")
-    if not authorization.startswith("AWS4-HMAC-SHA256 ") or f"Credential={ACCESS_KEY}/" not in authorization:
+    if not authorization.startswith("AWS4-HMAC-SHA256 ") or f"Credential={access_key}/" not in authorization:
         return False
     if lower.get("x-amz-content-sha256") != hashlib.sha256(body).hexdigest():
         return False
@@ -114,7 +125,8 @@ def signature_matches(method: str, url: str, headers: dict[str, str], body: byte
         method=method, url=url, data=body, headers={h: lower[h] for h in signed if h in lower}
     )
     request.context["timestamp"] = lower.get("x-amz-date", "")
-    auth = SigV4Auth(Credentials(ACCESS_KEY, SECRET_KEY), "aoss", REGION)
+    token = lower.get("x-amz-security-token")
+    auth = SigV4Auth(Credentials(access_key, secret_key, token), "aoss", REGION)
     canonical = auth.canonical_request(request)
     expected = auth.signature(auth.string_to_sign(request, canonical), request)
     return expected == fields["Signature"]
@@ -131,7 +143,15 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         host = self.headers.get("Host", "")
-        signed = signature_matches(self.command, f"http://{host}{self.path}", dict(self.headers.items()), raw)
+        standin = self.standin
+        signed = signature_matches(
+            self.command,
+            f"http://{host}{self.path}",
+            dict(self.headers.items()),
+            raw,
+            access_key=standin.access_key,
+            secret_key=standin.secret_key,
+        )
         body = json.loads(raw) if raw else None
         status, reply = self.standin.answer(self.command, self.path, body, signed)
         data = json.dumps(reply).encode()

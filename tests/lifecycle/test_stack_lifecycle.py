@@ -1,0 +1,211 @@
+"""The stack's lifecycle on a real CloudFormation engine (ministack), with the real CDK CLI: bootstrap,
+deploy, invoke the deployed transformation function, update a setting, destroy, and what is left after.
+
+`make test-lifecycle` runs it (CI does): ministack in a venv of its own (``MINISTACK`` names its executable).
+What ministack cannot provision (Bedrock, OpenSearch Serverless, S3 Vectors) is left out by type, and the
+index's custom resource creates the index on our OpenSearch stand-in (tests/lifecycle/ministack.py says
+where ministack differs from AWS).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contextual_kb.local.bedrock_standin import BedrockStandIn, StandInConfig
+from contextual_kb.local.opensearch_standin import OpenSearchStandIn
+from tests.lifecycle.ministack import ACCOUNT, REGION, SECRET, Ministack, adapt_assembly, cdk
+
+pytestmark = pytest.mark.lifecycle
+
+ROOT = Path(__file__).resolve().parents[2]
+STACK = "ContextualKb"
+EVENT = ROOT / "events" / "markdown"
+FIRST = ["-c", "vectorStore=opensearch"]
+# The update: the function's memory, and a new index dimension (a new index body: the index is replaced).
+SECOND = [*FIRST, "-c", "functionMemoryMb=2048", "-c", "embeddingDimension=512"]
+LEFT_OUT = {
+    "AWS::Bedrock::KnowledgeBase",
+    "AWS::Bedrock::DataSource",
+    "AWS::OpenSearchServerless::Collection",
+    "AWS::OpenSearchServerless::SecurityPolicy",
+    "AWS::OpenSearchServerless::AccessPolicy",
+}
+
+
+def _synth(out: Path, context: list[str]) -> None:
+    """As `make synth` runs it: the pinned CLI, the shipped cdk.json, this venv's Python."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CDK_"))}
+    environment["JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION"] = "20"
+    ran = cdk(
+        ["--app", f"{sys.executable} app.py", "synth", "-q", *context, "-o", str(out)], environment, ROOT
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    executable = os.environ.get("MINISTACK")
+    if not executable:
+        pytest.skip("MINISTACK is not set: `make test-lifecycle` installs ministack and sets it")
+    work = tmp_path_factory.mktemp("lifecycle")
+    opensearch = OpenSearchStandIn(access_key=ACCOUNT, secret_key=SECRET).start()
+    bedrock = BedrockStandIn(StandInConfig(latency_ms=0.0, per_token_ms=0.0)).start()
+    ministack = Ministack(executable, work / "ministack")
+    try:
+        yield {"work": work, "opensearch": opensearch, "bedrock": bedrock, "ministack": ministack}
+    finally:
+        ministack.stop()
+        bedrock.stop()
+        opensearch.stop()
+
+
+def _assembly(engine: dict[str, Any], name: str, context: list[str]) -> tuple[Path, list[str]]:
+    work: Path = engine["work"]
+    _synth(work / name, context)
+    removed = adapt_assembly(
+        work / name,
+        work / f"{name}-ministack",
+        STACK,
+        attributes={("VectorStoreCollection", "CollectionEndpoint"): engine["opensearch"].url},
+        function_environment={"ANTHROPIC_BEDROCK_BASE_URL": engine["bedrock"].url},
+    )
+    return work / f"{name}-ministack", removed
+
+
+def _deploy(engine: dict[str, Any], assembly: Path) -> dict[str, str]:
+    work: Path = engine["work"]
+    outputs = work / "outputs.json"
+    ran = cdk(
+        [
+            "deploy",
+            STACK,
+            "--app",
+            str(assembly),
+            "--require-approval",
+            "never",
+            "--outputs-file",
+            str(outputs),
+        ],
+        engine["ministack"].environment(),
+        work,
+    )
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-4000:]
+    return dict(json.loads(outputs.read_text())[STACK])
+
+
+def _stack_resources(cloudformation: Any) -> dict[str, tuple[str, str]]:
+    found = {}
+    for page in cloudformation.get_paginator("list_stack_resources").paginate(StackName=STACK):
+        for resource in page["StackResourceSummaries"]:
+            found[resource["LogicalResourceId"]] = (resource["ResourceType"], resource["PhysicalResourceId"])
+    return found
+
+
+def _invoke(engine: dict[str, Any], function: str, bucket: str) -> dict[str, Any]:
+    """The sample Knowledge Base event on the deployed function, its batch in the deployed bucket."""
+    s3 = engine["ministack"].client("s3")
+    for path in (EVENT / "objects").rglob("*"):
+        if path.is_file():
+            s3.put_object(
+                Bucket=bucket, Key=path.relative_to(EVENT / "objects").as_posix(), Body=path.read_bytes()
+            )
+    event = {**json.loads((EVENT / "event.json").read_text()), "bucketName": bucket}
+    reply = (
+        engine["ministack"]
+        .client("lambda")
+        .invoke(FunctionName=function, Payload=json.dumps(event).encode(), LogType="Tail")
+    )
+    log = base64.b64decode(reply.get("LogResult", "")).decode(errors="replace")
+    assert reply["StatusCode"] == 200 and "FunctionError" not in reply, log[-3000:]
+    response = json.loads(reply["Payload"].read())
+    chunks = [
+        item
+        for output in response["outputFiles"]
+        for batch in output["contentBatches"]
+        for item in json.loads(s3.get_object(Bucket=bucket, Key=batch["key"])["Body"].read())["fileContents"]
+    ]
+    return {"response": response, "chunks": chunks, "log": log}
+
+
+def test_bootstrap_deploy_invoke_update_and_destroy(engine: dict[str, Any]) -> None:
+    ministack: Ministack = engine["ministack"]
+    opensearch: OpenSearchStandIn = engine["opensearch"]
+    first, removed = _assembly(engine, "first", FIRST)
+    second, _ = _assembly(engine, "second", SECOND)
+    # Only the types ministack cannot provision are left out.
+    template = json.loads((engine["work"] / "first" / f"{STACK}.template.json").read_text())
+    assert {template["Resources"][r]["Type"] for r in removed} == LEFT_OUT
+
+    ran = cdk(["bootstrap", f"aws://{ACCOUNT}/{REGION}"], ministack.environment(), engine["work"])
+    assert ran.returncode == 0, ran.stderr[-3000:]
+
+    # Deploy: the custom resource made the index, signed requests only.
+    outputs = _deploy(engine, first)
+    cloudformation = ministack.client("cloudformation")
+    (stack,) = cloudformation.describe_stacks(StackName=STACK)["Stacks"]
+    assert stack["StackStatus"] == "CREATE_COMPLETE"
+    first_index = next(iter(opensearch.indexes))
+    assert list(opensearch.indexes) == [first_index] and opensearch.bad_signatures == 0
+    deployed = _stack_resources(cloudformation)
+    kinds = {kind for kind, _ in deployed.values()}
+    for kind in ("AWS::S3::Bucket", "AWS::S3::BucketPolicy", "AWS::IAM::Role", "AWS::Lambda::Function",
+                 "AWS::Logs::LogGroup", "AWS::CloudWatch::Alarm", "AWS::CloudWatch::Dashboard",
+                 "Custom::OpenSearchIndex"):  # fmt: skip
+        assert kind in kinds, kind
+
+    # The deployed function, from its deployed asset, on a sample event: every chunk back, with a context.
+    function = outputs["TransformFunctionName"]
+    ran_once = _invoke(engine, function, outputs["IntermediateBucketName"])
+    given = json.loads(next((EVENT / "objects").rglob("*.JSON")).read_text())["fileContents"]
+    assert len(ran_once["chunks"]) == len(given)
+    for before, after in zip(given, ran_once["chunks"], strict=True):
+        assert after["contentBody"].endswith(before["contentBody"])
+        assert after["contentMetadata"]["ckb_context"]
+    assert engine["bedrock"].stats.answered > 0  # the model contexts came from the (stand-in) model
+    lambda_ = ministack.client("lambda")
+    assert (
+        lambda_.get_function_configuration(FunctionName=function)["Environment"]["Variables"]["VECTOR_STORE"]
+        == "opensearch"
+    )
+
+    # Update a setting: the function changes in place; a new index body replaces the index.
+    _deploy(engine, second)
+    (stack,) = cloudformation.describe_stacks(StackName=STACK)["Stacks"]
+    assert stack["StackStatus"] == "UPDATE_COMPLETE"
+    assert lambda_.get_function_configuration(FunctionName=function)["MemorySize"] == 2048
+    assert first_index not in opensearch.indexes and len(opensearch.indexes) == 1
+    assert _invoke(engine, function, outputs["IntermediateBucketName"])["chunks"]
+
+    # Destroy: what is kept and what goes.
+    before = _stack_resources(cloudformation)
+    ran = cdk(["destroy", STACK, "--app", str(second), "--force"], ministack.environment(), engine["work"])
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    stacks = cloudformation.list_stacks()["StackSummaries"]
+    assert all(s["StackStatus"] == "DELETE_COMPLETE" for s in stacks if s["StackName"] == STACK)
+    assert not opensearch.indexes  # the custom resource deleted the index
+    s3, logs = ministack.client("s3"), ministack.client("logs")
+    buckets = {b["Name"] for b in s3.list_buckets()["Buckets"]}
+    groups = {g["logGroupName"] for g in logs.describe_log_groups()["logGroups"]}
+    functions = {f["FunctionName"] for f in lambda_.list_functions()["Functions"]}
+    roles = {r["RoleName"] for r in ministack.client("iam").list_roles()["Roles"]}
+    kept_buckets = [physical for kind, physical in before.values() if kind == "AWS::S3::Bucket"]
+    assert len(kept_buckets) == 3 and set(kept_buckets) <= buckets  # documents, contexts, access logs
+    for bucket in kept_buckets:  # their policies too: TLS only, log delivery
+        policy = json.loads(s3.get_bucket_policy(Bucket=bucket)["Policy"])
+        assert any(s.get("Condition", {}).get("Bool", {}).get("aws:SecureTransport") == "false"
+                   for s in policy["Statement"])  # fmt: skip
+    for kind, live in (
+        ("AWS::Logs::LogGroup", groups),
+        ("AWS::Lambda::Function", functions),
+        ("AWS::IAM::Role", roles),
+    ):
+        made = [physical for k, physical in before.values() if k == kind]
+        assert made and not set(made) & live, (kind, set(made) & live)
