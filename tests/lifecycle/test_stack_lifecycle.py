@@ -209,3 +209,99 @@ def test_bootstrap_deploy_invoke_update_and_destroy(engine: dict[str, Any]) -> N
     ):
         made = [physical for k, physical in before.values() if k == kind]
         assert made and not set(made) & live, (kind, set(made) & live)
+
+
+def test_attach_mode_switches_the_data_source_and_puts_it_back(engine: dict[str, Any]) -> None:
+    """Attach mode, as `make deploy` with the ids runs it, on a Knowledge Base and data source made through
+    ministack's bedrock-agent API: the inspection and the attachment run against it; destroy puts the data
+    source back as it was. (ministack answers an unset serverSideEncryptionConfiguration as null and an
+    unset description as "", which AWS leaves out: both are set here, as a console user may.)"""
+    ministack: Ministack = engine["ministack"]
+    iam, agent = ministack.client("iam"), ministack.client("bedrock-agent")
+    trust = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow", "Principal": {"Service": "bedrock.amazonaws.com"}, "Action": "sts:AssumeRole"}
+        ],
+    }
+    role = iam.create_role(RoleName="kb-service-role", AssumeRolePolicyDocument=json.dumps(trust))["Role"][
+        "Arn"
+    ]
+    ministack.client("s3").create_bucket(Bucket="team-docs")
+    embedding = f"arn:aws:bedrock:{REGION}::foundation-model/amazon.titan-embed-text-v2:0"
+    kb = agent.create_knowledge_base(
+        name="team-kb",
+        roleArn=role,
+        knowledgeBaseConfiguration={
+            "type": "VECTOR",
+            "vectorKnowledgeBaseConfiguration": {"embeddingModelArn": embedding},
+        },
+        storageConfiguration={
+            "type": "S3_VECTORS",
+            "s3VectorsConfiguration": {"indexArn": f"arn:aws:s3vectors:{REGION}:{ACCOUNT}:bucket/v/index/i"},
+        },
+    )["knowledgeBase"]
+    chunking = {
+        "chunkingStrategy": "FIXED_SIZE",
+        "fixedSizeChunkingConfiguration": {"maxTokens": 300, "overlapPercentage": 20},
+    }
+    source = agent.create_data_source(
+        knowledgeBaseId=kb["knowledgeBaseId"],
+        name="team-docs",
+        description="the team's runbooks",
+        serverSideEncryptionConfiguration={},
+        dataSourceConfiguration={"type": "S3", "s3Configuration": {"bucketArn": "arn:aws:s3:::team-docs"}},
+        vectorIngestionConfiguration={"chunkingConfiguration": chunking},
+    )["dataSource"]
+    kb_id, ds_id = kb["knowledgeBaseId"], source["dataSourceId"]
+    context = [
+        "-c",
+        f"knowledgeBaseId={kb_id}",
+        "-c",
+        f"dataSourceId={ds_id}",
+        "-c",
+        f"knowledgeBaseRoleArn={role}",
+    ]
+    work: Path = engine["work"]
+    _synth(work / "attach", context)
+    (template,) = (work / "attach").glob("*.template.json")
+    stack = template.name.removesuffix(".template.json")
+    assert stack == "ContextualKbAttached"  # never the full stack's name
+    assembly = work / "attach-ministack"
+    assert (
+        adapt_assembly(
+            work / "attach",
+            assembly,
+            stack,
+            attributes={},
+            function_environment={"ANTHROPIC_BEDROCK_BASE_URL": engine["bedrock"].url},
+        )
+        == []
+    )  # attach mode's types are all provisioned: nothing left out
+    ran = cdk(["bootstrap", f"aws://{ACCOUNT}/{REGION}"], ministack.environment(), work)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    ran = cdk(
+        ["deploy", stack, "--app", str(assembly), "--require-approval", "never"],
+        ministack.environment(),
+        work,
+    )
+    assert ran.returncode == 0, ran.stderr[-4000:]
+
+    attached = agent.get_data_source(knowledgeBaseId=kb_id, dataSourceId=ds_id)["dataSource"]
+    ingestion = attached["vectorIngestionConfiguration"]
+    (step,) = ingestion["customTransformationConfiguration"]["transformations"]
+    function_arn = step["transformationFunction"]["transformationLambdaConfiguration"]["lambdaArn"]
+    assert step["stepToApply"] == "POST_CHUNKING" and ":function:" in function_arn
+    assert ingestion["chunkingConfiguration"] == chunking and attached["description"] == "the team's runbooks"
+    variables = ministack.client("lambda").get_function_configuration(FunctionName=function_arn)[
+        "Environment"
+    ]["Variables"]
+    assert variables["VECTOR_STORE"] == "s3vectors" and variables["CHUNKING"] == "kb"  # from the inspection
+
+    ran = cdk(["destroy", stack, "--app", str(assembly), "--force"], ministack.environment(), work)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    detached = agent.get_data_source(knowledgeBaseId=kb_id, dataSourceId=ds_id)["dataSource"]
+    assert not (detached["vectorIngestionConfiguration"].get("customTransformationConfiguration") or {}).get(
+        "transformations"
+    )
+    assert detached["vectorIngestionConfiguration"]["chunkingConfiguration"] == chunking
