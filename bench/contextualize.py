@@ -7,13 +7,14 @@ chunks per batch object) and goes through the real Lambda handler, once per mode
   prompt caching, the batch object's own chunks as "the document";
 - ``per_chunk``: ours, default settings (cache-aware scheduling, MAX_CONCURRENCY=32);
 - ``grouped``: ours, CONTEXT_MODE=grouped;
+- ``auto``: ours, CONTEXT_MODE=auto (per-chunk where the document is cached, grouped where it cannot be);
 - ``per_chunk + quota``: ours again, with a requests-per-minute quota on the stand-in.
 
 The stand-in runs in its own process (so it does not compete with the handler for the GIL), with 300 ms +
 2 ms per output token of latency. Costs use Haiku 4.5 list prices on the stand-in's token counts (UTF-8
 bytes / 3.5); "floor" is each document read once at the input price plus the context tokens written.
 
-    .venv/bin/python bench/contextualize.py [--modes published,per_chunk,grouped,quota] [--rpm 1200]
+    .venv/bin/python bench/contextualize.py [--modes published,per_chunk,grouped,auto,quota] [--rpm 1200]
         [--documents N] [--json out.json]
 """
 
@@ -149,6 +150,7 @@ MODES: dict[str, dict[str, str]] = {
     "published": {"CONTEXT_MODE": "published", "CONTEXT_MEMORY_PREFIX": ""},
     "per_chunk": {"CONTEXT_MODE": "per_chunk"},
     "grouped": {"CONTEXT_MODE": "grouped"},
+    "auto": {"CONTEXT_MODE": "auto"},
     "quota": {"CONTEXT_MODE": "per_chunk"},
 }
 
@@ -156,7 +158,7 @@ MODES: dict[str, dict[str, str]] = {
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASET)
-    parser.add_argument("--modes", default="published,per_chunk,grouped,quota")
+    parser.add_argument("--modes", default="published,per_chunk,grouped,auto,quota")
     parser.add_argument("--latency-ms", type=float, default=300.0)
     parser.add_argument("--per-token-ms", type=float, default=2.0)
     parser.add_argument("--rpm", type=int, default=1200, help="the stand-in's quota in the quota mode")

@@ -72,6 +72,8 @@ class StackConfig(BaseModel):
     function_timeout_seconds: int = Field(default=900, alias="functionTimeoutSeconds", ge=60, le=900)
     # The function's CONTEXT_DEFER (README, "Contexts made later"); unset: the function's default (fallbacks).
     context_defer: Literal["never", "fallbacks", "always"] | None = Field(default=None, alias="contextDefer")
+    # The function's CONTEXT_MODE (README, "Settings"); unset: the function's default (per_chunk).
+    context_mode: Literal["per_chunk", "grouped", "auto"] | None = Field(default=None, alias="contextMode")
     # Environment of the transformation function (README, "Settings"): every variable can be set here.
     function_environment: dict[str, str] = Field(default_factory=dict, alias="functionEnvironment")
     # OpenSearch Serverless standby replicas in a second AZ (AWS's default); off halves the idle OCUs.
@@ -115,6 +117,8 @@ class StackConfig(BaseModel):
         self._chunking_is_one_choice()
         if self.context_defer and "CONTEXT_DEFER" in self.function_environment:
             raise ValueError("contextDefer and functionEnvironment.CONTEXT_DEFER: set one of them")
+        if self.context_mode and "CONTEXT_MODE" in self.function_environment:
+            raise ValueError("contextMode and functionEnvironment.CONTEXT_MODE: set one of them")
         redirecting = sorted(
             name
             for name in self.function_environment
@@ -213,7 +217,11 @@ class StackConfig(BaseModel):
 
     @property
     def function_defer(self) -> dict[str, str]:
-        return {"CONTEXT_DEFER": self.context_defer} if self.context_defer else {}
+        """CONTEXT_DEFER and CONTEXT_MODE when set as their own context keys."""
+        return {
+            **({"CONTEXT_DEFER": self.context_defer} if self.context_defer else {}),
+            **({"CONTEXT_MODE": self.context_mode} if self.context_mode else {}),
+        }
 
     @property
     def function_chunking(self) -> dict[str, str]:

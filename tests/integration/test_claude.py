@@ -376,3 +376,28 @@ def assert_nothing_remembered(s3: Any, event: dict[str, Any], log: dict[str, Any
     assert log["model"]["contexts_remembered_written"] == 0
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=event["bucketName"]).get("Contents", [])]
     assert not [k for k in keys if "contexts/" in k], keys
+
+
+def test_auto_mode_groups_what_cannot_be_cached_and_caches_what_can(
+    s3: Any, standin: BedrockStandIn, monkeypatch: pytest.MonkeyPatch, captured: pytest.CaptureFixture[str]
+) -> None:
+    """CONTEXT_MODE=auto: a document past the model's cache minimum gets one call a chunk on its cached
+    prefix; short documents (every per-chunk call would pay them whole) get grouped calls."""
+    monkeypatch.setenv("CONTEXT_MODE", "auto")
+    monkeypatch.setenv("GROUP_SIZE", "20")
+    standin.configure(record=True)
+    documents = {
+        "ledger.md": big_chunks(8),
+        "notes.md": paragraphs("notes", 5),
+        "todo.md": paragraphs("todo", 3),
+    }
+    event, staged = stage(s3, documents)
+    items = assert_every_chunk_back(s3, run(event), staged)
+    assert all(context_of(item) for item in items)
+    # 8 calls on the long document (1 cache write, 7 reads), one grouped call each for the short ones.
+    assert standin.stats.answered == 8 + 1 + 1
+    assert standin.stats.cache_writes == 1
+    grouped = [b for b in standin.seen if "Chunks: " in b["messages"][0]["content"][1]["text"]]
+    assert len(grouped) == 2
+    log = summary(captured)
+    assert log["model"]["grouped_units"] == 2 and log["model"]["fallbacks"] == {}

@@ -341,6 +341,27 @@ def test_model_access_denied_is_explained(aws: Clients) -> None:
     assert "aws:RequestedRegion = unspecified" in check["todo"]
 
 
+def test_a_model_not_in_the_table_warns_with_the_defaults_it_runs_with(aws: Clients) -> None:
+    newer = "global.anthropic.claude-opus-5"
+    healthy(
+        aws,
+        function=lambda: aws.stubs["lambda"].add_response(
+            "get_function_configuration", function({"MODEL_ID": newer})
+        ),
+        model=lambda: aws.stubs["bedrock-runtime"].add_response(
+            "invoke_model",
+            {"body": StreamingBody(io.BytesIO(b"{}"), 2), "contentType": "application/json"},
+            {"modelId": newer, "body": ANY},
+        ),
+    )
+    code, checks = doctor()
+    check = by_name(checks)["model"]
+    assert code == 0, checks  # a warning, not a failure: the model answers
+    assert check["status"] == "warn" and f"{newer} answers" in check["detail"]
+    assert "not in the model table" in check["detail"] and "4,096-token cache minimum" in check["detail"]
+    assert "MODEL_PRICES" in check["todo"] and "MIN_CACHE_TOKENS" in check["todo"]
+
+
 def test_an_embedding_model_not_authorized_and_a_reranker_without_subscription_fail(aws: Clients) -> None:
     healthy(
         aws,

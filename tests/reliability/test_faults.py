@@ -45,6 +45,8 @@ def test_the_catalogue_names_every_fault_the_issue_lists() -> None:
         "slow S3, long tail",
         "heading-dense document, short time",
         "one failing document",
+        "quota below one request",
+        "throttled for a minute",
     }
     assert {s.name for s in faults.scenarios(faults.FULL)} == {*SCENARIOS, "S3 writes failing twice each"}
 
@@ -134,3 +136,25 @@ def test_one_failing_document_does_not_starve_the_others(fresh_standin: BedrockS
     assert outcome.degraded_by_file == {failing: 20}  # its own chunks, and only those
     assert outcome.from_model == 100  # the 5 healthy documents: every chunk from the model
     assert outcome.fallbacks_logged == {"model_error": 20}
+
+
+def test_a_quota_below_one_request_per_invocation_ends_with_every_chunk_back(
+    fresh_standin: BedrockStandIn,
+) -> None:
+    """One request a minute: the invocation cannot have a model context for most chunks; it ends before its
+    deadline with every chunk back, those without a model context given the structural one, counted and
+    logged with their reason."""
+    outcome = run("quota below one request", fresh_standin)
+    assert outcome.chunks_out == outcome.chunks_in == 100
+    assert outcome.degraded > 0 and outcome.degraded == sum(outcome.fallbacks_logged.values())
+    assert outcome.from_model + outcome.degraded == outcome.chunks_in
+
+
+def test_throttled_for_a_while_then_served(fresh_standin: BedrockStandIn) -> None:
+    """Every call answered 429 for a while: the calls wait and are asked again, none is lost; once the
+    throttling stops, the model answers."""
+    outcome = run("throttled for a minute", fresh_standin)
+    assert outcome.standin["throttled"] > 10
+    assert outcome.chunks_out == outcome.chunks_in
+    assert outcome.from_model + outcome.degraded == outcome.chunks_in
+    assert outcome.from_model > 0

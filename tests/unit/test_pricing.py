@@ -4,9 +4,25 @@ from dataclasses import astuple
 
 import pytest
 
+from contextual_kb.runtime.context import registry
+from contextual_kb.runtime.context.claude import pricing
 from contextual_kb.runtime.context.claude.accounting import ModelAccounting, Usage, percentile
-from contextual_kb.runtime.context.claude.pricing import Prices, cost_usd, min_cache_tokens, prices_for
+from contextual_kb.runtime.context.claude.pricing import (
+    MODELS,
+    UNKNOWN_MODEL,
+    BatchPrices,
+    Prices,
+    batch_prices_for,
+    cache_ttl_1h,
+    cost_usd,
+    known_model,
+    min_cache_tokens,
+    model_label,
+    prices_for,
+    unknown_model_warning,
+)
 from contextual_kb.runtime.errors import TransformationError
+from contextual_kb.runtime.settings import Settings
 
 HAIKU_45 = "anthropic.claude-haiku-4-5-20251001-v1:0"
 HAIKU_45_PRICES = Prices(1.0, 5.0, 1.25, 2.0, 0.10)
@@ -38,9 +54,78 @@ def test_each_family_has_its_prices() -> None:
     )
 
 
-@pytest.mark.parametrize("model_id", ["anthropic.claude-opus-5-v1:0", "amazon.nova-pro-v1:0", ""])
-def test_unknown_model_has_no_prices(model_id: str) -> None:
-    assert prices_for(model_id) is None
+UNKNOWN_IDS = ["anthropic.claude-opus-5-v1:0", "global.anthropic.claude-opus-4-8", "amazon.nova-pro-v1:0", ""]
+
+
+@pytest.mark.parametrize("model_id", UNKNOWN_IDS)
+def test_unknown_model_gets_the_tables_upper_bound_prices(model_id: str) -> None:
+    # Never silently low: each price is at least the highest the table knows.
+    assert prices_for(model_id) == UNKNOWN_MODEL.prices
+    for field in ("input", "output", "cache_write_5m", "cache_write_1h", "cache_read"):
+        assert getattr(UNKNOWN_MODEL.prices, field) == max(getattr(m.prices, field) for m in MODELS.values())
+    assert astuple(UNKNOWN_MODEL.prices) == (15.0, 75.0, 18.75, 30.0, 1.5)  # Opus 4 / 4.1 today
+    assert not known_model(model_id)
+    assert model_label(model_id) == model_id
+
+
+def test_unknown_model_upper_bound_keeps_the_geographic_markup() -> None:
+    assert astuple(prices_for("us.anthropic.claude-opus-5-v1:0")) == approx(
+        Prices(16.5, 82.5, 20.625, 33.0, 1.65)
+    )
+
+
+# Every Anthropic model Bedrock documents, by an id as Bedrock spells it (any us. / eu. / global. prefix
+# works): (label, input, output, 5m write, 1h write, cache read, cache minimum, batch, 1-hour TTL).
+Y, N = True, False
+TABLE = {
+    "anthropic.claude-haiku-4-5-20251001-v1:0": ("Claude Haiku 4.5", 1, 5, 1.25, 2, 0.1, 4096, Y, Y),
+    "anthropic.claude-sonnet-4-6": ("Claude Sonnet 4.6", 3, 15, 3.75, 6, 0.3, 1024, N, N),
+    "anthropic.claude-sonnet-4-5-20250929-v1:0": ("Claude Sonnet 4.5", 3, 15, 3.75, 6, 0.3, 1024, Y, Y),
+    "anthropic.claude-sonnet-4-20250514-v1:0": ("Claude Sonnet 4", 3, 15, 3.75, 6, 0.3, 1024, N, N),
+    "anthropic.claude-opus-4-7": ("Claude Opus 4.7", 5, 25, 6.25, 10, 0.5, 4096, N, N),
+    "anthropic.claude-opus-4-6-v1": ("Claude Opus 4.6", 5, 25, 6.25, 10, 0.5, 4096, N, N),
+    "anthropic.claude-opus-4-5-20251101-v1:0": ("Claude Opus 4.5", 5, 25, 6.25, 10, 0.5, 4096, Y, Y),
+    "anthropic.claude-opus-4-1-20250805-v1:0": ("Claude Opus 4.1", 15, 75, 18.75, 30, 1.5, 1024, N, N),
+    "anthropic.claude-opus-4-20250514-v1:0": ("Claude Opus 4", 15, 75, 18.75, 30, 1.5, 1024, N, N),
+    "anthropic.claude-3-7-sonnet-20250219-v1:0": ("Claude 3.7 Sonnet", 3, 15, 3.75, 6, 0.3, 1024, N, N),
+    "anthropic.claude-3-5-haiku-20241022-v1:0": ("Claude 3.5 Haiku", 0.8, 4, 1, 1.6, 0.08, 2048, N, N),
+    "anthropic.claude-3-haiku-20240307-v1:0": ("Claude 3 Haiku", 0.25, 1.25, 0.3, 0.5, 0.03, 2048, Y, N),
+}
+
+
+@pytest.mark.parametrize("model_id", TABLE)
+def test_each_documented_model_has_its_facts(model_id: str) -> None:
+    label, *prices, minimum, batch, ttl_1h = TABLE[model_id]
+    assert known_model(model_id)
+    assert model_label(model_id) == label
+    assert prices_for(model_id) == Prices(*map(float, prices))
+    assert min_cache_tokens(model_id) == minimum
+    assert cache_ttl_1h(model_id) is ttl_1h
+    expected_batch = BatchPrices(prices[0] / 2, prices[1] / 2) if batch else None
+    assert batch_prices_for(model_id) == expected_batch
+    assert len(TABLE) == len(MODELS)  # every family in the table is pinned here
+
+
+def test_a_later_opus_4_is_not_taken_for_opus_4() -> None:
+    assert not known_model("global.anthropic.claude-opus-4-8")
+    assert model_label("anthropic.claude-opus-4-20250514-v1:0") == "Claude Opus 4"
+
+
+def test_the_older_table_views_agree_with_the_models() -> None:
+    assert pricing.PRICE_TABLE["claude-haiku-4-5"] == HAIKU_45_PRICES
+    assert pricing.BATCH_PRICE_TABLE["claude-haiku-4-5"] == BatchPrices(0.5, 2.5)
+    assert "claude-opus-4-6" not in pricing.BATCH_PRICE_TABLE
+    assert pricing.MIN_CACHE_TOKENS["claude-opus-4-6"] == 4096
+    assert pricing.MODEL_LABELS["claude-sonnet-4-6"] == "Claude Sonnet 4.6"
+
+
+def test_batch_prices_for_a_model_without_them_must_be_given_in_full() -> None:
+    assert batch_prices_for("anthropic.claude-opus-5-v1:0") is None
+    with pytest.raises(TransformationError, match="no batch prices in the table"):
+        batch_prices_for("global.anthropic.claude-opus-4-6-v1", '{"input": 2.5}')
+    assert batch_prices_for("global.anthropic.claude-opus-4-6-v1", '{"input": 2.5, "output": 12.5}') == (
+        BatchPrices(2.5, 12.5)
+    )
 
 
 def test_model_prices_override_a_field() -> None:
@@ -146,8 +231,14 @@ def test_min_cache_tokens_per_model() -> None:
     assert min_cache_tokens("anthropic.claude-sonnet-4-6") == 1024
     assert min_cache_tokens("global.anthropic.claude-opus-4-5-20251101-v1:0") == 4096
     assert min_cache_tokens("anthropic.claude-opus-4-1-20250805-v1:0") == 1024
-    assert min_cache_tokens("anthropic.claude-opus-5-v1:0") == 1024
-    assert min_cache_tokens("amazon.nova-pro-v1:0") == 1024
+
+
+@pytest.mark.parametrize("model_id", UNKNOWN_IDS)
+def test_unknown_model_gets_the_largest_cache_minimum(model_id: str) -> None:
+    # Never counts on a cache that will not be written.
+    assert min_cache_tokens(model_id) == 4096 == max(m.min_cache_tokens for m in MODELS.values())
+    assert not cache_ttl_1h(model_id)
+    assert batch_prices_for(model_id) is None
 
 
 def test_min_cache_tokens_override_wins() -> None:
@@ -222,3 +313,63 @@ def test_as_log_without_prices_has_no_cost() -> None:
     assert log["estimated_cost_usd"] is None
     assert log["latency_p50_ms"] == 0
     assert log["input_tokens"] == 10
+
+
+# --- the unknown-model warning ---
+
+
+def test_unknown_model_warning_names_the_model_and_the_defaults() -> None:
+    line = unknown_model_warning("global.anthropic.claude-opus-5")
+    assert "\n" not in line
+    assert "global.anthropic.claude-opus-5 is not in the model table" in line
+    assert "$15 input, $75 output" in line and "4,096-token cache minimum" in line
+    assert "MODEL_PRICES" in line and "MIN_CACHE_TOKENS" in line
+    given = unknown_model_warning("global.anthropic.claude-opus-5", '{"input": 5}', 1024)
+    assert "upper-bound" not in given and "4,096" not in given  # only the defaults really in use
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.warnings: list[str] = []
+
+    def warning(self, message: str) -> None:
+        self.warnings.append(message)
+
+
+def claude_settings(model_id: str) -> Settings:
+    return Settings.from_env(
+        {
+            "CONTEXT_STRATEGY": "claude",
+            "MODEL_ID": model_id,
+            "CONTEXT_MEMORY_PREFIX": "",
+            "MODEL_REGION": "us-east-1",
+        }
+    )
+
+
+def test_an_unknown_model_is_one_warning_per_cold_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    from contextual_kb.runtime import handler
+
+    recorder = Recorder()
+    monkeypatch.setattr(registry, "logger", recorder)
+    monkeypatch.setenv("CONTEXT_STRATEGY", "claude")
+    monkeypatch.setenv("MODEL_ID", "global.anthropic.claude-opus-5")
+    monkeypatch.setenv("CONTEXT_MEMORY_PREFIX", "")
+    monkeypatch.setenv("MODEL_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    handler.runtime.cache_clear()
+    try:
+        for _ in range(3):  # warm invocations reuse the runtime
+            handler.runtime()
+    finally:
+        handler.runtime.cache_clear()
+    assert len(recorder.warnings) == 1
+    assert "global.anthropic.claude-opus-5 is not in the model table" in recorder.warnings[0]
+
+
+def test_a_known_model_is_no_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    recorder = Recorder()
+    monkeypatch.setattr(registry, "logger", recorder)
+    registry.build_strategy(claude_settings("global." + HAIKU_45))
+    registry.build_strategy(Settings.from_env({"CONTEXT_STRATEGY": "structural", "MODEL_ID": "nova"}))
+    assert recorder.warnings == []

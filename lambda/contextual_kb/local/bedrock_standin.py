@@ -105,6 +105,7 @@ class StandInStats:
     cache_write_tokens: int = 0
     cache_read_tokens: int = 0
     output_tokens: int = 0
+    quota_tokens: int = 0  # what the token quota counted of the requests let through
     writes_by_prefix: Counter[str] = field(default_factory=Counter)
     answer_times: list[float] = field(default_factory=list)  # monotonic time of each 200 answer
 
@@ -226,7 +227,9 @@ class BedrockStandIn:
             self.stats.requests += 1
             if self.stats.first_request_at is None:
                 self.stats.first_request_at = arrived
-            refused = self._refusal(total_tokens + max_tokens, arrived)
+            # Bedrock's token quota counts input and the output reserved (max_tokens), not cache reads.
+            readable = self._readable_tokens(model, system_text, blocks, arrived)
+            refused = self._refusal(total_tokens - readable + max_tokens, arrived)
             if refused is not None:
                 return refused
             hang = self._random.random() < config.hang_rate
@@ -299,22 +302,40 @@ class BedrockStandIn:
             self.stats.throttled += 1
             message = "Too many requests, please wait before trying again."
             return 429, _error("ThrottlingException", message), 0.0
+        self.stats.quota_tokens += tokens
         return None
+
+    def _prefix(
+        self, model: str, system_text: str, blocks: list[dict[str, Any]]
+    ) -> tuple[int, str, float] | None:
+        """The cacheable prefix's (tokens, key, TTL seconds), or None when nothing is cacheable."""
+        marked = [i for i, b in enumerate(blocks) if isinstance(b.get("cache_control"), dict)]
+        if not marked:
+            return None
+        last = marked[-1]
+        prefix = [system_text, *(b.get("text", "") for b in blocks[: last + 1])]
+        tokens = sum(count_tokens(t) for t in prefix)
+        if tokens < min_cache_tokens(model, self.config.min_cache_tokens):
+            return None
+        key = hashlib.sha256("\x00".join([model, *prefix]).encode("utf-8", "surrogatepass")).hexdigest()
+        return tokens, key, TTL_SECONDS.get(str(blocks[last]["cache_control"].get("ttl", "5m")), 300.0)
+
+    def _readable_tokens(self, model: str, system_text: str, blocks: list[dict[str, Any]], now: float) -> int:
+        """Tokens this request would read from the cache (nothing changed); called under the lock."""
+        found = self._prefix(model, system_text, blocks)
+        if found is None:
+            return 0
+        entry = self._cache.get(found[1])
+        return found[0] if entry is not None and entry.readable_at <= now < entry.expires_at else 0
 
     def _cache_use(
         self, model: str, system_text: str, blocks: list[dict[str, Any]], now: float
     ) -> tuple[int, int, str]:
         """(tokens written, tokens read, prefix key); called under the lock."""
-        marked = [i for i, b in enumerate(blocks) if isinstance(b.get("cache_control"), dict)]
-        if not marked:
+        found = self._prefix(model, system_text, blocks)
+        if found is None:
             return 0, 0, ""
-        last = marked[-1]
-        prefix = [system_text, *(b.get("text", "") for b in blocks[: last + 1])]
-        tokens = sum(count_tokens(t) for t in prefix)
-        if tokens < min_cache_tokens(model, self.config.min_cache_tokens):
-            return 0, 0, ""
-        key = hashlib.sha256("\x00".join([model, *prefix]).encode("utf-8", "surrogatepass")).hexdigest()
-        ttl = TTL_SECONDS.get(str(blocks[last]["cache_control"].get("ttl", "5m")), 300.0)
+        tokens, key, ttl = found
         entry = self._cache.get(key)
         if entry is not None and entry.readable_at <= now < entry.expires_at:
             entry.expires_at = now + ttl  # a hit refreshes the entry
@@ -474,13 +495,15 @@ def running_standin(config: StandInConfig | None = None) -> Iterator[BedrockStan
 
 
 @contextmanager
-def standin_subprocess(latency_ms: float, per_token_ms: float, rpm: int = 0) -> Iterator[str]:
+def standin_subprocess(
+    latency_ms: float, per_token_ms: float, rpm: int = 0, tpm: int = 0, throttle_rate: float = 0.0
+) -> Iterator[str]:
     """The stand-in in a child process on 127.0.0.1 (its memory and threads apart from the caller's); yields
     its URL and stops it afterwards."""
     command = [
         sys.executable, "-m", "contextual_kb.local.bedrock_standin", "--port", "0",
         "--latency-ms", str(latency_ms), "--per-token-ms", str(per_token_ms), "--rpm", str(rpm),
-        "--until-stdin-closes",
+        "--tpm", str(tpm), "--throttle-rate", str(throttle_rate), "--until-stdin-closes",
     ]  # fmt: skip
     process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
@@ -502,6 +525,7 @@ def main() -> None:
     parser.add_argument("--tpm", type=int, default=0)
     parser.add_argument("--burst-seconds", type=float, default=1.0)
     parser.add_argument("--fault-rate", type=float, default=0.0)
+    parser.add_argument("--throttle-rate", type=float, default=0.0, help="share of calls answered 429")
     parser.add_argument(
         "--until-stdin-closes", action="store_true", help="stop when standard input closes (a parent's pipe)"
     )
@@ -513,6 +537,7 @@ def main() -> None:
         tpm=args.tpm,
         burst_seconds=args.burst_seconds,
         fault_rate=args.fault_rate,
+        throttle_rate=args.throttle_rate,
     )
     standin = BedrockStandIn(config).start(args.port)
     print(f"Bedrock stand-in at {standin.url}; export ANTHROPIC_BEDROCK_BASE_URL={standin.url}", flush=True)

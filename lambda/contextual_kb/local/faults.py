@@ -507,6 +507,26 @@ def scenarios(scale: str = QUICK) -> list[Scenario]:
             must_see=("faults",),
         ),
         Scenario(
+            "quota below one request",
+            "a quota of 1 request a minute (shared with the fleet: less than one each), 100 chunks, 60 s left"
+            if full
+            else "a quota of 1 request a minute, 100 chunks, 6 s left",
+            many if not full else Workload(files=10, chunks_per_file=10),
+            timeout_seconds=60.0 if full else 6.0,
+            standin={"rpm": 1, "burst_seconds": 1.0, "latency_ms": 300.0 if full else 5.0},
+            env={"DEADLINE_RESERVE_SECONDS": "5" if full else "1", **fast_retries},
+            must_see=("throttled",),
+        ),
+        Scenario(
+            "throttled for a minute",
+            "every call answered 429 for a minute, then none" if full else "every call answered 429 for 3 s",
+            many,
+            standin={"latency_ms": 300.0 if full else 5.0},
+            env={"MAX_CONCURRENCY": "8" if full else "4", **fast_retries},
+            chaos=throttle_storm(1.0, 60.0 if full else 3.0),
+            must_see=("throttled",),
+        ),
+        Scenario(
             "malformed answers",
             "1 answer in 3 empty, blank, an echo of the document or an empty wrapper",
             many,

@@ -22,7 +22,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from contextual_kb.query.deployment import Deployment
 from contextual_kb.query.retrieval import DEFAULT_RERANKER, RERANKERS
-from contextual_kb.runtime.context.claude.pricing import model_label
+from contextual_kb.runtime.context.claude.pricing import known_model, model_label, unknown_model_defaults
 from contextual_kb.runtime.context.claude.prompts import BEDROCK_ANTHROPIC_VERSION
 from contextual_kb.runtime.settings import ConfigurationError, Settings
 
@@ -275,6 +275,15 @@ def _model(
                 f"check MODEL_ID: is {settings.model_id} offered in {deployment.region} (or its profile's)?",
             )
         raise
+    if not known_model(settings.model_id):
+        return Check(
+            "model",
+            "warn",
+            f"{settings.model_id} answers (a 1-token call), but it is not in the model table: "
+            + unknown_model_defaults(settings.model_prices, settings.min_cache_tokens),
+            "set MODEL_PRICES (its prices, every field) and MIN_CACHE_TOKENS (its cache minimum) in "
+            "functionEnvironment, or use a model from the table (README, Settings)",
+        )
     return Check("model", "ok", f"{settings.model_id} answers (a 1-token call)")
 
 

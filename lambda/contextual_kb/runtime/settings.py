@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from contextual_kb.runtime.errors import TransformationError
 
 StrategyName = Literal["claude", "structural", "none"]
-ContextMode = Literal["per_chunk", "grouped", "published"]
+ContextMode = Literal["per_chunk", "grouped", "auto", "published"]
 CacheTtl = Literal["5m", "1h"]
 OnModelError = Literal["fallback", "fail"]
 Chunking = Literal["kb", "structure"]

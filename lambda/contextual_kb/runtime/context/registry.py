@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 from contextual_kb.runtime.context.base import ContextStrategy
+from contextual_kb.runtime.observability import logger
 from contextual_kb.runtime.settings import Settings
 
 
 def build_strategy(settings: Settings) -> ContextStrategy:
     if settings.context_strategy == "claude":
         from contextual_kb.runtime.context.claude.engine import ClaudeStrategy
+        from contextual_kb.runtime.context.claude.pricing import known_model, unknown_model_warning
 
+        if not known_model(settings.model_id):
+            # Built once per execution environment (handler.runtime), so this is one line per cold start.
+            logger.warning(
+                unknown_model_warning(settings.model_id, settings.model_prices, settings.min_cache_tokens)
+            )
         return ClaudeStrategy(settings)
     if settings.context_strategy == "none":
         from contextual_kb.runtime.context.passthrough import PassThroughStrategy

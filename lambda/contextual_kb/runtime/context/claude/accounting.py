@@ -46,6 +46,7 @@ class ModelAccounting:
     answers_rejected: Counter[str] = field(default_factory=Counter)  # by reason (then the fallback)
     answers_capped: int = 0  # kept, cut to CONTEXT_MAX_CHARS
     grouped_retries: int = 0  # chunks missing from a grouped answer, asked again alone
+    grouped_units: int = 0  # CONTEXT_MODE=auto: document units asked in groups (too short to cache)
     fallbacks: Counter[str] = field(default_factory=Counter)  # chunks given the fallback, by reason
     deferred: int = 0  # CONTEXT_DEFER=always: chunks left for `ckb contextualize` (structural for now)
     documents_pending: int = 0  # documents recorded as pending
@@ -106,6 +107,7 @@ class ModelAccounting:
             "answers_rejected": dict(self.answers_rejected),
             "answers_capped": self.answers_capped,
             "grouped_retries": self.grouped_retries,
+            "grouped_units": self.grouped_units,
             "fallbacks": dict(self.fallbacks),
             "deferred": self.deferred,
             "documents_pending": self.documents_pending,

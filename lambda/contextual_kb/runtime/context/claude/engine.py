@@ -108,6 +108,9 @@ class ClaudeStrategy(ContextStrategy):
         self._pending = pending
         self.published = settings.context_mode == "published"
         self.grouped = settings.context_mode == "grouped"
+        # auto: per-chunk calls where the document's prefix is cached (long enough, more than one call),
+        # grouped calls where it cannot be (each per-chunk call would pay the whole document again).
+        self.auto = settings.context_mode == "auto"
         self.prompt = PromptSettings(
             model_id=settings.model_id,
             instruction=settings.context_instruction,
@@ -117,8 +120,8 @@ class ClaudeStrategy(ContextStrategy):
         )
         self.fingerprint = self.prompt.fingerprint(
             settings.context_mode,
-            settings.group_size if self.grouped else 0,
-            GROUPED_PROMPT_VERSION if self.grouped else "",
+            settings.group_size if self.grouped or self.auto else 0,
+            GROUPED_PROMPT_VERSION if self.grouped or self.auto else "",
             settings.max_document_tokens,
             settings.window_tokens,
             settings.opening_tokens,
@@ -209,6 +212,7 @@ class _Open:
     remembered: Remembered = field(default_factory=Remembered)
     learned: dict[str, str] = field(default_factory=dict)  # new model contexts, by place key
     code: str = ""  # grouped mode: the code of this document's chunk markers
+    grouped_units: set[int] = field(default_factory=set)  # units asked in groups (grouped mode, or auto)
     fallback: dict[int, str] = field(default_factory=dict)  # chunk index -> reason
     scheduled: bool = False
     cacheable: list[bool] = field(default_factory=list)
@@ -350,7 +354,7 @@ class _Run:
             if len(units) > 1 or (units and units[0].windowed):
                 self.acct.windowed_documents += 1
         opened = _Open(seq, document, units, [None] * document.chunk_count)
-        if self.s.grouped:
+        if self.s.grouped or self.s.auto:
             opened.code = marker_code(document.document.text)
         if self.memory_on:
             opened.memory_key = document_key(
@@ -408,7 +412,13 @@ class _Run:
                 opened.cacheable.append(False)
                 continue
             chunks = [i for i in unit.chunks if i in needed]
-            if self.s.grouped:
+            if self.s.auto and not (len(chunks) > 1 and self._long_enough(opened, number)):
+                opened._texts.pop(number, None)  # measured as the plain unit: it is shown marked
+                opened.grouped_units.add(number)
+                self.acct.grouped_units += 1
+            elif self.s.grouped:
+                opened.grouped_units.add(number)
+            if number in opened.grouped_units:
                 size = self.settings.group_size
                 groups = [tuple(chunks[i : i + size]) for i in range(0, len(chunks), size)]
                 jobs = [Job(opened.seq, number, g, grouped=True) for g in groups]
@@ -434,7 +444,7 @@ class _Run:
             document = opened.document
             if self.s.published:  # the published algorithm: the batch's own chunks joined
                 text = "\n".join(document.chunk(i) for i in spec.chunks)
-            elif self.s.grouped:
+            elif unit in opened.grouped_units:
                 spans = document.document.spans
                 text = marked_unit(spec, document.document.text, lambda i: spans[i].start, opened.code)
             else:

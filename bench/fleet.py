@@ -1,0 +1,225 @@
+"""Many invocations, one model quota: N invocations of the real handler at once, in separate processes, each
+on its own slice of the codebase corpus, against one Bedrock stand-in that enforces one account quota
+(requests and tokens per minute, counted as Bedrock counts them: input and the output reserved by
+max_tokens, not cache reads).
+
+Each invocation runs as the Lambda would: its own process, its own S3 (moto, in process), the real anthropic
+SDK; they start together (a shared start time). Reported per N: aggregate chunks/s, the share of the quota
+used (requests and tokens, over the time the stand-in was busy), throttles (429s), the SDK's retries, chunks
+given the structural fallback, the slowest invocation against the fastest, whether any passed its deadline,
+and whether every chunk came back exactly once with its text.
+
+    .venv/bin/python bench/fleet.py [--fleet 1,4,16] [--rpm 600] [--tpm 800000] [--mode per_chunk]
+        [--timeout 900] [--throttle-rate 0] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from corpus import DEFAULT_DATASET, load_documents, offline_environment  # bench/corpus.py
+
+BUCKET = "fleet-intermediate"
+MODEL_ID = "global.anthropic.claude-haiku-4-5-20251001-v1:0"
+
+
+def slices(documents: list[dict[str, Any]], count: int) -> list[list[dict[str, Any]]]:
+    """``count`` slices of about equal chunks: the largest document first into the lightest slice. Pure."""
+    out: list[list[dict[str, Any]]] = [[] for _ in range(count)]
+    weights = [0] * count
+    for document in sorted(documents, key=lambda d: -len(d["chunks"])):
+        lightest = weights.index(min(weights))
+        out[lightest].append(document)
+        weights[lightest] += len(document["chunks"])
+    return out
+
+
+def worker(args: argparse.Namespace) -> int:
+    """One invocation: stage this slice in its own S3, wait for the common start, run the handler."""
+    offline_environment(log_level="INFO")
+    os.environ.update(
+        {
+            "CONTEXT_STRATEGY": "claude",
+            "ANTHROPIC_BEDROCK_BASE_URL": args.url,
+            "MODEL_ID": MODEL_ID,
+            "CONTEXT_MODE": args.mode,
+        }
+    )
+    import boto3
+    from moto import mock_aws
+
+    from contextual_kb.evaluation.offline import stage_corpus
+    from contextual_kb.local.kb_staging import build_event
+    from contextual_kb.local.lambda_context import LocalLambdaContext
+    from contextual_kb.local.runner import invoke
+
+    documents = slices(load_documents(args.dataset), args.of)[args.slice]
+    with mock_aws():
+        s3 = boto3.client("s3")
+        s3.create_bucket(Bucket=BUCKET)
+        staged = stage_corpus(s3, BUCKET, documents)
+        event = build_event(BUCKET, staged)
+        from contextual_kb.runtime import handler
+
+        handler.runtime()  # the cold start's init (the client), before the common start
+        time.sleep(max(0.0, args.start_at - time.time()))
+        context = LocalLambdaContext(timeout_seconds=args.timeout)
+        result = invoke(event, context)
+        intact = True
+        for source, produced in zip(staged, result.response["outputFiles"], strict=True):
+            items = [i for ref in produced["contentBatches"] for i in result.after[ref["key"]].file_contents]
+            intact &= len(items) == len(source.chunks) and all(
+                i.content_body.endswith(c) for i, c in zip(items, source.chunks, strict=True)
+            )
+    summary = next(
+        (json.loads(line) for line in result.log.splitlines() if '"transformation complete"' in line), {}
+    )
+    model = summary.get("model", {})
+    print(
+        json.dumps(
+            {
+                "slice": args.slice,
+                "chunks": sum(len(d["chunks"]) for d in documents),
+                "seconds": round(result.seconds, 2),
+                "deadline_passed": result.seconds > args.timeout,
+                "calls": model.get("calls", 0),
+                "retries": model.get("retries", 0),
+                "throttles": model.get("throttles", 0),
+                "requeued": model.get("requeued_calls", 0),
+                "fallbacks": model.get("fallbacks", {}),
+                "from_model": model.get("chunks_from_model", 0),
+                "intact": intact,
+            }
+        ),
+        flush=True,
+    )
+    return 0
+
+
+def standin_stats(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{url}/_standin/stats", timeout=10) as response:
+        return json.loads(response.read())
+
+
+def run_fleet(count: int, args: argparse.Namespace, url: str) -> dict[str, Any]:
+    start_at = time.time() + 8 + count * 0.6  # every worker staged and initialised first
+    command = [
+        sys.executable, __file__, "--worker", "--url", url, "--of", str(count), "--mode", args.mode,
+        "--timeout", str(args.timeout), "--start-at", str(start_at), "--dataset", str(args.dataset),
+    ]  # fmt: skip
+    processes = [
+        subprocess.Popen([*command, "--slice", str(i)], stdout=subprocess.PIPE, text=True)
+        for i in range(count)
+    ]
+    results = []
+    for process in processes:
+        out, _ = process.communicate(timeout=args.timeout + 120)
+        lines = [line for line in out.splitlines() if line.startswith('{"slice"')]
+        if process.returncode != 0 or not lines:
+            raise RuntimeError(f"a worker failed ({process.returncode}): {out[-2000:]}")
+        results.append(json.loads(lines[-1]))
+    wall = max(r["seconds"] for r in results)
+    stats = standin_stats(url)
+    busy = stats["busy_seconds"] or wall
+    chunks = sum(r["chunks"] for r in results)
+    fallbacks = sum(sum(r["fallbacks"].values()) for r in results)
+    seconds = [r["seconds"] for r in results]
+    per_chunk_time = [r["seconds"] / r["chunks"] for r in results]
+    request_share = stats["answered"] / (args.rpm / 60 * busy) if args.rpm else None
+    token_share = stats["quota_tokens"] / (args.tpm / 60 * busy) if args.tpm else None
+    return {
+        "invocations": count,
+        "chunks": chunks,
+        "wall_seconds": round(wall, 1),
+        "chunks_per_second": round(chunks / wall, 2),
+        "requests_answered": stats["answered"],
+        "quota_requests_used": None if request_share is None else round(request_share, 3),
+        "quota_tokens_used": None if token_share is None else round(token_share, 3),
+        "quota_used": round(max(s for s in (request_share, token_share, 0.0) if s is not None), 3),
+        "throttles": stats["throttled"],
+        "retries": sum(r["retries"] for r in results),
+        "requeued": sum(r["requeued"] for r in results),
+        "fallbacks": fallbacks,
+        "fallback_share": round(fallbacks / chunks, 4),
+        "fallback_reasons": _merged([r["fallbacks"] for r in results]),
+        "slowest_seconds": max(seconds),
+        "fastest_seconds": min(seconds),
+        "slowest_vs_fastest": round(max(seconds) / min(seconds), 2),
+        "slowest_vs_fastest_per_chunk": round(max(per_chunk_time) / min(per_chunk_time), 2),
+        "deadline_passed": any(r["deadline_passed"] for r in results),
+        "chunks_lost": 0 if all(r["intact"] for r in results) else "SOME",
+    }
+
+
+def _merged(counts: list[dict[str, int]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for count in counts:
+        for reason, n in count.items():
+            total[reason] = total.get(reason, 0) + n
+    return total
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASET)
+    parser.add_argument("--fleet", default="1,4,16", help="numbers of invocations at once")
+    parser.add_argument("--rpm", type=int, default=600, help="the account's requests per minute")
+    parser.add_argument("--tpm", type=int, default=800_000, help="the account's tokens per minute")
+    parser.add_argument("--mode", default="per_chunk", help="CONTEXT_MODE")
+    parser.add_argument("--timeout", type=int, default=900, help="each invocation's Lambda timeout, seconds")
+    parser.add_argument("--latency-ms", type=float, default=300.0)
+    parser.add_argument("--per-token-ms", type=float, default=2.0)
+    parser.add_argument("--throttle-rate", type=float, default=0.0, help="share of calls answered 429 anyway")
+    parser.add_argument("--json", type=Path)
+    # A worker (one invocation), started by the fleet.
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--slice", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--of", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--start-at", type=float, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        return worker(args)
+    offline_environment()
+    from contextual_kb.local.bedrock_standin import standin_subprocess
+
+    rows = []
+    for count in [int(n) for n in args.fleet.split(",")]:
+        with standin_subprocess(
+            args.latency_ms, args.per_token_ms, args.rpm, args.tpm, args.throttle_rate
+        ) as url:  # a fresh quota (and cache) for each fleet
+            result = run_fleet(count, args, url)
+        rows.append(result)
+        print(json.dumps(result), flush=True)
+    print(
+        f"\nquota: {args.rpm} requests/min, {args.tpm:,} tokens/min; CONTEXT_MODE={args.mode}\n"
+        "| N | chunks/s | quota used (requests / tokens) | throttles | retries | fallbacks "
+        "| slowest / fastest | deadline passed | chunks lost |\n|---|---|---|---|---|---|---|---|---|"
+    )
+    for r in rows:
+        print(
+            f"| {r['invocations']} | {r['chunks_per_second']} | {100 * r['quota_used']:.1f}% "
+            f"({_pct(r['quota_requests_used'])} / {_pct(r['quota_tokens_used'])}) | {r['throttles']} | "
+            f"{r['retries']} | {r['fallbacks']} ({100 * r['fallback_share']:.2f}%) | "
+            f"{r['slowest_vs_fastest']}x ({r['slowest_seconds']} / {r['fastest_seconds']} s) | "
+            f"{'yes' if r['deadline_passed'] else 'no'} | {r['chunks_lost']} |"
+        )
+    if args.json:
+        args.json.write_text(json.dumps({"rpm": args.rpm, "tpm": args.tpm, "rows": rows}, indent=2) + "\n")
+    return 0
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
