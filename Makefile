@@ -8,7 +8,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-long test-lifecycle lint format bench bench-contextualize bench-load bench-reliability bench-structural bench-chunking bench-batch bench-cold-start eval-dense synth deploy destroy clean
+.PHONY: demo test test-long test-lifecycle lint format bench bench-contextualize bench-fleet bench-load bench-reliability bench-structural bench-chunking bench-batch bench-cold-start eval-dense synth deploy destroy clean
 
 # The CDK CLI, pinned: the 3.x CLI rejects this app's cloud assembly. It runs the app with this venv's
 # Python (cdk.json's "app" names .venv's, for a CLI run by hand).
@@ -68,6 +68,9 @@ bench: $(STAMP)  ## retrieval benchmark on ../shared/datasets/codebase (dev spli
 
 bench-contextualize: $(STAMP)  ## claude strategy speed and cost vs the published algorithm (~8 min)
 	$(BIN)/python bench/contextualize.py
+
+bench-fleet: $(STAMP)  ## 1, 4 and 16 invocations at once sharing one model quota (~7 min)
+	$(BIN)/python bench/fleet.py
 
 bench-reliability: $(STAMP)  ## fault injection at full size: a 429 storm, 5xx, hangs, deadline, S3 (~5 min)
 	$(BIN)/python bench/reliability.py --scale full
