@@ -10,9 +10,11 @@ split again one level down. The chunks partition the document in order; with ``o
 repeats the end of the one before it (the partition is made ``overlap_tokens`` smaller, so a chunk with its
 overlap still fits ``max_tokens``).
 
-Tokens are counted as words and punctuation marks (``\\w{1,16}|[^\\w\\s]``: a longer word counts once per 16
-characters, as a subword tokenizer splits it too): the KB's tokenizer is not public, and the count only has
-to keep chunks in the range the embedding model takes.
+Tokens are counted by ``runtime/tokens.py``'s estimate (one a CJK, kana, hangul or Thai character, a
+character each in long runs of base64 or hex, words otherwise): the embedding models' tokenizers are not
+public, and the count only has to keep chunks in the range the embedding model takes, in any script. Text
+without spaces (Chinese, Japanese) is cut after its sentence ends (。！？) and, failing those, after its
+commas and other closing marks, never inside a character with its marks.
 
 Time: O(n log n) in the document's size and its boundaries. Tokens are counted once, per 4 KiB block, into
 prefix sums; a range's count reads them plus at most two partial blocks; every level scans a range once.
@@ -29,8 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from contextual_kb.runtime.context.outline import Outline, OutlineTimeoutError, outline
+from contextual_kb.runtime.tokens import TOKEN
 
-TOKEN = re.compile(r"\w{1,16}|[^\w\s]")
 SECTION_SEPARATOR = " › "
 # ckb_section in each chunk's metadata, in UTF-8 bytes: S3 Vectors allows 2 KB of filterable metadata per
 # vector, shared with the KB's keys, the user's and the context's copy.
@@ -46,7 +48,11 @@ _ATTACHED = re.compile(rf"(?:@|#(?!{_PREPROCESSOR})|//|/\*|\*|--|;;)")
 _MAX_ATTACHED_LINES = 40
 _PARAGRAPH = re.compile(r"\n[^\S\n]*\n\s*")
 _LINE = re.compile(r"\n")
-_SENTENCE = re.compile(r"[.!?。！？]+[\"'’”)\]]*\s+")
+# A sentence end: followed by white space, or, in text written without spaces, a CJK full stop, exclamation
+# or question mark with its closing quotes or brackets.
+_SENTENCE = re.compile(r"[.!?。！？]+[\"'’”)\]]*\s+|[。！？]+[」』”’）】〕]*")
+# After these a cut falls between phrases of text written without spaces (the mark stays with its phrase).
+_PHRASE_ENDS = frozenset("、，,；;：:。！？」』）】〕")
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,12 +279,12 @@ class _Splitter:
                 if count > self.max:
                     cut = at
                     break
-                if at > position and text[at - 1].isspace():
+                if at > position and (text[at - 1].isspace() or text[at - 1] in _PHRASE_ENDS):
                     word_start = at
             if cut < 0:
                 out.append((position, end))
                 return
-            if not text[cut - 1].isspace():
+            if not (text[cut - 1].isspace() or text[cut - 1] in _PHRASE_ENDS):
                 cut = word_start if word_start > position else _cluster_edge(text, position, cut, end)
             out.append((position, cut))
             position = cut
