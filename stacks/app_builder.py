@@ -10,7 +10,7 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
 from stacks.attach import AttachStack
-from stacks.config import load
+from stacks.config import check_context_keys, load
 from stacks.nag import acknowledge
 from stacks.stack import ContextualKbStack
 
@@ -30,6 +30,7 @@ def build_app(
 ) -> tuple[cdk.App, ContextualKbStack | AttachStack]:
     # Context from the CDK CLI (cdk.json, -c) takes precedence over these, as CDK documents.
     app = cdk.App(context={**feature_flags(), **(context or {})})
+    check_context_keys(app.node.get_all_context())  # a typo in a key fails here, not at the bill
     config = load({key: app.node.try_get_context(key) for key in _context_keys()})
     kind = AttachStack if config.attach else ContextualKbStack  # attach: to a Knowledge Base the user has
     stack = kind(app, config.stack_name, config=config, code=code)  # type: ignore[arg-type]

@@ -7,6 +7,7 @@ is deployed.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -282,6 +283,28 @@ _ATTACH_ONLY = frozenset({"intermediateBucketName", "intermediateKmsKeyArn", "re
 
 
 ATTACH_STACK_NAME = "ContextualKbAttached"
+
+
+def setting_names() -> list[str]:
+    return sorted(f.alias for f in StackConfig.model_fields.values() if f.alias)
+
+
+def check_context_keys(keys: Iterable[str]) -> None:
+    """A context key that is neither a setting nor the CDK's own (``@aws-cdk/...`` flags, ``aws:cdk:...``
+    from the CLI, cached lookups, which all hold ``:`` or start with ``@``) is a typo: ``-c
+    vectorstore=s3vectors`` would deploy OpenSearch Serverless. Fails in one line, naming the closest
+    setting."""
+    import difflib
+
+    names = setting_names()
+    for key in sorted(keys):
+        if key.startswith("@") or ":" in key or key in names:
+            continue
+        close = difflib.get_close_matches(key, names, n=1, cutoff=0.6) or [
+            n for n in names if n.lower() == key.lower()
+        ]
+        hint = f"did you mean {close[0]}?" if close else "README, Settings, lists them"
+        raise ConfigError(f"CDK context {key}: not a setting of this stack ({hint})")
 
 
 def load(context: dict[str, Any]) -> StackConfig:

@@ -206,3 +206,22 @@ def test_the_shipped_cdk_json_holds_the_cdks_flags_and_no_setting() -> None:
     settings = {f.alias for f in StackConfig.model_fields.values()}
     assert not settings & set(context)
     assert all(name.startswith("@aws-cdk") for name in context)
+
+
+def test_a_misspelt_setting_fails_synth_in_one_line(tmp_path: Path) -> None:
+    """`-c vectorstore=s3vectors` would deploy OpenSearch Serverless (hundreds of dollars a month): an unknown
+    key fails synth, through the CLI as users run it, naming the closest setting."""
+    (command, *_) = cdk_commands(["deploy", "CDK_CONTEXT=-c vectorstore=s3vectors"], {})
+    ran = subprocess.run(
+        as_synth(command, tmp_path / "out"),
+        cwd=ROOT,
+        env=_environment(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert ran.returncode != 0
+    errors = [line for line in ran.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [
+        "error: CDK context vectorstore: not a setting of this stack (did you mean vectorStore?)"
+    ]
