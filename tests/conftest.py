@@ -18,6 +18,11 @@ os.environ.update(
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_SESSION_TOKEN": "testing",
         "AWS_DEFAULT_REGION": "us-east-1",
+        # The user's AWS setup never reaches a test: a foreign region (AWS_REGION wins over the default),
+        # a profile that does not exist, a config file naming either.
+        "AWS_REGION": "us-east-1",
+        "AWS_CONFIG_FILE": os.devnull,
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
         "POWERTOOLS_TRACE_DISABLED": "true",
         "POWERTOOLS_METRICS_NAMESPACE": "ContextualKBTest",
         # Tests choose the claude strategy explicitly, with the stand-in (fixture ``standin``). Any model
@@ -26,7 +31,13 @@ os.environ.update(
         "ANTHROPIC_BEDROCK_BASE_URL": "http://127.0.0.1:9",
     }
 )
-for _name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_BEARER_TOKEN_BEDROCK"):
+for _name in (
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_BEARER_TOKEN_BEDROCK",
+):
     os.environ.pop(_name, None)
 for _name in [n for n in os.environ if n.startswith("CONTEXT_") and n != "CONTEXT_STRATEGY"]:
     os.environ.pop(_name, None)

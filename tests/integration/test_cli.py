@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -113,6 +114,63 @@ def test_transform_with_claude_against_a_given_endpoint(standin: object) -> None
     assert result.exit_code == 0, result.output
     assert "Transformation summary" in result.output
     assert standin.stats.answered > 0  # type: ignore[attr-defined]
+
+
+def test_transform_says_where_the_model_calls_went_and_what_they_cost(standin: object) -> None:
+    result = runner.invoke(
+        app, ["transform", str(EVENTS / "markdown" / "event.json"), "--strategy", "claude"]
+    )
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    url = standin.url  # type: ignore[attr-defined]
+    # An earlier test's contexts may be remembered (one local S3 per process): counted, not called.
+    assert re.search(
+        rf"model calls: \d+ to the model endpoint {url} \(ANTHROPIC_BEDROCK_BASE_URL\)"
+        r"(; \d+ chunk\(s\) took the context remembered from an earlier run)? tokens:",
+        said,
+    ), said
+    assert "cost $0.0" in said and "fallbacks" not in said
+
+
+def _refuse_every_call(standin: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bad credentials, as Bedrock answers them: every call refused (403 is not retried). Contexts an
+    earlier test left in this process's local S3 are not remembered: each ckb run is a process of its own."""
+    standin.config.fault_for = lambda seen: 403  # type: ignore[attr-defined]
+    monkeypatch.setenv("CONTEXT_MEMORY_PREFIX", "")
+
+
+def test_transform_fails_when_no_chunk_got_the_models_context(
+    standin: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _refuse_every_call(standin, monkeypatch)
+    event = str(EVENTS / "markdown" / "event.json")
+    result = runner.invoke(app, ["transform", event, "--strategy", "claude"])
+    assert result.exit_code == 1, result.output
+    said = " ".join(result.output.split())
+    assert "fallbacks: 5 chunk(s) got a structural context instead of the model's (model_unavail" in said
+    assert result.stderr.startswith("error: no chunk got the model's context: every context is a structural")
+    assert "--allow-fallback" in result.stderr and "Traceback" not in result.output
+    # --json keeps standard output for the response; the account of the model calls goes to stderr.
+    as_json = runner.invoke(app, ["transform", event, "--strategy", "claude", "--json"])
+    assert as_json.exit_code == 1
+    assert json.loads(as_json.stdout)["outputFiles"]
+    assert "fallbacks: 5 chunk(s)" in " ".join(as_json.stderr.split())
+    accepted = runner.invoke(app, ["transform", event, "--strategy", "claude", "--allow-fallback"])
+    assert accepted.exit_code == 0, accepted.output
+    assert "fallbacks: 5 chunk(s)" in " ".join(accepted.output.split())
+
+
+def test_transform_with_some_fallbacks_says_so_and_succeeds(
+    standin: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CONTEXT_MEMORY_PREFIX", "")
+    refusals = [400]  # the first call is refused (400 is not retried), the others answered
+    standin.config.fault_for = lambda seen: refusals.pop() if refusals else None  # type: ignore[attr-defined]
+    event = str(EVENTS / "multi-batch" / "event.json")
+    result = runner.invoke(app, ["transform", event, "--strategy", "claude"])
+    said = " ".join(result.output.split())
+    assert result.exit_code == 0, result.output
+    assert "fallbacks: 1 chunk(s) got a structural context instead of the model's (model_rejected 1)" in said
 
 
 def test_help_lists_the_commands() -> None:

@@ -4,6 +4,7 @@ from dataclasses import astuple
 
 import pytest
 
+from contextual_kb.runtime import observability
 from contextual_kb.runtime.context import registry
 from contextual_kb.runtime.context.claude import pricing
 from contextual_kb.runtime.context.claude.accounting import ModelAccounting, Usage, percentile
@@ -351,7 +352,7 @@ def test_an_unknown_model_is_one_warning_per_cold_start(monkeypatch: pytest.Monk
     from contextual_kb.runtime import handler
 
     recorder = Recorder()
-    monkeypatch.setattr(registry, "logger", recorder)
+    monkeypatch.setattr(observability, "logger", recorder)
     monkeypatch.setenv("CONTEXT_STRATEGY", "claude")
     monkeypatch.setenv("MODEL_ID", "global.anthropic.claude-opus-5")
     monkeypatch.setenv("CONTEXT_MEMORY_PREFIX", "")
@@ -369,7 +370,7 @@ def test_an_unknown_model_is_one_warning_per_cold_start(monkeypatch: pytest.Monk
 
 def test_a_known_model_is_no_warning(monkeypatch: pytest.MonkeyPatch) -> None:
     recorder = Recorder()
-    monkeypatch.setattr(registry, "logger", recorder)
+    monkeypatch.setattr(observability, "logger", recorder)
     registry.build_strategy(claude_settings("global." + HAIKU_45))
     registry.build_strategy(Settings.from_env({"CONTEXT_STRATEGY": "structural", "MODEL_ID": "nova"}))
     assert recorder.warnings == []

@@ -131,22 +131,27 @@ def contextualize(
 
     try:
         if local:
-            from contextual_kb.deferred.offline import run_local
-            from contextual_kb.evaluation.offline import load_corpus
-            from contextual_kb.local.batch_standin import BatchConfig
+            from contextual_kb.local.environment import offline_aws
 
-            config = BatchConfig()
-            limits = Limits(min_records or config.min_records, max_records, max_file_bytes, max_job_bytes)
-            run = run_local(
-                load_corpus(corpus),
-                group_size=group_size,
-                limits=limits,
-                batch=config,
-                on_demand_retry=on_demand_retry,
-                dry_run=dry_run,
-                log=log,
-                progress=progress,
-            )
+            # The user's AWS setup is not read offline, from before the runtime is imported (its tracer
+            # builds an X-Ray client, which reads the profile).
+            with offline_aws():
+                from contextual_kb.deferred.offline import run_local
+                from contextual_kb.evaluation.offline import load_corpus
+                from contextual_kb.local.batch_standin import BatchConfig
+
+                config = BatchConfig()
+                limits = Limits(min_records or config.min_records, max_records, max_file_bytes, max_job_bytes)
+                run = run_local(
+                    load_corpus(corpus),
+                    group_size=group_size,
+                    limits=limits,
+                    batch=config,
+                    on_demand_retry=on_demand_retry,
+                    dry_run=dry_run,
+                    log=log,
+                    progress=progress,
+                )
             result = run.as_dict()
         else:
             limits = Limits(min_records or 100, max_records, max_file_bytes, max_job_bytes)

@@ -149,17 +149,20 @@ def eval_command(
     if not local:
         rows = _deployed(documents, labelled, cutoffs, stack, region, state, skip_sync)
     else:
+        from contextual_kb.local.environment import offline_aws
+
         try:
-            rows = evaluate(
-                documents,
-                labelled,
-                strategies=chosen,
-                analyzers=chosen_analyzers,
-                ks=cutoffs,
-                retrievals=retrievals,
-                rrf_k=rrf_k,
-                bedrock=bedrock,
-            )
+            with offline_aws(keep_credentials=bedrock):  # the user's AWS setup is not read offline
+                rows = evaluate(
+                    documents,
+                    labelled,
+                    strategies=chosen,
+                    analyzers=chosen_analyzers,
+                    ks=cutoffs,
+                    retrievals=retrievals,
+                    rrf_k=rrf_k,
+                    bedrock=bedrock,
+                )
         except DenseUnavailableError as exc:
             raise usage("--retrieval", str(exc)) from None
     if as_json:
@@ -192,15 +195,18 @@ def _compare_chunkers(
         raise usage("--chunkers", "chunkers are compared offline only", "Add --local")
     if chunk_overlap > chunk_tokens // 2:
         raise usage("--chunk-overlap", f"{chunk_overlap} is more than half of --chunk-tokens {chunk_tokens}")
-    rows = compare_chunkers(
-        documents,
-        labelled,
-        chunkers=chosen,
-        max_tokens=chunk_tokens,
-        overlap_tokens=chunk_overlap,
-        analyzers=analyzers,
-        ks=cutoffs,
-    )
+    from contextual_kb.local.environment import offline_aws
+
+    with offline_aws():
+        rows = compare_chunkers(
+            documents,
+            labelled,
+            chunkers=chosen,
+            max_tokens=chunk_tokens,
+            overlap_tokens=chunk_overlap,
+            analyzers=analyzers,
+            ks=cutoffs,
+        )
     compared = compared_cutoff(cutoffs)
     gains = versus_fixed(rows, compared)
     if as_json:

@@ -5,13 +5,20 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
+
+# Before anything imports the runtime: Powertools builds its Tracer at import, and an X-Ray client with it
+# (which reads the user's AWS profile); the command line never traces.
+os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
 
 import typer
 from rich.console import Console
 
 from contextual_kb.cli.errors import CkbGroup, choice
-from contextual_kb.cli.terminal import console, write_json
+from contextual_kb.cli.terminal import console, error_console, write_json
+
+if TYPE_CHECKING:
+    from contextual_kb.local.model_endpoint import ModelEndpoint
 
 
 def _click_style_arguments() -> None:
@@ -119,8 +126,39 @@ def transform(
     logs: Annotated[
         bool, typer.Option(help="Also print the handler's log lines and metrics (JSON lines, on stderr).")
     ] = False,
+    allow_fallback: Annotated[
+        bool,
+        typer.Option(
+            "--allow-fallback",
+            help="With claude: exit 0 even when no chunk got the model's context (all structural fallbacks).",
+        ),
+    ] = False,
 ) -> None:
     """Run the real transformation handler on EVENT_FILE and print a summary."""
+    from contextlib import nullcontext
+
+    from contextual_kb.local.environment import offline_aws
+
+    # Offline (no S3 endpoint given) reads nothing of the user's AWS setup (--bedrock keeps credentials),
+    # from before the runtime is imported: its tracer builds an X-Ray client, which reads the profile.
+    with nullcontext() if endpoint else offline_aws(keep_credentials=bedrock):
+        _transform(
+            event_file, objects, endpoint, strategy, bedrock, chunking, show, as_json, logs, allow_fallback
+        )
+
+
+def _transform(
+    event_file: Path,
+    objects: Path | None,
+    endpoint: str | None,
+    strategy: str | None,
+    bedrock: bool,
+    chunking: str | None,
+    show: int,
+    as_json: bool,
+    logs: bool,
+    allow_fallback: bool,
+) -> None:
     from contextlib import nullcontext
 
     import boto3
@@ -140,7 +178,7 @@ def transform(
         os.environ["AWS_ENDPOINT_URL_S3"] = endpoint
     out = console()
     with (
-        model_endpoint(bedrock=bedrock) if strategy == "claude" else nullcontext(),
+        model_endpoint(bedrock=bedrock) if strategy == "claude" else nullcontext() as model,
         nullcontext(endpoint) if endpoint else s3server.local_s3(),
     ):
         if objects_dir.is_dir():
@@ -155,10 +193,32 @@ def transform(
         sys.stderr.write(result.log)
     if as_json:
         write_json(result.response)
-        return
-    print_summary(out, result)
-    if show:
-        print_chunks(out, result, show)
+    else:
+        print_summary(out, result)
+        if show:
+            print_chunks(out, result, show)
+    if model is not None:
+        _report_model(result.summary(), model, error_console() if as_json else out, allow_fallback)
+
+
+def _report_model(
+    summary: dict[str, object], model: ModelEndpoint, out: Console, allow_fallback: bool
+) -> None:
+    """Where the model calls went and what fell back; a run in which the model gave no chunk its context
+    fails unless the user accepts structural contexts (a dead endpoint must not pass for a good run)."""
+    from contextual_kb.cli.errors import CliError
+    from contextual_kb.cli.render import model_gave_nothing, model_lines
+    from contextual_kb.cli.terminal import plain
+
+    for line in model_lines(summary, model.description, standin=model.kind == "stand-in"):
+        out.print(plain(line))
+    if model_gave_nothing(summary) and not allow_fallback:
+        raise CliError(
+            "no chunk got the model's context",
+            f"every context is a structural fallback; the calls went to {model.description}",
+            "Check that endpoint, your credentials and model access (--logs shows each failure), "
+            "or pass --allow-fallback to accept structural contexts",
+        )
 
 
 @app.command()
@@ -195,13 +255,33 @@ def demo(
     ] = True,
 ) -> None:
     """Offline demo: local S3, KB-style chunking, the real handler, chunks before and after."""
+
+    from contextual_kb.local.environment import offline_aws
+
+    os.environ["CONTEXT_STRATEGY"] = strategy
+    out = console()
+    # The user's AWS setup is not read offline (--bedrock keeps credentials), from before the runtime is
+    # imported (its tracer builds an X-Ray client, which reads the profile).
+    with offline_aws(keep_credentials=bedrock):
+        _demo(out, documents, max_tokens, overlap, chunks_per_batch, show, strategy, bedrock, evaluate)
+
+
+def _demo(
+    out: Console,
+    documents: Path,
+    max_tokens: int,
+    overlap: int,
+    chunks_per_batch: int,
+    show: int,
+    strategy: str,
+    bedrock: bool,
+    evaluate: bool,
+) -> None:
     from contextlib import nullcontext
 
     from contextual_kb.cli.demo import run_demo
     from contextual_kb.local.model_endpoint import model_endpoint
 
-    os.environ["CONTEXT_STRATEGY"] = strategy
-    out = console()
     with model_endpoint(bedrock=bedrock) if strategy == "claude" else nullcontext() as endpoint:
         run_demo(
             out,

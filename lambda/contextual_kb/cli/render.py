@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
@@ -96,3 +98,41 @@ def split_body(new: ContentItem, old: ContentItem | None) -> tuple[str, str]:
 
 def _preview(text: str) -> str:
     return text if len(text) <= PREVIEW_CHARS else text[:PREVIEW_CHARS].rstrip() + " …"
+
+
+def model_lines(summary: dict[str, Any], where: str, *, standin: bool) -> list[str]:
+    """Where the model calls of a run went, how many, their tokens and cost, and every chunk that fell back
+    to a structural context and why: from the handler's "transformation complete" log line. Pure."""
+    model = summary.get("model") or {}
+    calls, retries = int(model.get("calls", 0)), int(model.get("retries", 0))
+    remembered = int(model.get("chunks_remembered", 0))
+    lines = [
+        f"model calls: {calls} to {where}"
+        + (f", {retries} retried" if retries else "")
+        + (f"; {remembered} chunk(s) took the context remembered from an earlier run" if remembered else "")
+    ]
+    cost = float(model.get("estimated_cost_usd", 0.0))
+    price = "what Amazon Bedrock would charge; the stand-in charges nothing" if standin else "estimated"
+    lines.append(
+        f"tokens: {model.get('input_tokens', 0):,} in, {model.get('cache_read_tokens', 0):,} read from "
+        f"cache, {model.get('cache_write_tokens', 0):,} written to it, {model.get('output_tokens', 0):,} "
+        f"out; "
+        f"cost ${cost:.4f} ({price})"
+    )
+    fallbacks = {str(k): int(v) for k, v in (model.get("fallbacks") or {}).items() if v}
+    if fallbacks:
+        failed = {str(k): int(v) for k, v in (model.get("failed_calls") or {}).items() if v}
+        why = ", ".join(f"{reason} {count}" for reason, count in sorted(fallbacks.items()))
+        calls_failed = ", ".join(f"{kind} {count}" for kind, count in sorted(failed.items()))
+        lines.append(
+            f"fallbacks: {sum(fallbacks.values())} chunk(s) got a structural context instead of the model's "
+            f"({why})" + (f"; failed calls: {calls_failed}" if calls_failed else "")
+        )
+    return lines
+
+
+def model_gave_nothing(summary: dict[str, Any]) -> bool:
+    """True when the model was asked and no chunk got its context: every context was a fallback. Pure."""
+    model = summary.get("model") or {}
+    answered = int(model.get("chunks_from_model", 0)) + int(model.get("chunks_remembered", 0))
+    return answered == 0 and sum(int(v) for v in (model.get("fallbacks") or {}).values()) > 0

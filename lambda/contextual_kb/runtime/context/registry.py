@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from contextual_kb.runtime.context.base import ContextStrategy
-from contextual_kb.runtime.observability import logger
 from contextual_kb.runtime.settings import Settings
 
 
@@ -11,6 +10,10 @@ def build_strategy(settings: Settings) -> ContextStrategy:
     if settings.context_strategy == "claude":
         from contextual_kb.runtime.context.claude.engine import ClaudeStrategy
         from contextual_kb.runtime.context.claude.pricing import known_model, unknown_model_warning
+
+        # Here, not at the top: importing the package must not build the tracer (an X-Ray client, which
+        # reads the user's AWS profile) for commands that never transform.
+        from contextual_kb.runtime.observability import logger
 
         if not known_model(settings.model_id):
             # Built once per execution environment (handler.runtime), so this is one line per cold start.
