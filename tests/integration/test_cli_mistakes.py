@@ -215,3 +215,42 @@ def test_help_is_plain_and_whole_at_80_columns(monkeypatch: pytest.MonkeyPatch) 
     eval_help = " ".join(runner.invoke(app, ["eval", "--help"]).stdout.split())
     assert "../shared/datasets/codebase/evaluation_dev.jsonl" in eval_help
     assert "[default: index,code-aware]" in eval_help
+
+
+def test_demo_skips_what_is_not_text_and_reads_latin_1(tmp_path: Path) -> None:
+    (tmp_path / "report.pdf").write_bytes(b"%PDF-1.7\n\x00\x01\x02 binary streams")
+    (tmp_path / "notes.txt").write_bytes("café crème brûlée, naïve résumé. ".encode("latin-1") * 20)
+    result = runner.invoke(
+        app, ["demo", "--documents", str(tmp_path), "--strategy", "structural", "--no-eval", "--show", "1"]
+    )
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert "note: skipped report.pdf: PDF, not text" in said
+    assert "note: notes.txt is not UTF-8: read as Latin-1" in said
+    assert (
+        "café crème brûlée" in said
+        and "every chunk back exactly once, in order, original text intact: yes" in said
+    )
+
+
+def test_demo_with_no_text_document_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "scan.pdf").write_bytes(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3")
+    line = one_line(runner.invoke(app, ["demo", "--documents", str(tmp_path), "--no-eval"]), 2)
+    assert "no text documents in this folder (1 skipped: skipped scan.pdf: PDF, not text" in line
+
+
+def test_demo_outside_the_repository_says_where_to_run_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    line = one_line(runner.invoke(app, ["demo", "--no-eval"]), 2)
+    assert "run ckb demo from the repository's folder, or give --documents FOLDER" in line
+
+
+def test_eval_without_the_benchmark_says_how_to_get_it(tmp_path: Path) -> None:
+    # The default paths as a clone without ../shared beside it has them.
+    missing = tmp_path / "shared" / "datasets" / "codebase"
+    args = ["eval", "--local", "--queries", str(missing / "evaluation_dev.jsonl")]
+    line = one_line(runner.invoke(app, args), 2)
+    assert "anthropics/anthropic-cookbook, skills/contextual-embeddings/data" in line
+    assert "--corpus codebase_chunks.json --queries evaluation_set.jsonl" in line

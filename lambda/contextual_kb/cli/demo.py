@@ -39,12 +39,23 @@ def run_demo(
     show: int,
     endpoint: ModelEndpoint | None = None,
 ) -> bool:
-    paths = sorted(p for p in documents.iterdir() if p.is_file())
-    if not paths:
+    texts: dict[str, str] = {}
+    notes: list[str] = []
+    for path in sorted(p for p in documents.iterdir() if p.is_file()):
+        text, note = read_text_document(path.name, path.read_bytes())
+        if text is not None:
+            texts[path.name] = text
+        if note:
+            notes.append(note)
+    if not texts:
         raise InputFileError(
-            f"{documents}: no documents in this folder; give --documents a folder of text files"
+            f"{documents}: no text documents in this folder"
+            + (f" ({len(notes)} skipped: {notes[0]})" if notes else "")
+            + "; give --documents a folder of text files"
         )
     console.rule("contextual-kb demo (offline)")
+    for note in notes:
+        console.print(f"note: {note}", markup=False)
     console.print(
         f"strategy {os.environ.get('CONTEXT_STRATEGY', 'claude')} · fixed-size chunking "
         f"{max_tokens} tokens, {overlap}% overlap · {chunks_per_batch} chunks per batch object"
@@ -57,18 +68,17 @@ def run_demo(
         for bucket in (SOURCE_BUCKET, INTERMEDIATE_BUCKET):
             s3.create_bucket(Bucket=bucket)
         staged = []
-        for path in paths:
-            text = path.read_text(encoding="utf-8")
-            s3.put_object(Bucket=SOURCE_BUCKET, Key=path.name, Body=text.encode("utf-8"))
+        for name, text in texts.items():
+            s3.put_object(Bucket=SOURCE_BUCKET, Key=name, Body=text.encode("utf-8"))
             chunks = fixed_size_chunks(text, max_tokens=max_tokens, overlap_percentage=overlap)
             staged.append(
                 stage_file(
                     s3,
                     INTERMEDIATE_BUCKET,
-                    f"s3://{SOURCE_BUCKET}/{path.name}",
+                    f"s3://{SOURCE_BUCKET}/{name}",
                     chunks,
                     chunks_per_batch=chunks_per_batch,
-                    file_metadata={"source_name": path.name},
+                    file_metadata={"source_name": name},
                 )
             )
         event = build_event(INTERMEDIATE_BUCKET, staged)
@@ -96,6 +106,33 @@ def run_demo(
     if show:
         print_chunks(console, result, show)
     return intact
+
+
+# What a Knowledge Base's parser reads and the demo does not: it stages text, as the KB's chunker gets it.
+_BINARY_KINDS = {
+    b"%PDF": "PDF",
+    b"PK\x03\x04": "a zip archive (Word, Excel, PowerPoint)",
+    b"\xd0\xcf\x11\xe0": "an Office file",
+}
+
+
+def read_text_document(name: str, data: bytes) -> tuple[str | None, str]:
+    """(text, note) of a file for the demo: UTF-8 text as it is; other text read as Latin-1 (which never
+    fails) with a note; binary formats and empty files skipped with a note saying why. Pure."""
+    kind = next((label for magic, label in _BINARY_KINDS.items() if data.startswith(magic)), None)
+    if kind is None and b"\x00" in data[:8192]:
+        kind = "binary"
+    if kind is not None:
+        return None, (
+            f"skipped {name}: {kind}, not text; the demo stages text files (a Knowledge Base parses PDF, "
+            "Word and HTML itself before our function sees the chunks)"
+        )
+    if not data.strip():
+        return None, f"skipped {name}: empty"
+    try:
+        return data.decode("utf-8-sig"), ""
+    except UnicodeDecodeError:
+        return data.decode("latin-1"), f"{name} is not UTF-8: read as Latin-1 (the KB expects UTF-8 text)"
 
 
 def model_lines(result: runner.RunResult, endpoint: ModelEndpoint, documents: list[str]) -> list[str]:

@@ -119,10 +119,23 @@ def explain(exc: BaseException) -> CliError | None:
     return None
 
 
+# A default path that is missing says where the command runs from, not only that the path is missing.
+_MISSING_DEFAULTS = {
+    "'events/documents'": "The sample documents are in the repository: run ckb demo from the repository's "
+    "folder, or give --documents FOLDER (text files)",
+    "/shared/datasets/codebase/": "The codebase benchmark lies beside a clone of the repository "
+    "(../shared/datasets/codebase); it is Anthropic's published set "
+    "(github.com/anthropics/anthropic-cookbook, skills/contextual-embeddings/data): give "
+    "--corpus codebase_chunks.json --queries evaluation_set.jsonl",
+}
+
+
 def _usage(exc: typer.TyperException) -> CliError:
     context = getattr(exc, "ctx", None)
     todo = f"Run '{context.command_path} --help' for the options" if context is not None else ""
     message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+    if "does not exist" in message:
+        todo = next((hint for path, hint in _MISSING_DEFAULTS.items() if path in message), todo)
     return CliError(message.rstrip("."), todo=todo, code=getattr(exc, "exit_code", 2))
 
 
