@@ -249,7 +249,22 @@ def test_ckb_contextualize_against_a_deployed_stack_reads_its_outputs(
             }
             jobs.add_response("list_ingestion_jobs", {"ingestionJobSummaries": []}, listed)
             args = ["contextualize", "--region", "us-east-1", "--min-records", "1", "--poll-seconds", "0.02"]
-            result = CliRunner().invoke(app, [*args, "--group-size", "2", "--no-reingest", "--json"])
+            args += ["--group-size", "2", "--no-reingest", "--json"]
+            # Paid work: the plan's estimate first; with no terminal to ask on and no --yes, nothing is sent.
+            before = pending(world)
+            refused = CliRunner().invoke(app, args)
+            assert refused.exit_code == 1, refused.output
+            said = " ".join(refused.stderr.split())
+            assert (
+                "paid: contexts for 20 pending chunk(s) of 4 document(s) by Bedrock batch inference" in said
+            )
+            assert "about $0.0" in said and said.endswith("Pass --yes to go on (the estimate is above)")
+            assert pending(world).keys() == before.keys() and world.standin.jobs == {}
+            cfn.add_response(
+                "describe_stacks", outputs(BatchRoleArn="arn:aws:iam::123456789012:role/ckb-batch")
+            )
+            jobs.add_response("list_ingestion_jobs", {"ingestionJobSummaries": []}, listed)
+            result = CliRunner().invoke(app, [*args, "--yes"])
         assert result.exit_code == 0, result.output
         summary = json.loads(result.stdout)
         assert summary["pending_after"] == 0 and summary["contexts_stored"] == 20 and summary["jobs"] == 1

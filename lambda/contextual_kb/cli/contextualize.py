@@ -12,6 +12,7 @@ from rich.table import Table
 from contextual_kb.cli.datasets import DATASET, SHOWN_DATASET
 from contextual_kb.cli.errors import CliError, usage
 from contextual_kb.cli.kb import Region, Stack, deployment_of, ingestion_of
+from contextual_kb.cli.paid import YES_HELP
 from contextual_kb.cli.terminal import console, error_console, plain, write_json
 from contextual_kb.query.deployment import DEFAULT_STACK
 
@@ -98,6 +99,7 @@ def contextualize(
         float, typer.Option(help="Seconds between job status checks.", min=0.01, metavar="SECONDS")
     ] = 30.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print only the summary, as JSON.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", help=YES_HELP)] = False,
     stack: Stack = DEFAULT_STACK,
     region: Region = None,
 ) -> None:
@@ -167,6 +169,7 @@ def contextualize(
                 reingest,
                 log,
                 progress,
+                yes,
             )
     finally:
         if tasks:
@@ -189,7 +192,9 @@ def _on_aws(
     reingest: bool,
     log: Any,
     progress: Any,
+    yes: bool,
 ) -> dict[str, Any]:
+    from contextual_kb.cli.paid import confirm
     from contextual_kb.deferred import services
     from contextual_kb.deferred.concurrency import S3_CONNECTIONS
     from contextual_kb.deferred.contextualize import Contextualizer, Options
@@ -231,6 +236,12 @@ def _on_aws(
         ),
         log=log,
         progress=progress,
+        confirm=lambda quote: confirm(
+            f"contexts for {quote.pending_before:,} pending chunk(s) of {quote.documents:,} document(s) by "
+            f"Bedrock batch inference ({quote.records:,} records)",
+            f"about ${quote.cost_usd:,.2f}",
+            yes=yes,
+        ),
     )
     summary = contextualizer.run(reingest=_reingest(deployment, ingestion, s3, log) if reingest else None)
     return summary.as_dict()

@@ -39,20 +39,7 @@ def run_demo(
     show: int,
     endpoint: ModelEndpoint | None = None,
 ) -> bool:
-    texts: dict[str, str] = {}
-    notes: list[str] = []
-    for path in sorted(p for p in documents.iterdir() if p.is_file()):
-        text, note = read_text_document(path.name, path.read_bytes())
-        if text is not None:
-            texts[path.name] = text
-        if note:
-            notes.append(note)
-    if not texts:
-        raise InputFileError(
-            f"{documents}: no text documents in this folder"
-            + (f" ({len(notes)} skipped: {notes[0]})" if notes else "")
-            + "; give --documents a folder of text files"
-        )
+    texts, notes = read_folder(documents)
     console.rule("contextual-kb demo (offline)")
     for note in notes:
         console.print(f"note: {note}", markup=False)
@@ -106,6 +93,37 @@ def run_demo(
     if show:
         print_chunks(console, result, show)
     return intact
+
+
+def read_folder(documents: Path) -> tuple[dict[str, str], list[str]]:
+    """The folder's text documents by file name, and a note for each file skipped or read as Latin-1."""
+    texts: dict[str, str] = {}
+    notes: list[str] = []
+    for path in sorted(p for p in documents.iterdir() if p.is_file()):
+        text, note = read_text_document(path.name, path.read_bytes())
+        if text is not None:
+            texts[path.name] = text
+        if note:
+            notes.append(note)
+    if not texts:
+        raise InputFileError(
+            f"{documents}: no text documents in this folder"
+            + (f" ({len(notes)} skipped: {notes[0]})" if notes else "")
+            + "; give --documents a folder of text files"
+        )
+    return texts, notes
+
+
+def document_sizes(documents: Path, *, max_tokens: int, overlap: int) -> list[tuple[int, int]]:
+    """(tokens by the model engine's estimate, chunks) of each document the demo would stage."""
+    texts, _ = read_folder(documents)
+    return [
+        (
+            estimate_tokens(text),
+            len(fixed_size_chunks(text, max_tokens=max_tokens, overlap_percentage=overlap)),
+        )
+        for text in texts.values()
+    ]
 
 
 # What a Knowledge Base's parser reads and the demo does not: it stages text, as the KB's chunker gets it.

@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 
 from contextual_kb.cli.errors import CkbGroup, choice
+from contextual_kb.cli.paid import YES_HELP
 from contextual_kb.cli.terminal import console, error_console, write_json
 
 if TYPE_CHECKING:
@@ -56,10 +57,22 @@ BEDROCK_HELP = (
 )
 
 
+def _version(asked: bool) -> None:
+    if asked:
+        from importlib.metadata import version
+
+        typer.echo(f"ckb {version('contextual-kb')}")
+        raise typer.Exit()
+
+
 @app.callback()
 def root(
     debug: Annotated[
         bool, typer.Option("--debug", help="On an error, show the traceback too (also: CKB_DEBUG=1).")
+    ] = False,
+    show_version: Annotated[
+        bool,
+        typer.Option("--version", help="Print the version and exit.", callback=_version, is_eager=True),
     ] = False,
 ) -> None:
     """Contextual retrieval for Amazon Bedrock Knowledge Bases."""
@@ -133,6 +146,7 @@ def transform(
             help="With claude: exit 0 even when no chunk got the model's context (all structural fallbacks).",
         ),
     ] = False,
+    yes: Annotated[bool, typer.Option("--yes", help=YES_HELP)] = False,
 ) -> None:
     """Run the real transformation handler on EVENT_FILE and print a summary."""
     from contextlib import nullcontext
@@ -143,7 +157,17 @@ def transform(
     # from before the runtime is imported: its tracer builds an X-Ray client, which reads the profile.
     with nullcontext() if endpoint else offline_aws(keep_credentials=bedrock):
         _transform(
-            event_file, objects, endpoint, strategy, bedrock, chunking, show, as_json, logs, allow_fallback
+            event_file,
+            objects,
+            endpoint,
+            strategy,
+            bedrock,
+            chunking,
+            show,
+            as_json,
+            logs,
+            allow_fallback,
+            yes,
         )
 
 
@@ -158,6 +182,7 @@ def _transform(
     as_json: bool,
     logs: bool,
     allow_fallback: bool,
+    yes: bool,
 ) -> None:
     from contextlib import nullcontext
 
@@ -176,6 +201,8 @@ def _transform(
         os.environ["CHUNKING"] = chunking
     if endpoint:
         os.environ["AWS_ENDPOINT_URL_S3"] = endpoint
+    if logs:  # the metrics the function would send to CloudWatch, as EMF lines beside its log
+        os.environ["POWERTOOLS_METRICS_DISABLED"] = "false"
     out = console()
     with (
         model_endpoint(bedrock=bedrock) if strategy == "claude" else nullcontext() as model,
@@ -183,6 +210,8 @@ def _transform(
     ):
         if objects_dir.is_dir():
             runner.upload_objects(boto3.client("s3"), str(event.get("bucketName")), objects_dir)
+        if model is not None and model.kind == "Bedrock":
+            _confirm_contexts(runner.document_sizes(event), yes)
         try:
             result = runner.invoke(event)
         except runner.HandlerError as failed:
@@ -199,6 +228,23 @@ def _transform(
             print_chunks(out, result, show)
     if model is not None:
         _report_model(result.summary(), model, error_console() if as_json else out, allow_fallback)
+
+
+def _confirm_contexts(documents: list[tuple[int, int]], yes: bool) -> None:
+    """Model contexts for ``documents`` (tokens, chunks) on the user's account: the estimate, then a yes."""
+    from contextual_kb.cli.paid import confirm, estimate_contexts
+    from contextual_kb.runtime.context.claude.pricing import min_cache_tokens
+    from contextual_kb.runtime.settings import Settings
+
+    settings = Settings.from_env()
+    estimate = estimate_contexts(
+        documents,
+        settings.model_id,
+        min_cache_tokens=min_cache_tokens(settings.model_id, settings.min_cache_tokens),
+        max_output_tokens=settings.context_max_tokens,
+    )
+    chunks = sum(count for _, count in documents)
+    confirm(f"{chunks:,} chunk contexts by {settings.model_id} on Amazon Bedrock", estimate.line(), yes=yes)
 
 
 def _report_model(
@@ -253,6 +299,7 @@ def demo(
             help="End with retrieval quality on the codebase benchmark: raw, structural, and this strategy.",
         ),
     ] = True,
+    yes: Annotated[bool, typer.Option("--yes", help=YES_HELP)] = False,
 ) -> None:
     """Offline demo: local S3, KB-style chunking, the real handler, chunks before and after."""
 
@@ -263,7 +310,7 @@ def demo(
     # The user's AWS setup is not read offline (--bedrock keeps credentials), from before the runtime is
     # imported (its tracer builds an X-Ray client, which reads the profile).
     with offline_aws(keep_credentials=bedrock):
-        _demo(out, documents, max_tokens, overlap, chunks_per_batch, show, strategy, bedrock, evaluate)
+        _demo(out, documents, max_tokens, overlap, chunks_per_batch, show, strategy, bedrock, evaluate, yes)
 
 
 def _demo(
@@ -276,6 +323,7 @@ def _demo(
     strategy: str,
     bedrock: bool,
     evaluate: bool,
+    yes: bool,
 ) -> None:
     from contextlib import nullcontext
 
@@ -283,6 +331,13 @@ def _demo(
     from contextual_kb.local.model_endpoint import model_endpoint
 
     with model_endpoint(bedrock=bedrock) if strategy == "claude" else nullcontext() as endpoint:
+        if endpoint is not None and endpoint.kind == "Bedrock":
+            from contextual_kb.cli.demo import document_sizes
+
+            sizes = document_sizes(documents, max_tokens=max_tokens, overlap=overlap)
+            if evaluate:
+                sizes += _benchmark_sizes()
+            _confirm_contexts(sizes, yes)
         run_demo(
             out,
             documents,
@@ -294,6 +349,18 @@ def _demo(
         )
         if evaluate:
             _demo_eval(out, strategy, endpoint)
+
+
+def _benchmark_sizes() -> list[tuple[int, int]]:
+    """(tokens, chunks) of the codebase benchmark's documents, when it is here (the demo's table)."""
+    from contextual_kb.cli.datasets import DATASET
+    from contextual_kb.evaluation.offline import load_corpus
+    from contextual_kb.runtime.context.claude.windows import estimate_tokens
+
+    corpus = DATASET / "codebase_chunks.json"
+    if not corpus.exists():
+        return []
+    return [(estimate_tokens(d["content"]), len(d["chunks"])) for d in load_corpus(corpus)]
 
 
 def _demo_eval(out: Console, strategy: str, endpoint: object) -> None:

@@ -31,7 +31,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import closing
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -164,8 +164,11 @@ class Contextualizer:
         log: Callable[[str], None] = lambda _: None,
         progress: Callable[[str, int, int], None] = lambda *_: None,
         sleep: Callable[[float], None] = time.sleep,
+        confirm: Callable[[Summary], None] | None = None,
     ) -> None:
         self.s3 = s3
+        # Shown the plan's estimate before anything is submitted (a new run, not a dry one); raises to stop.
+        self.confirm = confirm
         self.bedrock = bedrock
         self.options = options
         self.source_state = source_state or (lambda _uri, _at: "unknown")
@@ -262,6 +265,10 @@ class Contextualizer:
             summary.floor_usd = self._floor(planned, documents)
             if options.dry_run:
                 self._estimate(summary, planned, on_demand)
+            elif self.confirm is not None and planned:
+                quote = replace(summary, estimated=True, notes=list(summary.notes))
+                self._estimate(quote, planned, on_demand)
+                self.confirm(quote)
             state = self._new_state(run, summary, spool, jobs, on_demand)
         state["documents"] = known
         return state

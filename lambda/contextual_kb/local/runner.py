@@ -144,6 +144,22 @@ def load_event(path: Path) -> dict[str, Any]:
     return event
 
 
+def document_sizes(event: dict[str, Any]) -> list[tuple[int, int]]:
+    """(tokens by the model engine's estimate, text chunks) of each file of ``event``, rebuilt from its batch
+    objects as the handler does: what a paid run's estimate needs."""
+    from contextual_kb.runtime.context.claude.windows import estimate_tokens
+    from contextual_kb.runtime.documents import assemble
+
+    s3 = boto3.client("s3")
+    bucket = event.get("bucketName", "")
+    sizes = []
+    for file in event.get("inputFiles", []):
+        batches = _snapshot(s3, bucket, _keys([file]))
+        chunks = [i.content_body for b in batches.values() for i in b.file_contents if i.is_text]
+        sizes.append((estimate_tokens(assemble(chunks).text), len(chunks)))
+    return sizes
+
+
 def _keys(files: list[dict[str, Any]]) -> Iterator[str]:
     for file in files:
         for batch in file.get("contentBatches", []) if isinstance(file, dict) else []:

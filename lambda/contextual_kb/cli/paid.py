@@ -1,0 +1,77 @@
+"""Paid work asks first: what it is, what it should cost, then a yes (``--yes``, or a person at a terminal).
+
+A command that would spend money on the user's account (Bedrock model calls with ``--bedrock``, ``eval``
+with a model or a stack, ``contextualize``) prints its estimate on stderr and goes on only when told to.
+Without a terminal to ask on and without ``--yes`` it stops, in one line, before any paid call.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import typer
+
+from contextual_kb.cli.errors import CliError
+from contextual_kb.cli.terminal import error_console
+
+YES_HELP = "Go on with paid work without asking (its estimate is printed first)."
+# Around each chunk: the system prompt and the instruction (162 tokens by the engine's own estimate, UTF-8
+# bytes / 3) and the tags. Out: 74 tokens a context measured on the codebase corpus (docs/BENCHMARKS.md,
+# "Contextualizing with Claude") for the estimate, the CONTEXT_MAX_TOKENS cap for the bound.
+PROMPT_TOKENS = 180
+TYPICAL_OUTPUT_TOKENS = 74
+
+
+@dataclass(frozen=True)
+class Estimate:
+    usd: float  # documents the model can cache written once and read by the calls after the first
+    most_usd: float  # no cache read at all and every context as long as it may be
+    calls: int
+
+    def line(self) -> str:
+        return f"about ${self.usd:,.2f}, at most ${self.most_usd:,.2f} ({self.calls:,} model calls)"
+
+
+def estimate_contexts(
+    documents: Sequence[tuple[int, int]], model_id: str, *, min_cache_tokens: int, max_output_tokens: int
+) -> Estimate:
+    """What per-chunk contexts (the default mode: a call per chunk, the document prompt-cached) cost for
+    ``documents`` given as (document tokens, chunks), at the model's on-demand prices. Pure."""
+    from contextual_kb.runtime.context.claude.pricing import prices_for
+
+    prices = prices_for(model_id)
+    usd = most = 0.0
+    calls = 0
+    for tokens, chunks in documents:
+        if chunks <= 0:
+            continue
+        calls += chunks
+        around = (tokens / chunks + PROMPT_TOKENS) * prices.input  # the chunk and the prompt, each call
+        most += chunks * (around + tokens * prices.input + max_output_tokens * prices.output)
+        usd += chunks * (around + TYPICAL_OUTPUT_TOKENS * prices.output)
+        if tokens >= min_cache_tokens and chunks > 1:
+            usd += tokens * prices.cache_write("5m") + (chunks - 1) * tokens * prices.cache_read
+        else:
+            usd += chunks * tokens * prices.input
+    return Estimate(usd / 1e6, most / 1e6, calls)
+
+
+def _interactive() -> bool:
+    return sys.stdin.isatty()
+
+
+def confirm(what: str, estimate: str, *, yes: bool) -> None:
+    """Say what the paid work is and its estimate (stderr); go on only with ``--yes`` or a person's yes."""
+    error_console().print(f"paid: {what}: {estimate}", markup=False)
+    if yes:
+        return
+    if not _interactive():
+        raise CliError(
+            "paid work not started",
+            "standard input is not a terminal to ask for a yes",
+            "Pass --yes to go on (the estimate is above)",
+        )
+    if not typer.confirm("Go on?", default=False, err=True):
+        raise typer.Abort()
