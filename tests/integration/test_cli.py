@@ -67,8 +67,10 @@ def test_demo_uses_the_standin_even_with_aws_credentials(monkeypatch: pytest.Mon
     assert "would cost about $" in text and "Claude Haiku 4.5" in text
     # These documents are below Haiku 4.5's cacheable minimum: the demo says why nothing was cached.
     assert "under Claude Haiku 4.5's 4,096-token cacheable minimum" in text
-    # The context is labelled in text, not only in colour.
-    assert "context: This chunk is from" in text and "chunk: " in text
+    # The context is labelled in text, not only in colour, and as the stand-in's: a newcomer must not take
+    # a context made by rule for Claude's.
+    assert "context (the stand-in's, made by rule: not a model's): This chunk is from" in text
+    assert "chunk: " in text
 
 
 def test_demo_with_bedrock_and_no_credentials_says_how_to_configure_them(

@@ -194,6 +194,13 @@ def test_ckb_contextualize_local_prints_the_summary_and_json() -> None:
         assert key in summary, key
     assert summary["pending_after"] == 0 and summary["model_calls_during_reingest"] == 0
     assert summary["model_contexts"] == summary["chunks"] == 737
+    # The table says whose contexts and what costs these are: the stand-in's, and money not spent.
+    table = CliRunner().invoke(app, ["contextualize", "--local", "--dry-run"])
+    assert table.exit_code == 0, table.output
+    said = " ".join(table.output.split())
+    assert "(local: S3 and batch inference stand-ins)" in said and "cost on Bedrock, had it run there" in said
+    assert "the contexts are the batch stand-in's (made by rule, not by a model)" in said
+    assert "nothing was spent" in said
 
 
 def test_ckb_contextualize_against_a_deployed_stack_reads_its_outputs(

@@ -103,3 +103,17 @@ def test_invalid_bodies_and_scripted_faults() -> None:
     standin.fail_next(2, status=503)
     assert [standin.answer(MODEL, body(SHORT), 0.0)[0] for _ in range(3)] == [503, 503, 200]
     assert standin.stats.faults == 2 and standin.stats.invalid == 2
+
+
+def test_contexts_never_cut_a_word_in_two() -> None:
+    """The demo shows the stand-in's contexts: a long title or chunk is cut at a space, marked with "…"."""
+    from contextual_kb.local.bedrock_standin import _contexts
+
+    title = "Rate limiting for outbound API calls " + "withaverylongidentifier " * 6
+    chunk = "elapsed = max(0.0, now - self._state.updated_at_of_the_bucket_state) " * 8
+    text = _contexts(f"<document>\n{title}\nbody\n</document>", f"<chunk>\n{chunk}\n</chunk>")
+    title_part, covers = text.removeprefix("This chunk is from ").split(". It covers: ")
+    assert title_part.endswith("withaverylongidentifier…") and len(title_part) <= 100
+    assert covers.endswith("…."), covers
+    words = set(chunk.split()) | set(title.split())
+    assert all(w.rstrip("…") in words for w in covers.removesuffix("….").split()), covers

@@ -177,7 +177,7 @@ def contextualize(
     if as_json:
         write_json(result)
         return
-    _print(result)
+    _print(result, local=local)
 
 
 def _on_aws(
@@ -287,9 +287,12 @@ def _reingest(deployment: Any, ingestion: Any, s3: Any, log: Any) -> Any:
     return run
 
 
-def _print(result: dict[str, Any]) -> None:
+def _print(result: dict[str, Any], *, local: bool = False) -> None:
     out = console()
-    table = Table(title=f"ckb contextualize {result.get('run', '')}".strip(), show_header=False)
+    title = f"ckb contextualize {result.get('run', '')}".strip()
+    if local:
+        title += " (local: S3 and batch inference stand-ins)"
+    table = Table(title=title, show_header=False)
     table.add_column("what")
     table.add_column("value", justify="right")
     rows = [
@@ -307,7 +310,11 @@ def _print(result: dict[str, Any]) -> None:
             "model calls during re-ingestion",
             "-" if result["model_calls_during_reingest"] is None else result["model_calls_during_reingest"],
         ),
-        ("cost" + (" (estimated)" if result["estimated"] else ""), f"${result['cost_usd']:.4f}"),
+        (
+            "cost"
+            + (" on Bedrock, had it run there" if local else " (estimated)" if result["estimated"] else ""),
+            f"${result['cost_usd']:.4f}",
+        ),
         ("floor (on demand, each document once)", f"${result['floor_usd']:.4f}"),
         ("cost / floor", "-" if result["cost_vs_floor"] is None else f"{result['cost_vs_floor']:.3f}"),
     ]
@@ -318,6 +325,13 @@ def _print(result: dict[str, Any]) -> None:
         out.print(f"dropped {count} pending record(s): {reason}", markup=False)
     for note in result.get("notes") or []:
         out.print(note, markup=False)
+    if local:
+        out.print(
+            "local: the contexts are the batch stand-in's (made by rule, not by a model); the model ID is "
+            "the one a stack would ask, and the costs are what Bedrock would charge for these tokens at its "
+            "batch and on-demand prices: nothing was spent",
+            markup=False,
+        )
 
 
 def register(app: typer.Typer) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import boto3
 from rich.console import Console
 
-from contextual_kb.cli.render import print_chunks, print_summary
+from contextual_kb.cli.render import STANDIN_CONTEXT, print_chunks, print_summary
 from contextual_kb.local import runner, s3server
 from contextual_kb.local.inputs import InputFileError
 from contextual_kb.local.kb_chunking import fixed_size_chunks
@@ -91,7 +91,8 @@ def run_demo(
         style="bold green" if intact else "bold red",
     )
     if show:
-        print_chunks(console, result, show)
+        standin = endpoint is not None and endpoint.kind == "stand-in"
+        print_chunks(console, result, show, label=STANDIN_CONTEXT if standin else "context")
     return intact
 
 

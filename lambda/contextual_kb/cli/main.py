@@ -188,7 +188,7 @@ def _transform(
 
     import boto3
 
-    from contextual_kb.cli.render import print_chunks, print_summary
+    from contextual_kb.cli.render import STANDIN_CONTEXT, print_chunks, print_summary
     from contextual_kb.local import runner, s3server
     from contextual_kb.local.model_endpoint import model_endpoint
     from contextual_kb.runtime.models import parse_event
@@ -225,7 +225,8 @@ def _transform(
     else:
         print_summary(out, result)
         if show:
-            print_chunks(out, result, show)
+            standin = model is not None and model.kind == "stand-in"
+            print_chunks(out, result, show, label=STANDIN_CONTEXT if standin else "context")
     if model is not None:
         _report_model(result.summary(), model, error_console() if as_json else out, allow_fallback)
 

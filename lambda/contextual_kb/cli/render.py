@@ -50,9 +50,13 @@ def print_summary(console: Console, result: RunResult) -> None:
     console.print(table, soft_wrap=False)
 
 
-def print_chunks(console: Console, result: RunResult, count: int) -> None:
+STANDIN_CONTEXT = "context (the stand-in's, made by rule: not a model's)"
+
+
+def print_chunks(console: Console, result: RunResult, count: int, *, label: str = "context") -> None:
     """The first ``count`` chunks of each file: the context the transformation added (labelled, so it reads
-    without colour), then the chunk (the KB's, or, chunked here by structure, ours with its section)."""
+    without colour; ``label`` says whose it is), then the chunk (the KB's, or, chunked here by structure,
+    ours with its section)."""
     for given, produced in zip(result.response_inputs(), result.response["outputFiles"], strict=True):
         before = [i for k in given for i in result.before[k].file_contents if i.is_text]
         after = [
@@ -62,7 +66,7 @@ def print_chunks(console: Console, result: RunResult, count: int) -> None:
         for index, new in enumerate(after[:count]):
             context, chunk = split_body(new, None if rechunked else before[index])
             body = Text()
-            body.append("context: ", style="bold")
+            body.append(f"{label}: ", style="bold")
             if context:
                 body.append(clean(context), style="green")
             else:

@@ -392,14 +392,23 @@ def _title(document: str) -> str:
     for raw in body.splitlines():
         line = raw.strip(" #/*-=\"'`\t")
         if len(line) > 3:
-            return line[:100].rstrip(".:;,")
+            return _cut(line, 100).rstrip(".:;,")
     return "an untitled document"
 
 
 def _summary(chunk: str) -> str:
     """The chunk's first words, without the closing punctuation of its own (the sentence adds a full stop)."""
     words = _WORD.findall(_MARKER.sub("", chunk))[:24]
-    return " ".join(words)[:200].rstrip(" .!?;:,") or "nothing readable"
+    return _cut(" ".join(words), 200).rstrip(" .!?;:,") or "nothing readable"
+
+
+def _cut(text: str, limit: int) -> str:
+    """``text`` within ``limit`` characters, cut at a space (a word is never cut in two) and marked "…"."""
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 1]
+    space = head.rfind(" ")
+    return (head[:space] if space > 0 else head).rstrip(" .!?;:,") + "…"
 
 
 def _contexts(document: str, question: str) -> str:
