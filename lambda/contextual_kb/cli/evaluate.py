@@ -18,6 +18,7 @@ from contextual_kb.evaluation.metrics import RRF_K, Difference
 from contextual_kb.evaluation.offline import Row, versus_raw
 
 STRATEGY_NAMES = ("none", "structural", "claude")
+ENGINES = ("python", "lucene")
 
 
 def names(option: str, value: str, allowed: Sequence[str], kind: str) -> list[str]:
@@ -83,6 +84,14 @@ def eval_command(
             metavar="NAMES",
         ),
     ] = "bm25",
+    engine: Annotated[
+        str,
+        typer.Option(
+            help="Offline BM25: python (bm25s), or lucene to add Lucene's BM25 with the deployed analysis "
+            "(OpenSearch's k1=1.2, b=0.75) beside it; lucene needs Java and `make lucene`.",
+            metavar="NAME",
+        ),
+    ] = "python",
     rrf_k: Annotated[int, typer.Option(help="Offline hybrid: the RRF constant.", min=1, metavar="N")] = RRF_K,
     bedrock: Annotated[
         bool,
@@ -132,6 +141,11 @@ def eval_command(
     chosen = names("--strategies", strategies, STRATEGY_NAMES, "strategy")
     chosen_analyzers = names("--analyzers", analyzers, list(ANALYZERS), "analyzer")
     retrievals = names("--retrieval", retrieval, RETRIEVALS, "retrieval")
+    (chosen_engine,) = names("--engine", engine, ENGINES, "engine")
+    if chosen_engine == "lucene" and (not local or chunkers is not None or retrievals != ["bm25"]):
+        raise usage("--engine", "lucene runs offline BM25 only", "Use it with --local and --retrieval bm25")
+    if chosen_engine == "lucene" and bedrock:  # its rows run the strategies again: Bedrock would bill twice
+        raise usage("--engine", "lucene with --bedrock would pay for every context twice", "Drop one of them")
     documents, labelled = load_corpus(corpus), load_queries(queries)
     if chunkers is not None:
         _compare_chunkers(
@@ -163,6 +177,8 @@ def eval_command(
                     rrf_k=rrf_k,
                     bedrock=bedrock,
                 )
+            if chosen_engine == "lucene":
+                rows = _with_lucene(rows, documents, labelled, chosen, cutoffs, bedrock)
         except DenseUnavailableError as exc:
             raise usage("--retrieval", str(exc)) from None
     if as_json:
@@ -175,6 +191,28 @@ def eval_command(
         )
         return
     print_table(console(), rows, cutoffs, title=f"{len(labelled)} queries, {len(documents)} documents")
+
+
+def _with_lucene(
+    rows: list[Row],
+    documents: list[dict],
+    labelled: list[dict],
+    strategies: list[str],
+    cutoffs: list[int],
+    bedrock: bool,
+) -> list[Row]:
+    """Each strategy's Lucene row placed after its Python rows."""
+    from contextual_kb.evaluation.lucene import LuceneUnavailableError, evaluate_lucene
+
+    try:
+        engine_rows = evaluate_lucene(documents, labelled, strategies=strategies, ks=cutoffs, bedrock=bedrock)
+    except LuceneUnavailableError as exc:
+        raise usage("--engine", str(exc)) from None
+    merged = list(rows)
+    for extra in engine_rows:
+        at = max((i for i, row in enumerate(merged) if row.chunks == extra.chunks), default=len(merged) - 1)
+        merged.insert(at + 1, extra)
+    return merged
 
 
 def _compare_chunkers(
