@@ -106,7 +106,11 @@ def test_demo_eval_table_includes_its_own_strategy_labelled_with_its_endpoint(
     rows = [line.split() for line in result.output.splitlines() if "bm25 index" in line]
     assert [row[0] for row in rows[:3]] == ["raw", "structural", "claude"]
     assert "claude (stand-in)" in result.output
-    assert "737 model calls to the local Bedrock stand-in" in " ".join(result.output.split())
+    said = " ".join(result.output.split())
+    assert "737 model calls to the local Bedrock stand-in" in said
+    # A newcomer reads why the stand-in's row is no better than raw chunks, and how to measure Claude's.
+    assert "This row measures the plumbing, not Claude: the stand-in's contexts are made by rule" in said
+    assert "--bedrock measures them here (paid)" in said
 
 
 def test_transform_with_claude_against_a_given_endpoint(standin: object) -> None:

@@ -100,7 +100,17 @@ def test_eval_against_the_deployed_kb_uploads_once_scores_and_resumes(
     with mock_aws():
         s3 = boto3.client("s3", region_name=REGION)
         s3.create_bucket(Bucket=BUCKET)
-        result = runner.invoke(app, [*args, "--state", str(state), "--json"])
+        # Paid work: the estimate first; no terminal to ask on and no --yes: nothing uploaded, nothing synced.
+        refused = runner.invoke(app, [*args, "--state", str(state), "--json"])
+        assert refused.exit_code == 1, refused.output
+        said = " ".join(refused.stderr.split())
+        assert (
+            said.startswith("paid: 2 chunk contexts by ")
+            and "plus the embeddings of the corpus and 4 " in said
+        )
+        assert "Pass --yes to go on" in said and "Contents" not in s3.list_objects_v2(Bucket=BUCKET)
+        aws.stubs["cloudformation"].add_response("describe_stacks", outputs(), {"StackName": "ContextualKb"})
+        result = runner.invoke(app, [*args, "--state", str(state), "--json", "--yes"])
         assert result.exit_code == 0, result.output
         assert sorted(o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"]) == [
             "ckb-eval/u0.txt",
@@ -119,7 +129,7 @@ def test_eval_against_the_deployed_kb_uploads_once_scores_and_resumes(
             stub.assert_no_pending_responses()
         # A rerun: nothing uploaded again, no query sent again (the state file answers), no sync.
         aws.stubs["cloudformation"].add_response("describe_stacks", outputs(), {"StackName": "ContextualKb"})
-        again = runner.invoke(app, [*args, "--state", str(state), "--skip-sync", "--json"])
+        again = runner.invoke(app, [*args, "--state", str(state), "--skip-sync", "--json", "--yes"])
         assert again.exit_code == 0, again.output
         assert "0 of 2 document(s) uploaded" in again.stdout
         assert json.loads(again.stdout[again.stdout.index("[") :]) == rows
@@ -132,7 +142,7 @@ def test_eval_reports_an_upload_failure_in_one_line(
     corpus, queries = corpus_files(tmp_path)
     args = ["eval", "--corpus", str(corpus), "--queries", str(queries), "--region", REGION]
     with mock_aws():  # the source bucket does not exist: S3 answers NoSuchBucket
-        result = runner.invoke(app, [*args, "--state", str(tmp_path / "state.jsonl")])
+        result = runner.invoke(app, [*args, "--state", str(tmp_path / "state.jsonl"), "--yes"])
     assert result.exit_code == 1
     line = " ".join(result.output.split())
     assert "error: PutObject failed: NoSuchBucket" in line and f"(bucket {BUCKET})" in line

@@ -127,3 +127,36 @@ def test_logs_show_the_functions_metrics(tmp_path: Path) -> None:
         for metric in block["Metrics"]
     }
     assert {"ChunksIn", "ChunksOut"} <= names, names
+
+
+def test_eval_local_with_bedrock_and_claude_asks_first(bedrock_credentials: None) -> None:
+    result = runner.invoke(app, ["eval", "--local", "--bedrock", "--strategies", "none,claude"])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith("paid: 737 chunk contexts by ")
+    assert "Pass --yes to go on" in result.stderr and "P@10" not in result.output
+    free = runner.invoke(app, ["eval", "--local", "--bedrock", "--strategies", "none", "--k", "10"])
+    assert free.exit_code == 0 and "paid:" not in free.stderr  # no model asked: nothing to pay
+
+
+def test_a_long_evaluation_reports_its_progress() -> None:
+    from contextual_kb.cli.datasets import DATASET
+    from contextual_kb.evaluation.offline import evaluate, load_corpus, load_queries
+
+    said: list[str] = []
+    documents = load_corpus(DATASET / "codebase_chunks.json")[:3]
+    queries = load_queries(DATASET / "evaluation_dev.jsonl")[:2]
+    evaluate(
+        documents,
+        queries,
+        strategies=["none", "structural"],
+        analyzers=["index"],
+        ks=[5],
+        progress=said.append,
+    )
+    chunks = sum(len(d["chunks"]) for d in documents)
+    assert said == [
+        f"raw: the handler over 3 documents ({chunks} chunks)",
+        "raw: BM25 with the index analysis, 2 queries",
+        f"structural: the handler over 3 documents ({chunks} chunks)",
+        "structural: BM25 with the index analysis, 2 queries",
+    ]

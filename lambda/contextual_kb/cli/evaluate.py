@@ -13,7 +13,8 @@ from rich.table import Table
 
 from contextual_kb.cli.datasets import DATASET, SHOWN_DATASET
 from contextual_kb.cli.errors import CliError, usage
-from contextual_kb.cli.terminal import console, write_json
+from contextual_kb.cli.paid import YES_HELP, confirm, confirm_contexts
+from contextual_kb.cli.terminal import console, status_line, write_json
 from contextual_kb.evaluation.metrics import RRF_K, Difference
 from contextual_kb.evaluation.offline import Row, versus_raw
 
@@ -118,6 +119,7 @@ def eval_command(
         int, typer.Option(help="With --chunkers: our CHUNK_OVERLAP_TOKENS.", min=0, max=4096, metavar="N")
     ] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print only the rows, as JSON.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", help=YES_HELP)] = False,
     stack: Annotated[
         str, typer.Option(envvar="CKB_STACK", help="Deployed: the stack's name.", metavar="NAME")
     ] = "ContextualKb",
@@ -161,12 +163,17 @@ def eval_command(
         )
         return
     if not local:
-        rows = _deployed(documents, labelled, cutoffs, stack, region, state, skip_sync)
+        rows = _deployed(documents, labelled, cutoffs, stack, region, state, skip_sync, yes)
     else:
         from contextual_kb.local.environment import offline_aws
 
+        if bedrock and "claude" in chosen:
+            confirm_contexts(_sizes(documents), yes=yes)
         try:
-            with offline_aws(keep_credentials=bedrock):  # the user's AWS setup is not read offline
+            with (
+                offline_aws(keep_credentials=bedrock),  # the user's AWS setup is not read offline
+                status_line("evaluating") as progress,
+            ):
                 rows = evaluate(
                     documents,
                     labelled,
@@ -176,6 +183,7 @@ def eval_command(
                     retrievals=retrievals,
                     rrf_k=rrf_k,
                     bedrock=bedrock,
+                    progress=progress,
                 )
             if chosen_engine == "lucene":
                 rows = _with_lucene(rows, documents, labelled, chosen, cutoffs, bedrock)
@@ -191,6 +199,13 @@ def eval_command(
         )
         return
     print_table(console(), rows, cutoffs, title=f"{len(labelled)} queries, {len(documents)} documents")
+
+
+def _sizes(documents: list[dict]) -> list[tuple[int, int]]:
+    """(tokens by the model engine's estimate, chunks) of each corpus document: what an estimate needs."""
+    from contextual_kb.runtime.context.claude.windows import estimate_tokens
+
+    return [(estimate_tokens(d["content"]), len(d["chunks"])) for d in documents]
 
 
 def _with_lucene(
@@ -372,7 +387,11 @@ def model_notes(rows: Sequence[Row]) -> list[str]:
             note += ": these rows measure structural contexts, not the model's"
         elif use.endpoint == "stand-in":
             note += (
-                ": the stand-in's contexts have a model's shape, not its judgement (--bedrock for Claude's)"
+                ". This row measures the plumbing, not Claude: the stand-in's contexts are made by rule "
+                "(the document's first line, the chunk's first words), so they add little a search can use "
+                "and may score at or below raw chunks. Claude's contexts are what Anthropic measured (35% "
+                "fewer top-20 failures with contextual embeddings, 49% with contextual BM25 too): --bedrock "
+                "measures them here (paid)"
             )
         notes[row.chunks] = note
     return list(notes.values())
@@ -400,6 +419,7 @@ def _deployed(
     region: str | None,
     state: Path,
     skip_sync: bool,
+    yes: bool,
 ) -> list[Row]:
     """Upload the corpus, sync, query every question with and without reranking, score."""
     from contextual_kb.cli.kb import deployment_of, ingestion_of, retriever_of
@@ -409,12 +429,25 @@ def _deployed(
 
     out = console()
     deployment = deployment_of(stack, region)
+    retrievals = f"{2 * len(labelled):,} retrievals ({len(labelled):,} queries, with and without reranking)"
+    if skip_sync:
+        confirm(f"{retrievals} on {deployment.stack}", "priced by your region's rerank model", yes=yes)
+    else:
+        confirm_contexts(
+            _sizes(documents),
+            yes=yes,
+            also=f"the embeddings of the corpus and {retrievals} on {deployment.stack}, priced by your "
+            "region's embedding and rerank models (contexts the stack remembers are not paid again)",
+        )
     s3 = aws_clients.client("s3", deployment.region)
-    uploaded = upload_corpus(s3, deployment.source_bucket, documents)
+    with status_line(f"uploading {len(documents):,} document(s)"):
+        uploaded = upload_corpus(s3, deployment.source_bucket, documents)
     out.print(f"{uploaded} of {len(documents)} document(s) uploaded (the rest were there already)")
     if not skip_sync:
         ingestion = ingestion_of(deployment)
-        job = list(ingestion.follow(ingestion.start()))[-1]
+        with status_line("ingestion: starting") as progress:
+            for job in ingestion.follow(ingestion.start()):
+                progress(f"ingestion job {job.job_id}: {job.status}")
         if job.status != "COMPLETE":
             raise CliError(
                 f"ingestion job {job.job_id} ended {job.status}",
@@ -425,7 +458,8 @@ def _deployed(
     for reranker in (DEFAULT_RERANKER, "none"):
         retriever = retriever_of(deployment, reranker, False, "hybrid")
         label = f"{deployment.knowledge_base_id}|{retriever.search_type}|{reranker}"
-        retrieved = run_queries(retriever, labelled, max(cutoffs), state, label)
+        with status_line(f"{label}: querying") as progress:
+            retrieved = run_queries(retriever, labelled, max(cutoffs), state, label, progress=progress)
         name = f"{retriever.search_type.lower()} + {'no rerank' if reranker == 'none' else 'rerank'}"
         rows.append(Row("deployed KB", name, score_deployed(documents, labelled, retrieved, cutoffs)))
     return rows

@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 
 from contextual_kb.cli.errors import CkbGroup, choice
-from contextual_kb.cli.paid import YES_HELP
+from contextual_kb.cli.paid import YES_HELP, confirm_contexts
 from contextual_kb.cli.terminal import console, error_console, write_json
 
 if TYPE_CHECKING:
@@ -211,7 +211,7 @@ def _transform(
         if objects_dir.is_dir():
             runner.upload_objects(boto3.client("s3"), str(event.get("bucketName")), objects_dir)
         if model is not None and model.kind == "Bedrock":
-            _confirm_contexts(runner.document_sizes(event), yes)
+            confirm_contexts(runner.document_sizes(event), yes=yes)
         try:
             result = runner.invoke(event)
         except runner.HandlerError as failed:
@@ -229,23 +229,6 @@ def _transform(
             print_chunks(out, result, show, label=STANDIN_CONTEXT if standin else "context")
     if model is not None:
         _report_model(result.summary(), model, error_console() if as_json else out, allow_fallback)
-
-
-def _confirm_contexts(documents: list[tuple[int, int]], yes: bool) -> None:
-    """Model contexts for ``documents`` (tokens, chunks) on the user's account: the estimate, then a yes."""
-    from contextual_kb.cli.paid import confirm, estimate_contexts
-    from contextual_kb.runtime.context.claude.pricing import min_cache_tokens
-    from contextual_kb.runtime.settings import Settings
-
-    settings = Settings.from_env()
-    estimate = estimate_contexts(
-        documents,
-        settings.model_id,
-        min_cache_tokens=min_cache_tokens(settings.model_id, settings.min_cache_tokens),
-        max_output_tokens=settings.context_max_tokens,
-    )
-    chunks = sum(count for _, count in documents)
-    confirm(f"{chunks:,} chunk contexts by {settings.model_id} on Amazon Bedrock", estimate.line(), yes=yes)
 
 
 def _report_model(
@@ -338,7 +321,7 @@ def _demo(
             sizes = document_sizes(documents, max_tokens=max_tokens, overlap=overlap)
             if evaluate:
                 sizes += _benchmark_sizes()
-            _confirm_contexts(sizes, yes)
+            confirm_contexts(sizes, yes=yes)
         run_demo(
             out,
             documents,

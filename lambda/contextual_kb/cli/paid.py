@@ -75,3 +75,21 @@ def confirm(what: str, estimate: str, *, yes: bool) -> None:
         )
     if not typer.confirm("Go on?", default=False, err=True):
         raise typer.Abort()
+
+
+def confirm_contexts(documents: Sequence[tuple[int, int]], *, yes: bool, also: str = "") -> None:
+    """Model contexts for ``documents`` (tokens, chunks) on the user's account: the estimate, then a yes.
+    ``also`` names what else the work pays for, unpriced here."""
+    from contextual_kb.runtime.context.claude.pricing import min_cache_tokens
+    from contextual_kb.runtime.settings import Settings
+
+    settings = Settings.from_env()
+    estimate = estimate_contexts(
+        documents,
+        settings.model_id,
+        min_cache_tokens=min_cache_tokens(settings.model_id, settings.min_cache_tokens),
+        max_output_tokens=settings.context_max_tokens,
+    )
+    chunks = sum(count for _, count in documents)
+    what = f"{chunks:,} chunk contexts by {settings.model_id} on Amazon Bedrock"
+    confirm(what, estimate.line() + (f", plus {also}" if also else ""), yes=yes)

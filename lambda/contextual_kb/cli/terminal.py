@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from rich.console import Console
 from rich.text import Text
@@ -40,3 +42,15 @@ def error_console() -> Console:
 def write_json(value: object) -> None:
     """JSON alone on standard output, whatever the terminal."""
     sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+
+
+@contextmanager
+def status_line(first: str) -> Iterator[Callable[[str], None]]:
+    """A long run's progress: one line on stderr, rewritten as the run moves on and gone when it ends; on a
+    terminal only (a log or a pipe gets the results, not the animation)."""
+    errors = error_console()
+    if not errors.is_terminal:
+        yield lambda _text: None
+        return
+    with errors.status(Text(clean(first))) as shown:
+        yield lambda text: shown.update(Text(clean(text)))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,12 @@ def upload_corpus(s3: Any, bucket: str, documents: Sequence[dict[str, Any]], pre
 
 
 def run_queries(
-    retriever: Retriever, queries: Sequence[dict[str, Any]], depth: int, state: Path, label: str
+    retriever: Retriever,
+    queries: Sequence[dict[str, Any]],
+    depth: int,
+    state: Path,
+    label: str,
+    progress: Callable[[str], None] = lambda _: None,
 ) -> dict[str, list[str]]:
     """query -> retrieved chunk texts (original, context removed), from the state file or the KB."""
     known: dict[str, list[str]] = {}
@@ -55,10 +60,11 @@ def run_queries(
             if entry.get("label") == label and entry.get("depth", 0) >= depth:
                 known[entry["query"]] = entry["retrieved"]
     with state.open("a") as out:
-        for query in queries:
+        for number, query in enumerate(queries, 1):
             text = query["query"]
             if text in known:
                 continue
+            progress(f"{label}: query {number:,} of {len(queries):,}")
             results = retriever.search(text, k=depth)
             known[text] = [r.text for r in results]
             out.write(

@@ -12,7 +12,7 @@ original_index, content}]}]`` and queries JSONL ``{query, golden_chunk_uuids: [[
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -259,6 +259,7 @@ def evaluate(
     rrf_k: int = RRF_K,
     endpoint: ModelEndpoint | None = None,
     bedrock: bool = False,
+    progress: Callable[[str], None] = lambda _: None,
 ) -> list[Row]:
     """One row per (strategy, retrieval): BM25 once per analyzer, dense once, hybrid (RRF of BM25 and dense)
     once per analyzer. The claude strategy calls ``endpoint`` when given, else what ``model_endpoint`` picks
@@ -279,6 +280,7 @@ def evaluate(
                 retrievals=retrievals,
                 rrf_k=rrf_k,
                 endpoint=started,
+                progress=progress,
             )
     depth = max(*ks, FUSION_DEPTH if "hybrid" in retrievals else 0)
     wants_lexical, wants_dense = (
@@ -287,12 +289,16 @@ def evaluate(
     )
     rows = []
     for strategy in strategies:
-        bodies, model = contextualized_bodies(documents, strategy, endpoint)
         name = "raw" if strategy == "none" else strategy
-        lexical = {
-            analyzer: bm25_rankings(documents, queries, bodies, analyzer, depth)
-            for analyzer in (analyzers if wants_lexical else ())
-        }
+        chunks = sum(len(d["chunks"]) for d in documents)
+        progress(f"{name}: the handler over {len(documents):,} documents ({chunks:,} chunks)")
+        bodies, model = contextualized_bodies(documents, strategy, endpoint)
+        lexical = {}
+        for analyzer in analyzers if wants_lexical else ():
+            progress(f"{name}: BM25 with the {analyzer} analysis, {len(queries):,} queries")
+            lexical[analyzer] = bm25_rankings(documents, queries, bodies, analyzer, depth)
+        if wants_dense:
+            progress(f"{name}: dense embeddings")
         dense = dense_rankings(documents, queries, bodies, depth) if wants_dense else []
         if "bm25" in retrievals:
             for analyzer, rankings in lexical.items():
