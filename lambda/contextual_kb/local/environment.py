@@ -8,6 +8,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 
+def restore(saved: dict[str, str | None]) -> None:
+    """Put variables back as ``saved`` had them (None: unset)."""
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 @contextmanager
 def environment(**values: str) -> Iterator[None]:
     previous = {name: os.environ.get(name) for name in values}
@@ -15,11 +24,7 @@ def environment(**values: str) -> Iterator[None]:
     try:
         yield
     finally:
-        for name, value in previous.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        restore(previous)
 
 
 @contextmanager
@@ -69,11 +74,7 @@ def offline_aws(*, keep_credentials: bool = False) -> Iterator[None]:
     try:
         yield
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        restore(saved)
 
 
 def _user_region() -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from contextual_kb.local.bedrock_standin import BedrockStandIn, StandInConfig
+from contextual_kb.local.environment import restore
 
 ENV = "ANTHROPIC_BEDROCK_BASE_URL"
 STANDIN_REGION = "us-east-1"  # any region: the SDK needs one to sign, the stand-in ignores it
@@ -77,9 +78,5 @@ def model_endpoint(
             standin,
         )
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        restore(saved)
         standin.stop()

@@ -11,6 +11,8 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from contextual_kb.local.environment import restore
+
 # Only what a local run needs when the caller has none: moto accepts any credentials.
 LOCAL_DEFAULTS = {
     "AWS_ACCESS_KEY_ID": "local",
@@ -43,11 +45,7 @@ def local_s3() -> Iterator[str]:
         yield endpoint
     finally:
         server.stop()
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        restore(saved)
 
 
 @contextmanager
