@@ -254,3 +254,11 @@ def test_eval_without_the_benchmark_says_how_to_get_it(tmp_path: Path) -> None:
     line = one_line(runner.invoke(app, args), 2)
     assert "anthropics/anthropic-cookbook, skills/contextual-embeddings/data" in line
     assert "--corpus codebase_chunks.json --queries evaluation_set.jsonl" in line
+
+
+def test_eval_with_lucene_not_built_says_so_before_any_work(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("CKB_LUCENE_HOME", str(tmp_path))
+    line = one_line(runner.invoke(app, ["eval", "--local", "--engine", "lucene"]), 2)
+    assert line.startswith("error: --engine: ") and line.endswith("run make lucene")

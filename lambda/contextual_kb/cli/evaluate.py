@@ -148,6 +148,13 @@ def eval_command(
         raise usage("--engine", "lucene runs offline BM25 only", "Use it with --local and --retrieval bm25")
     if chosen_engine == "lucene" and bedrock:  # its rows run the strategies again: Bedrock would bill twice
         raise usage("--engine", "lucene with --bedrock would pay for every context twice", "Drop one of them")
+    if chosen_engine == "lucene":  # before the Python rows' work, not after it
+        from contextual_kb.evaluation.lucene import LuceneUnavailableError, version
+
+        try:
+            version()
+        except LuceneUnavailableError as exc:
+            raise usage("--engine", str(exc)) from None
     documents, labelled = load_corpus(corpus), load_queries(queries)
     if chunkers is not None:
         _compare_chunkers(
