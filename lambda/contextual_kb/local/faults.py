@@ -479,9 +479,9 @@ def scenarios(scale: str = QUICK) -> list[Scenario]:
             "slow S3, long tail",
             "200 files of 4 batches, S3 at 50 ms a request, a slow model, a 36 s Lambda"
             if full
-            else "60 files of 4 batches, S3 at 40 ms a request, a slow model, a 12 s Lambda",
+            else "60 files of 4 batches, S3 at 40 ms a request, a slow model, a 16 s Lambda",
             Workload(files=200 if full else 60, chunks_per_file=20, words=60, per_batch=5),
-            timeout_seconds=36.0 if full else 12.0,
+            timeout_seconds=36.0 if full else 16.0,
             standin={"latency_ms": 2000.0 if full else 300.0},
             env={"MAX_CONCURRENCY": "16" if full else "8", "DEADLINE_RESERVE_SECONDS": "2"},
             s3_delay_seconds=0.05 if full else 0.04,
