@@ -262,3 +262,18 @@ def test_eval_with_lucene_not_built_says_so_before_any_work(
     monkeypatch.setenv("CKB_LUCENE_HOME", str(tmp_path))
     line = one_line(runner.invoke(app, ["eval", "--local", "--engine", "lucene"]), 2)
     assert line.startswith("error: --engine: ") and line.endswith("run make lucene")
+
+
+def test_a_model_endpoint_nobody_listens_at_fails_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: 36 s of retries, exit 0, every context a structural fallback and nothing said."""
+    monkeypatch.setenv("ANTHROPIC_BEDROCK_BASE_URL", "http://127.0.0.1:9")  # the discard port: refused
+    result = runner.invoke(
+        app, ["transform", str(EVENTS / "markdown" / "event.json"), "--strategy", "claude"]
+    )
+    line = one_line(result, 1)
+    assert line == (
+        "error: cannot reach the model endpoint http://127.0.0.1:9 (ANTHROPIC_BEDROCK_BASE_URL): connection "
+        "refused. Start it, or unset ANTHROPIC_BEDROCK_BASE_URL for the local stand-in; --allow-fallback "
+        "runs anyway with structural contexts"
+    )
+    assert "Transformation summary" not in result.output  # found before the handler spent its retries

@@ -190,7 +190,7 @@ def _transform(
 
     from contextual_kb.cli.render import STANDIN_CONTEXT, print_chunks, print_summary
     from contextual_kb.local import runner, s3server
-    from contextual_kb.local.model_endpoint import model_endpoint
+    from contextual_kb.local.model_endpoint import ENV, model_endpoint
     from contextual_kb.runtime.models import parse_event
 
     event = runner.load_event(event_file)
@@ -212,6 +212,8 @@ def _transform(
             runner.upload_objects(boto3.client("s3"), str(event.get("bucketName")), objects_dir)
         if model is not None and model.kind == "Bedrock":
             confirm_contexts(runner.document_sizes(event), yes=yes)
+        if model is not None and model.kind == "custom endpoint" and not allow_fallback:
+            _check_reachable(os.environ[ENV])
         try:
             result = runner.invoke(event)
         except runner.HandlerError as failed:
@@ -229,6 +231,21 @@ def _transform(
             print_chunks(out, result, show, label=STANDIN_CONTEXT if standin else "context")
     if model is not None:
         _report_model(result.summary(), model, error_console() if as_json else out, allow_fallback)
+
+
+def _check_reachable(url: str) -> None:
+    """A model endpoint nobody listens at fails now, in one line, not after every call's retries."""
+    from contextual_kb.cli.errors import CliError
+    from contextual_kb.local.model_endpoint import unreachable
+
+    why = unreachable(url)
+    if why:
+        raise CliError(
+            f"cannot reach the model endpoint {url} (ANTHROPIC_BEDROCK_BASE_URL)",
+            why,
+            "Start it, or unset ANTHROPIC_BEDROCK_BASE_URL for the local stand-in; --allow-fallback runs "
+            "anyway with structural contexts",
+        )
 
 
 def _report_model(

@@ -80,3 +80,18 @@ def model_endpoint(
     finally:
         restore(saved)
         standin.stop()
+
+
+def unreachable(url: str, timeout: float = 3.0) -> str:
+    """Why nothing answers at ``url`` (a refused or timed-out connection, a name that does not resolve), or
+    "" when something listens there: a dead endpoint found before the handler spends its retries on it."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname or "", port), timeout=timeout):
+            return ""
+    except OSError as exc:
+        return (exc.strerror or type(exc).__name__).lower()
