@@ -13,7 +13,7 @@ from rich.table import Table
 
 from contextual_kb.cli.datasets import DATASET, SHOWN_DATASET
 from contextual_kb.cli.errors import CliError, usage
-from contextual_kb.cli.paid import YES_HELP, confirm, confirm_contexts
+from contextual_kb.cli.paid import YES_HELP, confirm, confirm_contexts, corpus_sizes
 from contextual_kb.cli.terminal import console, status_line, write_json
 from contextual_kb.evaluation.metrics import RRF_K, Difference
 from contextual_kb.evaluation.offline import Row, versus_raw
@@ -175,7 +175,7 @@ def eval_command(
         from contextual_kb.local.environment import offline_aws
 
         if bedrock and "claude" in chosen:
-            confirm_contexts(_sizes(documents), yes=yes)
+            confirm_contexts(corpus_sizes(documents), yes=yes)
         try:
             with (
                 offline_aws(keep_credentials=bedrock),  # the user's AWS setup is not read offline
@@ -206,13 +206,6 @@ def eval_command(
         )
         return
     print_table(console(), rows, cutoffs, title=f"{len(labelled)} queries, {len(documents)} documents")
-
-
-def _sizes(documents: list[dict]) -> list[tuple[int, int]]:
-    """(tokens by the model engine's estimate, chunks) of each corpus document: what an estimate needs."""
-    from contextual_kb.runtime.context.claude.windows import estimate_tokens
-
-    return [(estimate_tokens(d["content"]), len(d["chunks"])) for d in documents]
 
 
 def _with_lucene(
@@ -441,7 +434,7 @@ def _deployed(
         confirm(f"{retrievals} on {deployment.stack}", "priced by your region's rerank model", yes=yes)
     else:
         confirm_contexts(
-            _sizes(documents),
+            corpus_sizes(documents),
             yes=yes,
             also=f"the embeddings of the corpus and {retrievals} on {deployment.stack}, priced by your "
             "region's embedding and rerank models (contexts the stack remembers are not paid again)",

@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 
 from contextual_kb.cli.errors import CkbGroup, choice
-from contextual_kb.cli.paid import YES_HELP, confirm_contexts
+from contextual_kb.cli.paid import YES_HELP, confirm_contexts, corpus_sizes
 from contextual_kb.cli.terminal import console, error_console, write_json
 
 if TYPE_CHECKING:
@@ -356,12 +356,9 @@ def _benchmark_sizes() -> list[tuple[int, int]]:
     """(tokens, chunks) of the codebase benchmark's documents, when it is here (the demo's table)."""
     from contextual_kb.cli.datasets import DATASET
     from contextual_kb.evaluation.offline import load_corpus
-    from contextual_kb.runtime.context.claude.windows import estimate_tokens
 
     corpus = DATASET / "codebase_chunks.json"
-    if not corpus.exists():
-        return []
-    return [(estimate_tokens(d["content"]), len(d["chunks"])) for d in load_corpus(corpus)]
+    return corpus_sizes(load_corpus(corpus)) if corpus.exists() else []
 
 
 def _demo_eval(out: Console, strategy: str, endpoint: object) -> None:

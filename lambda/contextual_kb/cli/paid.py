@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import typer
 
@@ -56,6 +57,14 @@ def estimate_contexts(
         else:
             usd += chunks * tokens * prices.input
     return Estimate(usd / 1e6, most / 1e6, calls)
+
+
+def corpus_sizes(documents: Sequence[dict[str, Any]]) -> list[tuple[int, int]]:
+    """(tokens by the model engine's estimate, chunks) of each document of a pre-chunked corpus (the
+    codebase benchmark's format): what an estimate needs."""
+    from contextual_kb.runtime.context.claude.windows import estimate_tokens
+
+    return [(estimate_tokens(d["content"]), len(d["chunks"])) for d in documents]
 
 
 def _interactive() -> bool:

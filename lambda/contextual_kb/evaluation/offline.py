@@ -288,9 +288,9 @@ def evaluate(
         bool({"dense", "hybrid"} & set(retrievals)),
     )
     rows = []
+    chunks = sum(len(d["chunks"]) for d in documents)
     for strategy in strategies:
         name = "raw" if strategy == "none" else strategy
-        chunks = sum(len(d["chunks"]) for d in documents)
         progress(f"{name}: the handler over {len(documents):,} documents ({chunks:,} chunks)")
         bodies, model = contextualized_bodies(documents, strategy, endpoint)
         lexical = {}
