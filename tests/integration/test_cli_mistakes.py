@@ -277,3 +277,9 @@ def test_a_model_endpoint_nobody_listens_at_fails_at_once(monkeypatch: pytest.Mo
         "runs anyway with structural contexts"
     )
     assert "Transformation summary" not in result.output  # found before the handler spent its retries
+
+
+@pytest.mark.parametrize("engine", ["python,lucene", "lucen"])
+def test_eval_with_an_engine_it_does_not_know_is_a_usage_line(engine: str) -> None:
+    line = one_line(runner.invoke(app, ["eval", "--local", "--engine", engine]), 2)
+    assert f"Invalid value for '--engine': '{engine}' is not one of python, lucene" in line

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from contextual_kb.cli.datasets import DATASET, SHOWN_DATASET
-from contextual_kb.cli.errors import CliError, usage
+from contextual_kb.cli.errors import CliError, choice, usage
 from contextual_kb.cli.paid import YES_HELP, confirm, confirm_contexts, corpus_sizes
 from contextual_kb.cli.terminal import console, status_line, write_json
 from contextual_kb.evaluation.metrics import RRF_K, Difference
@@ -90,6 +90,7 @@ def eval_command(
         typer.Option(
             help="Offline BM25: python (bm25s), or lucene to add Lucene's BM25 with the deployed analysis "
             "(OpenSearch's k1=1.2, b=0.75) beside it; lucene needs Java and `make lucene`.",
+            callback=choice(ENGINES),
             metavar="NAME",
         ),
     ] = "python",
@@ -143,12 +144,11 @@ def eval_command(
     chosen = names("--strategies", strategies, STRATEGY_NAMES, "strategy")
     chosen_analyzers = names("--analyzers", analyzers, list(ANALYZERS), "analyzer")
     retrievals = names("--retrieval", retrieval, RETRIEVALS, "retrieval")
-    (chosen_engine,) = names("--engine", engine, ENGINES, "engine")
-    if chosen_engine == "lucene" and (not local or chunkers is not None or retrievals != ["bm25"]):
+    if engine == "lucene" and (not local or chunkers is not None or retrievals != ["bm25"]):
         raise usage("--engine", "lucene runs offline BM25 only", "Use it with --local and --retrieval bm25")
-    if chosen_engine == "lucene" and bedrock:  # its rows run the strategies again: Bedrock would bill twice
+    if engine == "lucene" and bedrock:  # its rows run the strategies again: Bedrock would bill twice
         raise usage("--engine", "lucene with --bedrock would pay for every context twice", "Drop one of them")
-    if chosen_engine == "lucene":  # before the Python rows' work, not after it
+    if engine == "lucene":  # before the Python rows' work, not after it
         from contextual_kb.evaluation.lucene import LuceneUnavailableError, version
 
         try:
@@ -192,7 +192,7 @@ def eval_command(
                     bedrock=bedrock,
                     progress=progress,
                 )
-            if chosen_engine == "lucene":
+            if engine == "lucene":
                 rows = _with_lucene(rows, documents, labelled, chosen, cutoffs, bedrock)
         except DenseUnavailableError as exc:
             raise usage("--retrieval", str(exc)) from None
