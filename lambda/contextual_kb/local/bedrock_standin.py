@@ -108,11 +108,15 @@ class StandInStats:
     quota_tokens: int = 0  # what the token quota counted of the requests let through
     writes_by_prefix: Counter[str] = field(default_factory=Counter)
     answer_times: list[float] = field(default_factory=list)  # monotonic time of each 200 answer
+    # (monotonic time, quota tokens) of each request let through
+    admitted: list[tuple[float, int]] = field(default_factory=list)
 
     first_request_at: float | None = None  # monotonic, this process
 
     def as_dict(self) -> dict[str, Any]:
-        out = {k: v for k, v in vars(self).items() if k not in {"writes_by_prefix", "answer_times"}}
+        out = {
+            k: v for k, v in vars(self).items() if k not in {"writes_by_prefix", "answer_times", "admitted"}
+        }
         out["documents_written"] = len(self.writes_by_prefix)
         out["max_writes_per_prefix"] = max(self.writes_by_prefix.values(), default=0)
         out["busy_seconds"] = (
@@ -120,7 +124,21 @@ class StandInStats:
             if self.answer_times and self.first_request_at is not None
             else 0.0
         )
+        out["quota_requests_by_second"] = self._by_second(lambda tokens: 1)
+        out["quota_tokens_by_second"] = self._by_second(lambda tokens: tokens)
         return out
+
+    def _by_second(self, weight: Callable[[int], int]) -> list[int]:
+        """Requests or quota tokens let through in each second since the first request: which quota bound
+        when, and where it went unused."""
+        if self.first_request_at is None:
+            return []
+        seconds: list[int] = []
+        for at, tokens in self.admitted:
+            second = int(at - self.first_request_at)
+            seconds.extend([0] * (second + 1 - len(seconds)))
+            seconds[second] += weight(tokens)
+        return seconds
 
 
 class _Bucket:
@@ -130,15 +148,17 @@ class _Bucket:
         self.level = self.capacity
         self.at: float | None = None  # the first request's time: the bucket starts full then
 
-    def take(self, amount: float, now: float) -> bool:
+    def allows(self, amount: float, now: float) -> bool:
+        """Refilled to ``now``: whether a request of ``amount`` may pass (one larger than the bucket once it
+        is full)."""
         if self.at is None:
             self.at = now
         self.level = min(self.capacity, self.level + (now - self.at) * self.rate)
         self.at = now
-        if self.level >= min(amount, self.capacity):
-            self.level -= amount
-            return True
-        return False
+        return self.level >= min(amount, self.capacity)
+
+    def take(self, amount: float) -> None:
+        self.level -= amount
 
 
 class BedrockStandIn:
@@ -294,15 +314,21 @@ class BedrockStandIn:
             status = 500 if self._random.random() < 0.5 else 503
             return status, _error(_ERROR_TYPES[status], "injected fault"), 0.0
         throttled = self._random.random() < config.throttle_rate
-        if not throttled and self._rpm is not None and not self._rpm.take(1, now):
+        # A request refused by either quota counts against neither.
+        if not throttled and self._rpm is not None and not self._rpm.allows(1, now):
             throttled = True
-        if not throttled and self._tpm is not None and not self._tpm.take(tokens, now):
+        if not throttled and self._tpm is not None and not self._tpm.allows(tokens, now):
             throttled = True
         if throttled:
             self.stats.throttled += 1
             message = "Too many requests, please wait before trying again."
             return 429, _error("ThrottlingException", message), 0.0
+        if self._rpm is not None:
+            self._rpm.take(1)
+        if self._tpm is not None:
+            self._tpm.take(tokens)
         self.stats.quota_tokens += tokens
+        self.stats.admitted.append((now, tokens))
         return None
 
     def _prefix(
