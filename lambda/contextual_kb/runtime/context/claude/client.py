@@ -3,13 +3,15 @@
 Region and endpoint come from configuration and the SDK's environment (``MODEL_REGION`` or ``AWS_REGION``;
 ``ANTHROPIC_BEDROCK_BASE_URL`` for a local stand-in). Retries with exponential backoff and jitter on 429,
 5xx and timeouts are the SDK's; a middleware, which the SDK runs once per HTTP attempt, counts the attempts
-and the 429s and reports each 429 at once so the concurrency limit can shrink while the SDK waits.
+and the 429s and reports each 429 at once so the concurrency limit can shrink while the SDK waits. Another
+sets how long the SDK waits after a 429 (``ThrottlePacing``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -84,6 +86,45 @@ class _AttemptCounter(Middleware):
         return response
 
 
+class ThrottlePacing(Middleware):
+    """How long the SDK waits after a 429: decorrelated jitter (each wait uniform between ``base`` and three
+    times the last, at most ``cap``; AWS Architecture Blog, "Exponential Backoff and Jitter"), handed to the
+    SDK as ``retry-after-ms``, which it honours.
+
+    Why not the SDK's own backoff: Bedrock's 429s carry no Retry-After, so the SDK waits 0.5 s doubling to 8
+    s. A quota is a bucket refilled every second; while every throttled caller sleeps for seconds the
+    bucket fills and what overflows is quota lost (bench/fleet.py: 87-89% of the quota used with one or
+    four invocations). Shorter, spread waits keep a caller ready when the bucket refills. A Retry-After the
+    server sends is kept. ``draw`` is injectable for tests.
+    """
+
+    def __init__(
+        self, *, base: float = 0.1, cap: float = 2.0, draw: Callable[[float, float], float] = random.uniform
+    ) -> None:
+        self.base = base
+        self.cap = cap
+        self._draw = draw
+        self._local = threading.local()
+
+    def reset(self) -> None:
+        self._local.last = self.base
+
+    def next_wait(self) -> float:
+        """The next wait of the calling thread's call, in seconds."""
+        last = getattr(self._local, "last", self.base)
+        wait = min(self.cap, self._draw(self.base, max(self.base, 3 * last)))
+        self._local.last = wait
+        return wait
+
+    def handle(self, request: Any, call_next: Any) -> Any:
+        response = call_next(request)
+        if response.status_code == 429 and not (
+            "retry-after" in response.headers or "retry-after-ms" in response.headers
+        ):
+            response.headers["retry-after-ms"] = str(round(1000 * self.next_wait()))
+        return response
+
+
 def resolve_region(configured: str) -> str:
     region = configured or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     if not region:
@@ -104,6 +145,7 @@ class ClaudeClient:
         on_throttle: Callable[[], None] | None = None,
     ) -> None:
         self._counter = _AttemptCounter(on_throttle)
+        self._pacing = ThrottlePacing()
         # Room for calls abandoned at a deadline that still hold a connection into the next invocation.
         limits = httpx2.Limits(
             max_connections=2 * max_connections + 4, max_keepalive_connections=max_connections
@@ -113,12 +155,13 @@ class ClaudeClient:
             max_retries=max_retries,
             timeout=httpx2.Timeout(timeout_seconds, connect=min(10.0, timeout_seconds)),
             http_client=anthropic.DefaultHttpxClient(limits=limits),
-            middleware=[self._counter],
+            middleware=[self._counter, self._pacing],
         )
 
     def invoke(self, request: dict[str, Any]) -> Reply:
         """One ``messages.create`` with the SDK's retries; raises ModelCallError."""
         self._counter.reset()
+        self._pacing.reset()
         started = time.monotonic()
         try:
             message = self._client.messages.create(**request)
