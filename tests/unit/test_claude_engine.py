@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -113,6 +114,41 @@ def test_a_request_always_throttled_does_not_starve_the_others() -> None:
     assert results[0][1:] == ["A context."] * 8
     assert results[0][0] is not None and results[0][0] != "A context."  # the structural fallback
     assert dict(invocation.accounting.fallbacks) == {"deadline": 1}
+
+
+def test_a_request_never_let_in_holds_the_others_a_few_tries_then_gives_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A starving call holds the invocation's other calls for a few tries (scheduling.HOLDS), not for all of
+    its MAX_THROTTLED_CALLS: the others are answered, it falls back for throttling."""
+    from contextual_kb.runtime.context.claude import engine as engine_module
+
+    monkeypatch.setattr(engine_module, "_THROTTLE_PAUSE", 0.01)
+    monkeypatch.setattr(engine_module, "_MAX_THROTTLE_PAUSE", 0.04)
+
+    def script(request: dict[str, Any], number: int) -> Reply:
+        if chunk_of(request) == "the greedy chunk":
+            raise error("throttled", 429)
+        time.sleep(0.01)  # the others take longer than its waits: they are still there when it starves
+        return reply()
+
+    client = FakeClient(script)
+    engine = strategy(client, MAX_CONCURRENCY="1")
+    others = [f"chunk number {i}" for i in range(30)]  # a later document: they go after it when it is ready
+    results, invocation = run(
+        engine, [document("a.md", ["the greedy chunk"]), document("b.md", others)], seconds=20.0
+    )
+    assert results[1] == ["A context."] * 30
+    assert dict(invocation.accounting.fallbacks) == {"model_throttled": 1}
+    greedy = [chunk_of(r) == "the greedy chunk" for r in client.requests]
+    last_other = max(i for i, g in enumerate(greedy) if not g)
+    in_a_row = longest = 0
+    for is_greedy in greedy[:last_other]:
+        in_a_row = in_a_row + 1 if is_greedy else 0
+        longest = max(longest, in_a_row)
+    # its first tries and its held ones (STARVING + HOLDS = 6), then it waits its turn among the others;
+    # held for all its tries, it would make 39 in a row
+    assert longest <= 10
 
 
 def test_no_region_is_a_model_failure_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:

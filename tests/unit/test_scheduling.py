@@ -5,7 +5,7 @@ from collections import Counter
 
 import pytest
 
-from contextual_kb.runtime.context.claude.scheduling import Job, Planner
+from contextual_kb.runtime.context.claude.scheduling import HOLD_SECONDS, HOLDS, STARVING, Job, Planner
 
 
 def jobs(doc: int, unit: int, count: int, start: int = 0) -> list[Job]:
@@ -341,17 +341,60 @@ def test_a_throttled_job_waits_at_the_back_without_blocking_the_others() -> None
     assert planner.next_job(now=5.0) is a
 
 
-def test_a_throttled_first_call_lets_another_job_write_the_cache() -> None:
+def test_a_throttled_first_call_stays_first_and_waits_its_turn() -> None:
+    """Another job of the cold unit would be the same size (the whole document) and only drain the quota
+    again; the throttled first call is tried again first, after its wait."""
     planner = Planner()
     a, b = Job(0, 0, (0,)), Job(0, 0, (1,))
     planner.add(0, [(True, [a, b])])
     assert planner.next_job(now=0.0) is a and a.first
     planner.later(a, not_before=3.0)
-    nxt = planner.next_job(now=0.0)
-    assert nxt is b and b.first  # still one call at a time until the cache is written
-    assert planner.next_job(now=10.0) is None
-    planner.finished(b)
-    assert planner.next_job(now=10.0) is a and not a.first
+    assert planner.next_job(now=1.0) is None
+    assert planner.next_ready_in(1.0) == 2.0
+    assert planner.next_job(now=3.0) is a and a.first
+    planner.finished(a)
+    assert planner.next_job(now=3.0) is b and not b.first
+
+
+def test_a_starving_job_holds_the_others_then_goes_first() -> None:
+    """Throttled STARVING times: no other call starts while it waits (the quota refills for it), and it
+    goes before earlier documents' jobs once its wait is over."""
+    planner = Planner()
+    early = [Job(0, 0, (i,)) for i in range(3)]
+    big = Job(1, 0, (0,))
+    planner.add(0, [(False, early)])
+    planner.add(1, [(True, [big, Job(1, 0, (1,))])])
+    assert planner.next_job(now=0.0) is early[0]
+    assert planner.next_job(now=0.0) is early[1]
+    assert planner.next_job(now=0.0) is early[2]
+    planner.finished(early[0])
+    assert planner.next_job(now=0.0) is big
+    for round_ in range(STARVING):
+        planner.later(big, not_before=10.0 * (round_ + 1))
+        if round_ + 1 < STARVING:
+            assert planner.next_job(now=10.0 * (round_ + 1)) is big
+    planner.later(early[1], not_before=0.0)  # an ordinary throttled job, ready at once
+    assert planner.next_job(now=15.0) is None  # held: the starving job waits until 20
+    assert planner.next_ready_in(15.0) == 5.0
+    assert planner.next_job(now=20.0) is big
+    assert planner.next_job(now=20.0) is None  # held while it runs (the SDK may be retrying it)
+    assert planner.next_ready_in(20.0) == HOLD_SECONDS
+    assert planner.next_job(now=20.0 + HOLD_SECONDS) is early[1]  # at most HOLD_SECONDS
+    planner.finished(early[1])
+    planner.finished(big)
+    assert planner.next_job(now=30.0) is not None
+
+
+def test_a_starving_call_that_returns_ends_the_hold() -> None:
+    planner = Planner()
+    other, big = Job(0, 0, (0,)), Job(1, 0, (0,), throttles=STARVING)
+    planner.add(0, [(False, [other])])
+    planner.add(1, [(False, [big])])
+    assert planner.next_job(now=0.0) is big  # before the earlier document
+    assert planner.next_job(now=0.0) is None
+    planner.finished(big)
+    assert planner.next_ready_in(0.0) is None
+    assert planner.next_job(now=0.0) is other
 
 
 def test_unit_idle() -> None:
@@ -363,3 +406,22 @@ def test_unit_idle() -> None:
     assert not planner.unit_idle(0, 0)
     planner.finished(a)
     assert planner.unit_idle(0, 0)
+
+
+def test_a_job_the_quota_never_lets_in_stops_holding_the_others_after_holds_tries() -> None:
+    planner = Planner()
+    others = [Job(0, 0, (i,)) for i in range(2)]
+    never = Job(1, 0, (0,), throttles=STARVING)
+    planner.add(0, [(False, others)])
+    planner.add(1, [(False, [never])])
+    now = 0.0
+    for _ in range(HOLDS):
+        assert planner.next_job(now=now) is never
+        planner.later(never, not_before=now + 1.0)
+        if never.throttles < STARVING + HOLDS:
+            assert planner.next_job(now=now) is None  # held while it waits
+        now += 1.0
+    assert never.throttles == STARVING + HOLDS
+    assert planner.next_job(now=now) is others[0]  # it waits at the back now, ready or not
+    assert planner.next_job(now=now) is others[1]
+    assert planner.next_job(now=now) is never

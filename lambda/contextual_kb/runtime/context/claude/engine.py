@@ -79,11 +79,14 @@ MIN_OPEN_CHARS = 16 * 1024 * 1024
 MEMORY_THREADS = 4
 _WAIT_SLICE = 0.5  # seconds; the loop looks at the deadline and the breaker at least this often
 _LOGGED_INDICES = 50
-# A job still throttled after the SDK's retries waits before it is tried again (doubling, with jitter), at
-# most this many times; the deadline bounds it in Lambda, this bounds it everywhere.
-MAX_THROTTLED_CALLS = 12
+# A job still throttled after the SDK's retries waits before it is tried again, at most this many times; the
+# deadline bounds it in Lambda, this bounds it everywhere (about 2-4 minutes of throttling). The wait is
+# "full jitter" (uniform up to a doubling ceiling) capped at a few seconds: a quota refills every second,
+# and a job that had waited 30 s (the cap this had before) lost its turn to calls that never waited, so one
+# invocation of a fleet straggled on while the quota went unused (bench/fleet.py: its last 35 s at 30-60%).
+MAX_THROTTLED_CALLS = 40
 _THROTTLE_PAUSE = 1.0
-_MAX_THROTTLE_PAUSE = 30.0
+_MAX_THROTTLE_PAUSE = 4.0
 _RECENT_CALLS = 200  # the expected duration of a call is the p95 of this many recent ones
 # A document whose calls failed this many times in a row (each after the SDK's retries), while others
 # succeed, is given up on: its chunks get the fallback, and its calls no longer take the model's time.
@@ -709,8 +712,8 @@ class _Run:
             self.s.limit.on_throttle()
             if job.throttles + 1 < MAX_THROTTLED_CALLS:
                 self.acct.requeued_calls += 1
-                pause = min(_MAX_THROTTLE_PAUSE, _THROTTLE_PAUSE * 2**job.throttles)
-                self.planner.later(job, self.clock() + pause * (0.5 + random.random() / 2))
+                ceiling = min(_MAX_THROTTLE_PAUSE, _THROTTLE_PAUSE * 2**job.throttles)
+                self.planner.later(job, self.clock() + random.uniform(_THROTTLE_PAUSE / 2, ceiling))
                 return
             reason = "model_throttled"
         elif kind == "transient":

@@ -6,6 +6,12 @@ calls sent alongside it would each pay the write. When the first call returns, t
 free to run side by side. Units that cannot be cached (too short, or not cached on purpose) have no first
 call. Earlier documents go first, so results stream out in order and few documents are held at once.
 
+A job throttled again and again (``STARVING`` times after the SDK's retries) is starving: a quota counted in
+tokens lets a large call in only once the bucket has refilled to its size, which the smaller calls keep
+draining; so while one waits, no other call starts, and once its wait is over it goes first. For
+``HOLDS`` tries at most: a call throttled more than that (one the quota may never let in) waits at the back
+like any other, and holds nobody up.
+
 A document whose own calls keep failing is contained: from its first failure until its next success it goes
 after every healthy document and has at most one call running, and a failed call goes to the back of its
 queue. So one bad document cannot fill every slot, nor take every turn, while the others wait.
@@ -14,7 +20,12 @@ queue. So one bad document cannot fill every slot, nor take every turn, while th
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+
+STARVING = 2
+HOLDS = 4  # a starving job holds the others for at most this many of its tries
+HOLD_SECONDS = 5.0  # at most this long does a starving job's call hold the others
 
 
 @dataclass(eq=False)
@@ -52,6 +63,7 @@ class _Doc:
 class Planner:
     def __init__(self) -> None:
         self._docs: dict[int, _Doc] = {}
+        self._holding: tuple[Job, float] | None = None  # the starving job running, and since when
 
     def add(self, doc: int, units: list[tuple[bool, list[Job]]]) -> None:
         """``units``: per unit, whether it is cached and its jobs in order."""
@@ -61,7 +73,23 @@ class Planner:
 
     def next_job(self, now: float = 0.0) -> Job | None:
         """The next call to start: healthy documents first, earliest first; a failing document one call at a
-        time; skipping jobs waiting until later than ``now``."""
+        time; skipping jobs waiting until later than ``now``. A starving job goes first, and no other starts
+        while it waits or, for up to ``HOLD_SECONDS``, runs (the SDK may be retrying it)."""
+        if self._holding is not None and now - self._holding[1] < HOLD_SECONDS:
+            return None
+        self._holding = None
+        starving = self._starving()
+        if starving is not None:
+            if starving.not_before > now:
+                return None
+            self._holding = (starving, now)
+            return self._take(starving)
+        return next((self._take(j) for j in self._eligible() if j.not_before <= now), None)
+
+    def _eligible(self) -> Iterator[Job]:
+        """The jobs that may start once their wait is over, in order: a cold unit's only its head (its first
+        call; a throttled one waits its turn, not replaced by another as large), nothing of a unit whose
+        first call runs, a failing document's only while none of its calls runs."""
         for doc in sorted(self._docs, key=lambda d: (self._docs[d].failing > 0, d)):
             state = self._docs[doc]
             if state.failing and state.in_flight():
@@ -69,21 +97,33 @@ class Planner:
             for unit in state.units:
                 if not unit.pending or (not unit.warm and unit.in_flight):
                     continue
-                job = next((j for j in unit.pending if j.not_before <= now), None)
-                if job is None:
-                    continue
-                unit.pending.remove(job)
-                job.first = not unit.warm
-                unit.in_flight += 1
-                return job
-        return None
+                yield from unit.pending if unit.warm else (unit.pending[0],)
+
+    def _starving(self) -> Job | None:
+        """The starving job that may start soonest, if any."""
+        starving = [j for j in self._eligible() if STARVING <= j.throttles < STARVING + HOLDS]
+        return min(starving, key=lambda j: j.not_before, default=None)
+
+    def _take(self, job: Job) -> Job:
+        unit = self._unit(job)
+        unit.pending.remove(job)
+        job.first = not unit.warm
+        unit.in_flight += 1
+        return job
 
     def next_ready_in(self, now: float) -> float | None:
-        """Seconds until a waiting (throttled) job may start, when every pending job is waiting."""
-        waits = [j.not_before - now for d in self._docs.values() for u in d.units for j in u.pending]
+        """Seconds until a waiting job may start, when none may start now (None: one may, or none waits)."""
+        if self._holding is not None and now - self._holding[1] < HOLD_SECONDS:
+            return self._holding[1] + HOLD_SECONDS - now
+        starving = self._starving()
+        waits = [starving.not_before - now] if starving else [j.not_before - now for j in self._eligible()]
         if not waits or min(waits) <= 0:
             return None
         return min(waits)
+
+    def _release(self, job: Job) -> None:
+        if self._holding is not None and self._holding[0] is job:
+            self._holding = None
 
     def _unit(self, job: Job) -> _Unit:
         return self._docs[job.doc].units[job.unit]
@@ -91,6 +131,7 @@ class Planner:
     def finished(self, job: Job, *, extra: list[Job] | None = None) -> None:
         """The call returned an answer: the unit is warm, the document healthy; ``extra`` jobs (chunks to ask
         again) are queued."""
+        self._release(job)
         unit = self._unit(job)
         unit.in_flight -= 1
         unit.warm = True
@@ -101,6 +142,7 @@ class Planner:
     def again(self, job: Job) -> None:
         """The call failed transiently: to the back of its unit's queue (it tries again after the others),
         and its document counts one more failure."""
+        self._release(job)
         unit = self._unit(job)
         unit.in_flight -= 1
         job.failures += 1
@@ -121,15 +163,21 @@ class Planner:
         return any(self.busy(other) for other in self._docs if other != doc)
 
     def later(self, job: Job, not_before: float) -> None:
-        """The call was throttled: to the back of its unit's queue, not to start before ``not_before``."""
+        """The call was throttled: to the back of its unit's queue (a cold unit's first call: to the front,
+        still its first), not to start before ``not_before``."""
+        self._release(job)
         unit = self._unit(job)
         unit.in_flight -= 1
         job.throttles += 1
         job.not_before = not_before
-        unit.pending.append(job)
+        if unit.warm:
+            unit.pending.append(job)
+        else:
+            unit.pending.appendleft(job)
 
     def dropped(self, job: Job) -> None:
         """The call failed for good; its chunks get the fallback (the caller's business)."""
+        self._release(job)
         self._unit(job).in_flight -= 1
 
     def take_pending(self, doc: int | None = None) -> list[Job]:
