@@ -83,7 +83,7 @@ _LOGGED_INDICES = 50
 # deadline bounds it in Lambda, this bounds it everywhere (about 2-4 minutes of throttling). The wait is
 # "full jitter" (uniform up to a doubling ceiling) capped at a few seconds: a quota refills every second,
 # and a job that had waited 30 s (the cap this had before) lost its turn to calls that never waited, so one
-# invocation of a fleet straggled on while the quota went unused (bench/fleet.py: its last 35 s at 30-60%).
+# invocation of a fleet straggled on while the quota went unused (docs/BENCHMARKS.md, issue 25).
 MAX_THROTTLED_CALLS = 40
 _THROTTLE_PAUSE = 1.0
 _MAX_THROTTLE_PAUSE = 4.0
