@@ -212,3 +212,13 @@ def test_no_time_for_the_outline_still_chunks_by_paragraphs() -> None:
 def test_sizes_out_of_range_are_refused(max_tokens: int, overlap: int) -> None:
     with pytest.raises(ValueError, match="max_tokens"):
         chunk_document("text", max_tokens=max_tokens, overlap_tokens=overlap)
+
+
+@pytest.mark.parametrize("overlap", [0, 1, 2])
+@pytest.mark.parametrize("text", ["00000", "000000000", "1234567 89"])
+def test_chunks_counted_whole_fit_though_the_estimate_is_not_additive(text: str, overlap: int) -> None:
+    """``000`` is one token alone and three inside ``00000``: joining two small chunks, or a chunk and its
+    overlap, is counted whole, not summed (the sum let a 5-token chunk through for 4)."""
+    chunks = chunk_document(text, max_tokens=4, overlap_tokens=overlap).chunks
+    assert chunks[0].start == 0 and chunks[-1].end == len(text)
+    assert all(tokens(text[c.start : c.end]) <= 4 for c in chunks)

@@ -86,8 +86,7 @@ def document(draw: st.DrawFn) -> tuple[str, str]:
     return shape, " ".join(pieces)
 
 
-# Derandomized: the same 60 cases every run, so CI is not red by chance. A random draw found the case below.
-@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=document(), max_tokens=st.sampled_from([64, 128, 300, 512]))
 def test_every_chunk_is_within_one_and_a_half_times_the_size_by_a_real_tokenizer(
     case: tuple[str, str], max_tokens: int

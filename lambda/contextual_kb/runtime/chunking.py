@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from contextual_kb.runtime.context.outline import Outline, OutlineTimeoutError, outline
-from contextual_kb.runtime.tokens import TOKEN
+from contextual_kb.runtime.tokens import TOKEN, count_tokens
 
 SECTION_SEPARATOR = " › "
 # ckb_section in each chunk's metadata, in UTF-8 bytes: S3 Vectors allows 2 KB of filterable metadata per
@@ -91,7 +91,7 @@ def chunk_document(
     spans = splitter.split()
     sections = [splitter.section_at(start, end) for start, end in spans]  # where each chunk's own text starts
     if overlap_tokens:
-        spans = _with_overlap(text, spans, overlap_tokens)
+        spans = _with_overlap(text, spans, overlap_tokens, max_tokens)
     chunks = tuple(Chunk(start, end, section) for (start, end), section in zip(spans, sections, strict=True))
     return Chunked(chunks, info)
 
@@ -253,7 +253,8 @@ class _Splitter:
             if tokens <= small:
                 if start in opens and index + 1 < len(spans):
                     following = spans[index + 1]
-                    if tokens + self.tokens.count(*following) <= self.max:
+                    # counted together, not summed: ``000`` and ``00`` are a token each, ``00000`` five
+                    if self.tokens.count(start, following[1]) <= self.max:
                         out.append((start, following[1]))
                         index += 2
                         continue
@@ -351,16 +352,27 @@ def _absorb_blank(tokens: _Tokens, spans: list[tuple[int, int]]) -> list[tuple[i
     return out
 
 
-def _with_overlap(text: str, spans: list[tuple[int, int]], overlap: int) -> list[tuple[int, int]]:
+def _with_overlap(
+    text: str, spans: list[tuple[int, int]], overlap: int, max_tokens: int
+) -> list[tuple[int, int]]:
     """Each span after the first starts up to ``overlap`` tokens earlier, at a word start (so a word cut in
-    the middle is not repeated as its tail), never before the start of the span before it."""
+    the middle is not repeated as its tail), never before the start of the span before it, and only so far
+    that the span still fits ``max_tokens``: the estimate is not additive (``000`` is one token alone, three
+    inside ``00000``), so a span ``overlap`` smaller than the limit can still overflow with its overlap."""
     out = [spans[0]]
     for (previous, _), (start, end) in itertools.pairwise(spans):
         # Tokens are at most 16 characters and their gaps white space: a window 64 characters a token wide
         # holds ``overlap`` tokens unless the white space is long, and then fewer is fine.
         window = max(previous, start - 64 * overlap)
         starts = [m.start() for m in TOKEN.finditer(text, window, start)][-overlap:]
-        begin = next((at for at in starts if at == previous or text[at - 1].isspace()), start)
+        begin = next(
+            (
+                at
+                for at in starts
+                if (at == previous or text[at - 1].isspace()) and count_tokens(text, at, end) <= max_tokens
+            ),
+            start,
+        )
         out.append((begin, end))
     return out
 
