@@ -20,7 +20,7 @@ queue. So one bad document cannot fill every slot, nor take every turn, while th
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 STARVING = 2
@@ -64,12 +64,16 @@ class Planner:
     def __init__(self) -> None:
         self._docs: dict[int, _Doc] = {}
         self._holding: tuple[Job, float] | None = None  # the starving job running, and since when
+        # Jobs queued or running that are starving: most runs have none, and then next_job need not look
+        # through every queued job for one.
+        self._starving_jobs: set[Job] = set()
 
     def add(self, doc: int, units: list[tuple[bool, list[Job]]]) -> None:
         """``units``: per unit, whether it is cached and its jobs in order."""
         self._docs[doc] = _Doc(
             [_Unit(cacheable, deque(jobs), warm=not cacheable) for cacheable, jobs in units]
         )
+        self._track(job for _, jobs in units for job in jobs)
 
     def next_job(self, now: float = 0.0) -> Job | None:
         """The next call to start: healthy documents first, earliest first; a failing document one call at a
@@ -101,6 +105,8 @@ class Planner:
 
     def _starving(self) -> Job | None:
         """The starving job that may start soonest, if any."""
+        if not self._starving_jobs:
+            return None
         starving = [j for j in self._eligible() if STARVING <= j.throttles < STARVING + HOLDS]
         return min(starving, key=lambda j: j.not_before, default=None)
 
@@ -125,19 +131,28 @@ class Planner:
         if self._holding is not None and self._holding[0] is job:
             self._holding = None
 
+    def _track(self, jobs: Iterable[Job]) -> None:
+        self._starving_jobs.update(j for j in jobs if STARVING <= j.throttles < STARVING + HOLDS)
+
+    def _ended(self, job: Job) -> None:
+        """The job will not be called again."""
+        self._release(job)
+        self._starving_jobs.discard(job)
+
     def _unit(self, job: Job) -> _Unit:
         return self._docs[job.doc].units[job.unit]
 
     def finished(self, job: Job, *, extra: list[Job] | None = None) -> None:
         """The call returned an answer: the unit is warm, the document healthy; ``extra`` jobs (chunks to ask
         again) are queued."""
-        self._release(job)
+        self._ended(job)
         unit = self._unit(job)
         unit.in_flight -= 1
         unit.warm = True
         self._docs[job.doc].failing = 0
         if extra:
             unit.pending.extend(extra)
+            self._track(extra)
 
     def again(self, job: Job) -> None:
         """The call failed transiently: to the back of its unit's queue (it tries again after the others),
@@ -170,6 +185,8 @@ class Planner:
         unit.in_flight -= 1
         job.throttles += 1
         job.not_before = not_before
+        self._starving_jobs.discard(job)
+        self._track([job])
         if unit.warm:
             unit.pending.append(job)
         else:
@@ -177,7 +194,7 @@ class Planner:
 
     def dropped(self, job: Job) -> None:
         """The call failed for good; its chunks get the fallback (the caller's business)."""
-        self._release(job)
+        self._ended(job)
         self._unit(job).in_flight -= 1
 
     def take_pending(self, doc: int | None = None) -> list[Job]:
@@ -187,6 +204,7 @@ class Planner:
             for unit in self._docs[number].units:
                 out.extend(unit.pending)
                 unit.pending.clear()
+        self._starving_jobs.difference_update(out)
         return out
 
     def unit_idle(self, doc: int, unit: int) -> bool:
@@ -203,3 +221,4 @@ class Planner:
 
     def remove(self, doc: int) -> None:
         self._docs.pop(doc, None)
+        self._starving_jobs = {job for job in self._starving_jobs if job.doc != doc}
