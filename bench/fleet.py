@@ -62,12 +62,16 @@ def slices(documents: list[dict[str, Any]], count: int, rpm: int, tpm: int) -> l
     loads = [(0, 0)] * count
 
     def after(i: int, demand: tuple[int, int]) -> tuple[float, float]:
+        """The slice's seconds of the binding quota with the document, then of both quotas."""
         tokens, requests = loads[i][0] + demand[0], loads[i][1] + demand[1]
-        both = (tokens / (tpm / 60) if tpm else 0.0) + (requests / (rpm / 60) if rpm else 0.0)
-        return quota_seconds(tokens, requests, rpm, tpm), both
+        return quota_seconds(tokens, requests, rpm, tpm), quota_seconds(tokens, 0, rpm, tpm) + quota_seconds(
+            0, requests, rpm, tpm
+        )
 
-    for document in sorted(documents, key=lambda d: -quota_seconds(*quota_demand(d), rpm, tpm)):
-        demand = quota_demand(document)
+    demands = sorted(
+        ((d, quota_demand(d)) for d in documents), key=lambda pair: -quota_seconds(*pair[1], rpm, tpm)
+    )
+    for document, demand in demands:
         best = min(range(count), key=lambda i: after(i, demand))
         out[best].append(document)
         loads[best] = (loads[best][0] + demand[0], loads[best][1] + demand[1])
@@ -95,7 +99,7 @@ def worker(args: argparse.Namespace) -> int:
 
     rpm, tpm = args.rpm, args.tpm
     documents = slices(load_documents(args.dataset), args.of, rpm, tpm)[args.slice]
-    demands = [quota_demand(d) for d in documents]
+    tokens, chunks = sum(quota_demand(d)[0] for d in documents), sum(len(d["chunks"]) for d in documents)
     with mock_aws():
         s3 = boto3.client("s3")
         s3.create_bucket(Bucket=BUCKET)
@@ -122,10 +126,10 @@ def worker(args: argparse.Namespace) -> int:
         json.dumps(
             {
                 "slice": args.slice,
-                "chunks": sum(len(d["chunks"]) for d in documents),
-                "tokens": sum(t for t, _ in demands),
-                "requests": sum(c for _, c in demands),
-                "work": quota_seconds(sum(t for t, _ in demands), sum(c for _, c in demands), rpm, tpm),
+                "chunks": chunks,
+                "tokens": tokens,
+                "requests": chunks,  # a call a chunk
+                "work": quota_seconds(tokens, chunks, rpm, tpm),
                 "seconds": round(result.seconds, 2),
                 "deadline_passed": result.seconds > args.timeout,
                 "calls": model.get("calls", 0),
@@ -142,14 +146,15 @@ def worker(args: argparse.Namespace) -> int:
     return 0
 
 
+ABLATIONS = ("pacing", "hold", "short-requeue")
+
+
 def ablate(without: str) -> None:
     """Turn off, in this worker, what ``--without`` names: to measure what each part of the throttle path
     is worth."""
     from contextual_kb.runtime.context.claude import client, engine, scheduling
 
     names = {n for n in without.split(",") if n}
-    if unknown := names - {"pacing", "hold", "short-requeue"}:
-        raise SystemExit(f"--without: unknown {sorted(unknown)}")
     if "pacing" in names:
         client.ThrottlePacing.handle = lambda self, request, call_next: call_next(request)  # type: ignore[method-assign]
     if "hold" in names:
@@ -233,15 +238,12 @@ def binding_share(requests: list[int], tokens: list[int], rpm: int, tpm: int, wi
     quota's share says it: while the calls left are small (cache reads) the request quota binds and the
     token quota cannot be filled, and the other way round. Not second by second: one call may carry more
     tokens than a second of quota (a cache write), and the seconds after it get none. Pure."""
-    shares = []
-    for start in range(0, len(requests), window):
-        seconds = len(requests[start : start + window])
-        used = [
-            sum(requests[start : start + window]) / (rpm / 60 * seconds) if rpm else 0.0,
-            sum(tokens[start : start + window]) / (tpm / 60 * seconds) if tpm else 0.0,
-        ]
-        shares.extend([max(used)] * seconds)
-    return sum(shares) / len(shares) if shares else 0.0
+    # each window's binding share, weighted by its seconds: the quota's seconds its calls took, over all
+    used = sum(
+        quota_seconds(sum(tokens[start : start + window]), sum(requests[start : start + window]), rpm, tpm)
+        for start in range(0, len(requests), window)
+    )
+    return used / len(requests) if requests else 0.0
 
 
 def _merged(counts: list[dict[str, int]]) -> dict[str, int]:
@@ -277,6 +279,8 @@ def main() -> int:
     parser.add_argument("--of", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--start-at", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if unknown := sorted({n for n in args.without.split(",") if n} - set(ABLATIONS)):
+        parser.error(f"--without: unknown {', '.join(unknown)} (known: {', '.join(ABLATIONS)})")
     if args.worker:
         return worker(args)
     offline_environment()
