@@ -4,11 +4,11 @@ on its own slice of the codebase corpus, against one Bedrock stand-in that enfor
 max_tokens, not cache reads).
 
 Each invocation runs as the Lambda would: its own process, its own S3 (moto, in process), the real anthropic
-SDK; they start together (a shared start time), each on a slice of equal work for both quotas. Reported per
-N: aggregate chunks/s, the share of the quota used (the binding quota's, in 5 s windows; and each quota's
-over the time the stand-in was busy), throttles (429s), the SDK's retries, chunks given the structural
-fallback, the slowest invocation against the fastest, whether any passed its deadline, and whether every
-chunk came back exactly once with its text.
+SDK, its runtime built before the start (a warm environment's); they start together, once every one is
+ready, each on a slice of equal work for both quotas. Reported per N: aggregate chunks/s, the share of the
+quota used (the binding quota's, in 5 s windows; and each quota's over the time the stand-in was busy),
+throttles (429s), the SDK's retries, chunks given the structural fallback, the slowest invocation against
+the fastest, whether any passed its deadline, and whether every chunk came back exactly once with its text.
 
     .venv/bin/python bench/fleet.py [--fleet 1,4,16] [--rpm 600] [--tpm 800000] [--mode per_chunk]
         [--timeout 900] [--throttle-rate 0] [--json out.json]
@@ -109,9 +109,13 @@ def worker(args: argparse.Namespace) -> int:
 
         ablate(args.without)
         handler.runtime()  # the cold start's init (the client), before the common start
-        time.sleep(max(0.0, args.start_at - time.time()))
+        # A common start: the fleet says go once every worker has staged its slice and initialised (on two
+        # cores sixteen of them take longer than any fixed start time allowed: they started up to 10 s apart).
+        print("ready", flush=True)
+        sys.stdin.readline()
+        started = time.time()
         context = LocalLambdaContext(timeout_seconds=args.timeout)
-        result = invoke(event, context)
+        result = invoke(event, context, fresh=False)  # the runtime built above, as a warm Lambda keeps it
         intact = True
         for source, produced in zip(staged, result.response["outputFiles"], strict=True):
             items = [i for ref in produced["contentBatches"] for i in result.after[ref["key"]].file_contents]
@@ -130,6 +134,7 @@ def worker(args: argparse.Namespace) -> int:
                 "tokens": tokens,
                 "requests": chunks,  # a call a chunk
                 "work": quota_seconds(tokens, chunks, rpm, tpm),
+                "started": started,
                 "seconds": round(result.seconds, 2),
                 "deadline_passed": result.seconds > args.timeout,
                 "calls": model.get("calls", 0),
@@ -170,16 +175,27 @@ def standin_stats(url: str) -> dict[str, Any]:
 
 
 def run_fleet(count: int, args: argparse.Namespace, url: str) -> dict[str, Any]:
-    start_at = time.time() + 8 + count * 0.6  # every worker staged and initialised first
     command = [
         sys.executable, __file__, "--worker", "--url", url, "--of", str(count), "--mode", args.mode,
-        "--timeout", str(args.timeout), "--start-at", str(start_at), "--dataset", str(args.dataset),
+        "--timeout", str(args.timeout), "--dataset", str(args.dataset),
         "--rpm", str(args.rpm), "--tpm", str(args.tpm), "--without", args.without,
     ]  # fmt: skip
     processes = [
-        subprocess.Popen([*command, "--slice", str(i)], stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [*command, "--slice", str(i)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
         for i in range(count)
     ]
+    for process in processes:  # every worker ready (staged, initialised), then all go at once
+        assert process.stdout is not None
+        if not any(line.strip() == "ready" for line in iter(process.stdout.readline, "")):
+            for other in processes:
+                other.kill()
+            raise RuntimeError(f"a worker failed before the start ({process.wait(timeout=60)})")
+    for process in processes:
+        assert process.stdin is not None
+        process.stdin.write("go\n")
+        process.stdin.flush()
     results = []
     for process in processes:
         out, _ = process.communicate(timeout=args.timeout + 120)
@@ -193,6 +209,7 @@ def run_fleet(count: int, args: argparse.Namespace, url: str) -> dict[str, Any]:
     chunks = sum(r["chunks"] for r in results)
     fallbacks = sum(sum(r["fallbacks"].values()) for r in results)
     seconds = [r["seconds"] for r in results]
+    starts = [r["started"] for r in results]
     per_work_time = [r["seconds"] / r["work"] for r in results]
     # the least time the quota lets the fleet's calls through in (what the stand-in counted): no invocation
     # ends before it, and a starved one ends well after it
@@ -223,6 +240,8 @@ def run_fleet(count: int, args: argparse.Namespace, url: str) -> dict[str, Any]:
         "slowest_vs_fastest": round(max(seconds) / min(seconds), 2),
         "slowest_vs_ideal": round(max(seconds) / ideal, 2),
         "slowest_vs_fastest_per_work": round(max(per_work_time) / min(per_work_time), 2),
+        # how far apart the invocations started (the fleet's go reaches them all within milliseconds)
+        "start_spread_seconds": round(max(starts) - min(starts), 3),
         "slice_work_spread": round(max(r["work"] for r in results) / min(r["work"] for r in results), 2),
         "deadline_passed": any(r["deadline_passed"] for r in results),
         "chunks_lost": 0 if all(r["intact"] for r in results) else "SOME",
@@ -277,7 +296,6 @@ def main() -> int:
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--slice", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--of", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--start-at", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if unknown := sorted({n for n in args.without.split(",") if n} - set(ABLATIONS)):
         parser.error(f"--without: unknown {', '.join(unknown)} (known: {', '.join(ABLATIONS)})")
