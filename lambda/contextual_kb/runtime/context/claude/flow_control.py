@@ -4,9 +4,9 @@
 the limit by ``decrease`` (at most once per ``cooldown`` so one burst of 429s counts once), each success
 grows it by 1/limit, up to the configured maximum. It starts slow, like TCP too: from ``start`` calls, each
 success adds one (the limit doubles with each round of calls) until the first 429. Started at the maximum,
-invocations sharing one quota each sent dozens of calls into it at once, most of them answered 429, and
-the ones whose calls were small took the quota while the rest backed off (measured: docs/BENCHMARKS.md,
-"Many invocations, one model quota"). It is told of 429s from worker threads, hence the lock.
+invocations sharing one quota each sent all their calls into it at once, and most were answered 429 (the
+slow start made 18-31% fewer 429s at the same throughput: docs/BENCHMARKS.md, "Many invocations, one
+model quota"). It is told of 429s from worker threads, hence the lock.
 
 ``Breaker`` stops calls to a model that keeps failing: ``threshold`` consecutive failed calls open it, when
 they come from more than one document (or from the only document with work left: failures of one document
