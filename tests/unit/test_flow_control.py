@@ -20,38 +20,15 @@ class FakeClock:
 # --- AdaptiveLimit ---
 
 
-def test_the_limit_starts_slow_and_doubles_each_round_of_calls_until_a_throttle() -> None:
-    limit = AdaptiveLimit(32, clock=FakeClock())
-    assert limit.allowed == 4
+def test_limit_starts_at_the_maximum() -> None:
+    limit = AdaptiveLimit(10, clock=FakeClock())
+    assert limit.allowed == 10
     assert limit.cuts == 0
-    for expected in (8, 16, 32):
-        for _ in range(limit.allowed):  # a round: every call running succeeds
-            limit.on_success()
-        assert limit.allowed == expected
-    limit.on_success()
-    assert limit.allowed == 32  # never past the maximum
-
-
-def test_after_the_first_throttle_successes_grow_the_limit_by_one_over_the_limit() -> None:
-    limit = AdaptiveLimit(32, clock=FakeClock())
-    for _ in range(4):
-        limit.on_success()  # 8
-    limit.on_throttle()  # 5.6: slow start is over
-    limit.on_success()  # 5.6 + 1/5.6 = 5.78
-    assert limit.allowed == 5
-    for _ in range(3):
-        limit.on_success()  # 5.78 + 0.173 + 0.170 + 0.167 = 6.29
-    assert limit.allowed == 6
-
-
-def test_a_maximum_below_the_start_is_where_it_starts() -> None:
-    assert AdaptiveLimit(1, clock=FakeClock()).allowed == 1
-    assert AdaptiveLimit(3, clock=FakeClock()).allowed == 3
 
 
 def test_a_throttle_cuts_the_limit_by_the_decrease() -> None:
     clock = FakeClock()
-    limit = AdaptiveLimit(10, start=10, clock=clock)
+    limit = AdaptiveLimit(10, clock=clock)
     limit.on_throttle()
     assert limit.allowed == 7
     assert limit.cuts == 1
@@ -63,7 +40,7 @@ def test_a_throttle_cuts_the_limit_by_the_decrease() -> None:
 
 def test_a_burst_of_throttles_within_the_cooldown_counts_once() -> None:
     clock = FakeClock()
-    limit = AdaptiveLimit(10, start=10, cooldown=2.0, clock=clock)
+    limit = AdaptiveLimit(10, cooldown=2.0, clock=clock)
     limit.on_throttle()
     for _ in range(7):
         clock.advance(0.25)
@@ -78,7 +55,7 @@ def test_a_burst_of_throttles_within_the_cooldown_counts_once() -> None:
 
 def test_the_limit_never_goes_below_one() -> None:
     clock = FakeClock()
-    limit = AdaptiveLimit(3, start=3, clock=clock)
+    limit = AdaptiveLimit(3, clock=clock)
     for _ in range(20):
         limit.on_throttle()
         clock.advance(5.0)
@@ -89,7 +66,7 @@ def test_the_limit_never_goes_below_one() -> None:
 
 
 def test_successes_grow_the_limit_by_one_over_the_limit() -> None:
-    limit = AdaptiveLimit(10, start=10, clock=FakeClock())
+    limit = AdaptiveLimit(10, clock=FakeClock())
     limit.on_throttle()  # 7.0
     for _ in range(7):
         limit.on_success()
@@ -110,7 +87,7 @@ def test_successes_never_grow_past_the_maximum() -> None:
 
 
 def test_custom_decrease() -> None:
-    limit = AdaptiveLimit(10, start=10, decrease=0.5, clock=FakeClock())
+    limit = AdaptiveLimit(10, decrease=0.5, clock=FakeClock())
     limit.on_throttle()
     assert limit.allowed == 5
 

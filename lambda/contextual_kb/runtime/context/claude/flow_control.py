@@ -2,11 +2,7 @@
 
 ``AdaptiveLimit`` is additive-increase / multiplicative-decrease, like TCP congestion control: a 429 cuts
 the limit by ``decrease`` (at most once per ``cooldown`` so one burst of 429s counts once), each success
-grows it by 1/limit, up to the configured maximum. It starts slow, like TCP too: from ``start`` calls, each
-success adds one (the limit doubles with each round of calls) until the first 429. Started at the maximum,
-invocations sharing one quota each sent all their calls into it at once, and most were answered 429 (the
-slow start made 18-31% fewer 429s at the same throughput: docs/BENCHMARKS.md, "Many invocations, one
-model quota"). It is told of 429s from worker threads, hence the lock.
+grows it by 1/limit, up to the configured maximum. It is told of 429s from worker threads, hence the lock.
 
 ``Breaker`` stops calls to a model that keeps failing: ``threshold`` consecutive failed calls open it, when
 they come from more than one document (or from the only document with work left: failures of one document
@@ -26,20 +22,13 @@ from contextual_kb.runtime.deadline import Clock
 
 class AdaptiveLimit:
     def __init__(
-        self,
-        maximum: int,
-        *,
-        start: int = 4,
-        decrease: float = 0.7,
-        cooldown: float = 1.0,
-        clock: Clock = time.monotonic,
+        self, maximum: int, *, decrease: float = 0.7, cooldown: float = 1.0, clock: Clock = time.monotonic
     ) -> None:
         self.maximum = maximum
         self.decrease = decrease
         self.cooldown = cooldown
         self._clock = clock
-        self._limit = float(min(maximum, start))
-        self._slow_start = True  # until the first 429
+        self._limit = float(maximum)
         self._last_cut = float("-inf")
         self._lock = threading.Lock()
         self.cuts = 0
@@ -55,14 +44,12 @@ class AdaptiveLimit:
             if now - self._last_cut < self.cooldown:
                 return
             self._last_cut = now
-            self._slow_start = False
             self._limit = max(1.0, self._limit * self.decrease)
             self.cuts += 1
 
     def on_success(self) -> None:
         with self._lock:
-            grow = 1.0 if self._slow_start else 1.0 / self._limit
-            self._limit = min(float(self.maximum), self._limit + grow)
+            self._limit = min(float(self.maximum), self._limit + 1.0 / self._limit)
 
 
 @dataclass
