@@ -1,4 +1,4 @@
-"""Test helpers: an in-memory batch store and event builders."""
+"""Test helpers: an in-memory batch store, event builders and a small corpus in the benchmark's format."""
 
 from __future__ import annotations
 
@@ -84,3 +84,26 @@ def outputs_in(s3: Any, bucket: str) -> list[str]:
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
         found += [o["Key"] for o in page.get("Contents", []) if OUTPUT_PREFIX in o["Key"]]
     return found
+
+
+def corpus(documents: int = 4, chunks: int = 5, lines: int = 1) -> list[dict[str, Any]]:
+    """Documents as the codebase benchmark's corpus file holds them, ``chunks`` sections each."""
+    out = []
+    for d in range(documents):
+        parts = [
+            f"## Part {i} of guide {d}\n\n"
+            + "".join(f"The valve {d}-{i}-{n} is inspected before the pump starts.\n" for n in range(lines))
+            for i in range(chunks)
+        ]
+        out.append(
+            {
+                "doc_id": f"doc_{d}",
+                "original_uuid": f"u{d}",
+                "content": "".join(parts),
+                "chunks": [
+                    {"chunk_id": f"doc_{d}_{i}", "original_index": i, "content": p}
+                    for i, p in enumerate(parts)
+                ],
+            }
+        )
+    return out

@@ -16,30 +16,9 @@ from typer.testing import CliRunner
 from contextual_kb.deferred.offline import INTERMEDIATE, SOURCE, LocalWorld
 from contextual_kb.local.batch_standin import BatchConfig
 from contextual_kb.runtime.pending import PendingDocument
+from tests.support import corpus
 
 PENDING = "contextual-kb/pending/"
-
-
-def corpus(documents: int = 4, chunks: int = 5, lines: int = 1) -> list[dict[str, Any]]:
-    out = []
-    for d in range(documents):
-        parts = [
-            f"## Part {i} of guide {d}\n\n"
-            + "".join(f"The valve {d}-{i}-{n} is inspected before the pump starts.\n" for n in range(lines))
-            for i in range(chunks)
-        ]
-        out.append(
-            {
-                "doc_id": f"doc_{d}",
-                "original_uuid": f"u{d}",
-                "content": "".join(parts),
-                "chunks": [
-                    {"chunk_id": f"doc_{d}_{i}", "original_index": i, "content": p}
-                    for i, p in enumerate(parts)
-                ],
-            }
-        )
-    return out
 
 
 def pending(world: LocalWorld) -> dict[str, PendingDocument]:

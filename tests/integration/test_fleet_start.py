@@ -9,29 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support import corpus
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def corpus(count: int) -> list[dict[str, object]]:
-    documents = []
-    for d in range(count):
-        chunks = [f"def handler_{d}_{c}(event):\n    return {{'doc': {d}, 'part': {c}}}\n" for c in range(3)]
-        documents.append(
-            {
-                "doc_id": f"doc_{d}",
-                "original_uuid": f"uuid-{d}",
-                "content": "".join(chunks),
-                "chunks": [
-                    {"chunk_id": f"doc_{d}_chunk_{c}", "original_index": c, "content": text}
-                    for c, text in enumerate(chunks)
-                ],
-            }
-        )
-    return documents
-
-
 def test_the_fleet_starts_together_and_loses_nothing(tmp_path: Path) -> None:
-    (tmp_path / "codebase_chunks.json").write_text(json.dumps(corpus(6)))
+    (tmp_path / "codebase_chunks.json").write_text(json.dumps(corpus(documents=6, chunks=3)))
     out = tmp_path / "fleet.json"
     subprocess.run(
         [sys.executable, "bench/fleet.py", "--fleet", "3", "--dataset", str(tmp_path), "--json", str(out),
