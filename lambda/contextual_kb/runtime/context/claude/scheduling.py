@@ -107,7 +107,7 @@ class Planner:
         """The starving job that may start soonest, if any."""
         if not self._starving_jobs:
             return None
-        starving = [j for j in self._eligible() if STARVING <= j.throttles < STARVING + HOLDS]
+        starving = [j for j in self._eligible() if j in self._starving_jobs]
         return min(starving, key=lambda j: j.not_before, default=None)
 
     def _take(self, job: Job) -> Job:
