@@ -25,6 +25,11 @@ def offline_environment(log_level: str = "WARNING") -> None:
 
 
 def load_documents(dataset: Path) -> list[dict[str, Any]]:
+    """The corpus of ``--dataset``; one that cannot be read ends the benchmark in one line (no traceback)."""
     from contextual_kb.evaluation.offline import load_corpus
+    from contextual_kb.local.inputs import InputFileError
 
-    return load_corpus(dataset / "codebase_chunks.json")
+    try:
+        return load_corpus(dataset / "codebase_chunks.json")
+    except InputFileError as exc:
+        raise SystemExit(f"error: {exc}") from None

@@ -301,6 +301,7 @@ def main() -> int:
         parser.error(f"--without: unknown {', '.join(unknown)} (known: {', '.join(ABLATIONS)})")
     if args.worker:
         return worker(args)
+    load_documents(args.dataset)  # a corpus that cannot be read: one line here, not one from every worker
     offline_environment()
     from contextual_kb.local.bedrock_standin import standin_subprocess
 
