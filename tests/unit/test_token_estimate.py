@@ -131,12 +131,15 @@ def test_time_stays_linear_in_chinese(megabytes: int) -> None:
     sentence = "".join(SENTENCES["chinese"])
     small = (sentence * (1 + (megabytes << 20) // (3 * len(sentence))))[: (megabytes << 20) // 3]
     large = small * 4
-    timings = []
-    for text in (small, large):
-        started = time.perf_counter()
-        chunk_document(text, max_tokens=300)
-        timings.append(time.perf_counter() - started)
-    assert timings[1] < 6 * timings[0], f"1 MB: {timings[0]:.2f} s, 4 MB: {timings[1]:.2f} s"
+    # CPU time, the sizes in turn, best of three each: a busy machine falls on both (see the structural
+    # pass's linearity test in tests/load). 8x: the log-scale midpoint of linear (4x) and quadratic (16x).
+    best = [float("inf"), float("inf")]
+    for _ in range(3):
+        for index, text in enumerate((small, large)):
+            started = time.process_time()
+            chunk_document(text, max_tokens=300)
+            best[index] = min(best[index], time.process_time() - started)
+    assert best[1] < 8 * best[0], f"1 MB: {best[0]:.2f} s, 4 MB: {best[1]:.2f} s"
 
 
 # Python with many short typed fields and literals: ``: str = ""`` and ``100_000`` are more tokens to Tekken
