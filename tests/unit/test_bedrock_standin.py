@@ -117,3 +117,19 @@ def test_contexts_never_cut_a_word_in_two() -> None:
     assert covers.endswith("…."), covers
     words = set(chunk.split()) | set(title.split())
     assert all(w.rstrip("…") in words for w in covers.removesuffix("….").split()), covers
+
+
+def test_a_request_timed_before_the_last_one_takes_back_no_refill() -> None:
+    """Requests are timed on arrival and reach the quota's lock out of order: one timed earlier than the
+    last let in is judged at the later time (it took back the refill the later one had been given, and
+    refused calls a bucket in order lets in)."""
+    from contextual_kb.local.bedrock_standin import _Bucket
+
+    bucket = _Bucket(per_minute=600, burst_seconds=0.5)  # 10 a second, 5 at once
+    assert bucket.allows(1, 100.0)  # the bucket starts full
+    assert bucket.allows(1, 100.5)  # still full: the half second's refill overflowed
+    bucket.take(1)
+    # timed before it: four left, as in order (it took back the 0.3 s of refill, 3 calls, the later one had)
+    assert bucket.allows(1, 100.2)
+    bucket.take(1)
+    assert bucket.level == 3

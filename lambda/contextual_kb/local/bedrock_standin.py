@@ -153,8 +153,10 @@ class _Bucket:
         is full)."""
         if self.at is None:
             self.at = now
-        self.level = min(self.capacity, self.level + (now - self.at) * self.rate)
-        self.at = now
+        # Requests timed on arrival reach the lock out of order: an earlier one refills nothing (it would
+        # take back what the later one was given).
+        self.level = min(self.capacity, self.level + max(0.0, now - self.at) * self.rate)
+        self.at = max(now, self.at)
         return self.level >= min(amount, self.capacity)
 
     def take(self, amount: float) -> None:
