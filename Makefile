@@ -84,8 +84,9 @@ bench: $(STAMP)  ## retrieval benchmark on ../shared/datasets/codebase (dev spli
 bench-contextualize: $(STAMP)  ## claude strategy speed and cost vs the published algorithm (~8 min)
 	$(BIN)/python bench/contextualize.py
 
-bench-fleet: $(STAMP)  ## 1, 4 and 16 invocations at once sharing one model quota (~7 min)
+bench-fleet: $(STAMP)  ## 1, 4 and 16 invocations at once sharing one model quota: each alone, then taking turns (~15 min)
 	$(BIN)/python bench/fleet.py
+	$(BIN)/python bench/fleet.py --shared-quota 1.0
 
 bench-reliability: $(STAMP)  ## fault injection at full size: a 429 storm, 5xx, hangs, deadline, S3 (~5 min)
 	$(BIN)/python bench/reliability.py --scale full

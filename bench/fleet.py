@@ -17,12 +17,15 @@ the fastest, whether any passed its deadline, and whether every chunk came back 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import os
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +146,7 @@ def worker(args: argparse.Namespace) -> int:
                 "requeued": model.get("requeued_calls", 0),
                 "fallbacks": model.get("fallbacks", {}),
                 "from_model": model.get("chunks_from_model", 0),
+                "quota_wait_seconds": model.get("quota_wait_seconds", 0.0),
                 "intact": intact,
             }
         ),
@@ -174,15 +178,25 @@ def standin_stats(url: str) -> dict[str, Any]:
         return json.loads(response.read())
 
 
-def run_fleet(count: int, args: argparse.Namespace, url: str) -> dict[str, Any]:
+def run_fleet(count: int, args: argparse.Namespace, url: str, quota_table: str = "") -> dict[str, Any]:
     command = [
         sys.executable, __file__, "--worker", "--url", url, "--of", str(count), "--mode", args.mode,
         "--timeout", str(args.timeout), "--dataset", str(args.dataset),
         "--rpm", str(args.rpm), "--tpm", str(args.tpm), "--without", args.without,
     ]  # fmt: skip
+    env = dict(os.environ)
+    if quota_table:  # the quota shared through a table (runtime/context/claude/shared_quota.py)
+        env.update(
+            {
+                "MODEL_QUOTA_TABLE": quota_table,
+                "AWS_ENDPOINT_URL_DYNAMODB": os.environ["AWS_ENDPOINT_URL_DYNAMODB"],
+                "MODEL_REQUESTS_PER_MINUTE": str(int(args.rpm * args.shared_quota)),
+                "MODEL_TOKENS_PER_MINUTE": str(int(args.tpm * args.shared_quota)),
+            }
+        )
     processes = [
         subprocess.Popen(
-            [*command, "--slice", str(i)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            [*command, "--slice", str(i)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
         )
         for i in range(count)
     ]
@@ -235,6 +249,8 @@ def run_fleet(count: int, args: argparse.Namespace, url: str) -> dict[str, Any]:
         "fallbacks": fallbacks,
         "fallback_share": round(fallbacks / chunks, 4),
         "fallback_reasons": _merged([r["fallbacks"] for r in results]),
+        "shared_quota": args.shared_quota,
+        "quota_wait_seconds": round(sum(r["quota_wait_seconds"] for r in results), 1),
         "slowest_seconds": max(seconds),
         "fastest_seconds": min(seconds),
         "slowest_vs_fastest": round(max(seconds) / min(seconds), 2),
@@ -249,6 +265,38 @@ def run_fleet(count: int, args: argparse.Namespace, url: str) -> dict[str, Any]:
         "quota_tokens_by_second": stats["quota_tokens_by_second"],
         "slices": results,
     }
+
+
+@contextlib.contextmanager
+def quota_tables() -> Iterator[Callable[[int], str]]:
+    """A local DynamoDB (moto's server on 127.0.0.1) for the shared quota; yields a maker of a fresh table
+    for each fleet (a fresh timeline, as each fleet gets a fresh stand-in)."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    from contextual_kb.local.s3server import free_port
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # a line per request otherwise
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    os.environ["AWS_ENDPOINT_URL_DYNAMODB"] = f"http://127.0.0.1:{port}"
+
+    def table(count: int) -> str:
+        name = f"fleet-quota-{count}-{time.time_ns()}"
+        boto3.client("dynamodb").create_table(
+            TableName=name,
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        return name
+
+    try:
+        yield table
+    finally:
+        server.stop()
+        os.environ.pop("AWS_ENDPOINT_URL_DYNAMODB", None)
 
 
 def binding_share(requests: list[int], tokens: list[int], rpm: int, tpm: int, window: int = 5) -> float:
@@ -286,6 +334,14 @@ def main() -> int:
     parser.add_argument("--throttle-rate", type=float, default=0.0, help="share of calls answered 429 anyway")
     parser.add_argument("--json", type=Path)
     parser.add_argument(
+        "--shared-quota",
+        type=float,
+        default=0.0,
+        metavar="SHARE",
+        help="the invocations take turns of one shared quota (a DynamoDB table, moto here), SHARE of the "
+        "stand-in's (1.0: all of it); 0: off, each invocation adapts alone",
+    )
+    parser.add_argument(
         "--without",
         default="",
         help="ablation, comma-separated: pacing (the SDK's own waits after a 429), hold (no starving job "
@@ -306,16 +362,19 @@ def main() -> int:
     from contextual_kb.local.bedrock_standin import standin_subprocess
 
     rows = []
-    for count in [int(n) for n in args.fleet.split(",")]:
-        with standin_subprocess(
-            args.latency_ms, args.per_token_ms, args.rpm, args.tpm, args.throttle_rate
-        ) as url:  # a fresh quota (and cache) for each fleet
-            result = run_fleet(count, args, url)
-        rows.append(result)
+    with contextlib.ExitStack() as stack:
+        tables = stack.enter_context(quota_tables()) if args.shared_quota else None
+        for count in [int(n) for n in args.fleet.split(",")]:
+            with standin_subprocess(
+                args.latency_ms, args.per_token_ms, args.rpm, args.tpm, args.throttle_rate
+            ) as url:  # a fresh quota (and cache) for each fleet
+                result = run_fleet(count, args, url, tables(count) if tables else "")
+            rows.append(result)
         print(json.dumps(result), flush=True)
     print(
         f"\nquota: {args.rpm} requests/min, {args.tpm:,} tokens/min; CONTEXT_MODE={args.mode}"
-        f"{'; without: ' + args.without if args.without else ''}\n"
+        f"{'; without: ' + args.without if args.without else ''}"
+        f"{f'; shared quota: {args.shared_quota:g} of it' if args.shared_quota else ''}\n"
         "| N | chunks/s | quota used (binding, 5 s windows) | requests / tokens over the run | throttles "
         "| retries | fallbacks | slowest / fastest | slowest / the quota's least time | deadline passed "
         "| chunks lost |\n|---|---|---|---|---|---|---|---|---|---|---|"

@@ -77,6 +77,12 @@ class StackConfig(BaseModel):
     context_mode: Literal["per_chunk", "grouped", "auto"] | None = Field(default=None, alias="contextMode")
     # Environment of the transformation function (README, "Settings"): every variable can be set here.
     function_environment: dict[str, str] = Field(default_factory=dict, alias="functionEnvironment")
+    # The model quota every invocation shares (docs/OPERATIONS.md, "Many invocations, one quota"): what of
+    # the account's quota for the model (Service Quotas) ingestion may use. Either set: a DynamoDB table keeps
+    # the turns, and the function's MODEL_QUOTA_TABLE and MODEL_*_PER_MINUTE are set. Unset: each invocation
+    # adapts to 429s alone.
+    model_requests_per_minute: int | None = Field(default=None, alias="modelRequestsPerMinute", ge=1)
+    model_tokens_per_minute: int | None = Field(default=None, alias="modelTokensPerMinute", ge=1)
     # OpenSearch Serverless standby replicas in a second AZ (AWS's default); off halves the idle OCUs.
     opensearch_standby_replicas: bool = Field(default=True, alias="opensearchStandbyReplicas")
 
@@ -120,6 +126,12 @@ class StackConfig(BaseModel):
             raise ValueError("contextDefer and functionEnvironment.CONTEXT_DEFER: set one of them")
         if self.context_mode and "CONTEXT_MODE" in self.function_environment:
             raise ValueError("contextMode and functionEnvironment.CONTEXT_MODE: set one of them")
+        quota = {"MODEL_QUOTA_TABLE", "MODEL_REQUESTS_PER_MINUTE", "MODEL_TOKENS_PER_MINUTE"}
+        if given := sorted(quota & set(self.function_environment)):
+            raise ValueError(
+                f"functionEnvironment.{given[0]}: the shared quota is set with modelRequestsPerMinute and "
+                "modelTokensPerMinute (the stack makes its table)"
+            )
         redirecting = sorted(
             name
             for name in self.function_environment
@@ -215,6 +227,18 @@ class StackConfig(BaseModel):
                 f"chunkOverlapTokens={self.chunk_overlap_tokens} must be at most half of "
                 f"chunkMaxTokens={self.chunk_max_tokens}"
             )
+
+    @property
+    def shares_quota(self) -> bool:
+        return bool(self.model_requests_per_minute or self.model_tokens_per_minute)
+
+    @property
+    def function_quota(self) -> dict[str, str]:
+        """The quota's settings of the function (the table's name is added by the stack)."""
+        return {
+            "MODEL_REQUESTS_PER_MINUTE": str(self.model_requests_per_minute or 0),
+            "MODEL_TOKENS_PER_MINUTE": str(self.model_tokens_per_minute or 0),
+        }
 
     @property
     def function_defer(self) -> dict[str, str]:

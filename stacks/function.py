@@ -1,12 +1,14 @@
 """The transformation function: Python 3.13 on arm64, our handler, every setting as environment.
 
 It may invoke only the configured model (through its inference profile, and the foundation-model ARNs the
-profile routes to) and read and write only the intermediate bucket.
+profile routes to), read and write only the intermediate bucket, and, with a shared model quota, read and
+update the one table that keeps its turns.
 """
 
 from __future__ import annotations
 
-from aws_cdk import Aws, Duration, Stack
+from aws_cdk import Aws, Duration, RemovalPolicy, Stack
+from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
@@ -96,6 +98,18 @@ class TransformFunction(Construct):
             **config.function_defer,
             "VECTOR_STORE": config.vector_store if vector_store is None else vector_store,
         }
+        self.quota_table: dynamodb.Table | None = None
+        if config.shares_quota:
+            # One item a model: the end of the quota's timeline (runtime/context/claude/shared_quota.py). A
+            # number nobody needs back: no backups, gone with the stack.
+            self.quota_table = dynamodb.Table(
+                self,
+                "QuotaTable",
+                partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
+                billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+                removal_policy=RemovalPolicy.DESTROY,
+            )
+            environment.update({**config.function_quota, "MODEL_QUOTA_TABLE": self.quota_table.table_name})
         self.function = lambda_.Function(
             self,
             "Function",
@@ -133,5 +147,10 @@ class TransformFunction(Construct):
         )
         if intermediate.encryption_key is not None:
             intermediate.encryption_key.grant(self.role, "kms:Decrypt", "kms:GenerateDataKey")
+        if self.quota_table is not None:
+            actions = ["dynamodb:GetItem", "dynamodb:UpdateItem"]
+            self.role.add_to_policy(
+                iam.PolicyStatement(actions=actions, resources=[self.quota_table.table_arn])
+            )
         for statement in model_statements(config.model_id):
             self.function.add_to_role_policy(statement)

@@ -63,6 +63,13 @@ def _batch(batch: BatchRole, intermediate: str, model_id: str) -> None:
 
 def _function(transform: TransformFunction, intermediate: str, model_id: str) -> None:
     function_role = transform.role
+    if transform.quota_table is not None:
+        _ack(
+            transform.quota_table,
+            "DDB3",
+            "The table holds one number a model, the end of the shared quota's timeline, rewritten with "
+            "every model call: there is nothing to restore to a point in time; a lost item starts a new one.",
+        )
     _ack(
         transform.function,
         "L1",

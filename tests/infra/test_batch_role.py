@@ -90,3 +90,20 @@ def test_context_defer_is_a_stack_setting_and_one_place_only() -> None:
         load({"contextDefer": "always", "functionEnvironment": {"CONTEXT_DEFER": "never"}})
     with pytest.raises(ConfigError, match="CONTEXT_DEFER=always with CONTEXT_MEMORY_PREFIX empty"):
         load({"contextDefer": "always", "functionEnvironment": {"CONTEXT_MEMORY_PREFIX": ""}})
+
+
+def test_the_shared_quota_is_set_by_its_stack_settings_only() -> None:
+    """modelRequestsPerMinute / modelTokensPerMinute make the table and set the function; the function's own
+    variables for it are refused in functionEnvironment (the stack names the table), in one line."""
+    from stacks.config import ConfigError, load
+
+    assert load({}).shares_quota is False
+    config = load({"modelTokensPerMinute": 400_000})
+    assert config.shares_quota and config.function_quota == {
+        "MODEL_REQUESTS_PER_MINUTE": "0",
+        "MODEL_TOKENS_PER_MINUTE": "400000",
+    }
+    with pytest.raises(ConfigError, match=r"functionEnvironment\.MODEL_QUOTA_TABLE: the shared quota is set"):
+        load({"functionEnvironment": {"MODEL_QUOTA_TABLE": "mine"}})
+    with pytest.raises(ConfigError, match="modelRequestsPerMinute"):
+        load({"modelRequestsPerMinute": 0})

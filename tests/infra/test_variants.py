@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.infra.conftest import cfn_lint, resources, synth_variants
+from tests.infra.conftest import as_list, cfn_lint, resources, synth_variants
 
 CHUNKINGS = ("fixed_size", "hierarchical", "semantic", "default", "none")
 VARIANTS = [
@@ -22,6 +22,7 @@ VARIANTS = [
     {"vectorStore": "opensearch", "stackName": "ContextualKb-Team-Payments-Prod1"},
     {"vectorStore": "s3vectors", "stackName": "ContextualKb-Team-Payments-Prod1"},
 ]
+QUOTA = {"vectorStore": "opensearch", "modelRequestsPerMinute": 2000, "modelTokensPerMinute": 3_600_000}
 
 
 def label(variant: dict[str, Any]) -> str:
@@ -30,7 +31,7 @@ def label(variant: dict[str, Any]) -> str:
 
 @pytest.fixture(scope="module")
 def templates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict[str, Any]]]:
-    return synth_variants(tmp_path_factory.mktemp("variants"), {label(v): v for v in VARIANTS})
+    return synth_variants(tmp_path_factory.mktemp("variants"), {label(v): v for v in [*VARIANTS, QUOTA]})
 
 
 def test_every_variant_passes_cfn_lint(templates: dict[str, tuple[Path, dict[str, Any]]]) -> None:
@@ -104,3 +105,38 @@ def test_chunking_none_hands_whole_documents_to_the_function_that_chunks_them(
         "CHUNK_MAX_TOKENS": "300",
         "CHUNK_OVERLAP_TOKENS": "0",
     }
+
+
+def test_a_shared_model_quota_gets_its_table_and_the_function_its_settings(
+    templates: dict[str, tuple[Path, dict[str, Any]]],
+) -> None:
+    """modelRequestsPerMinute and modelTokensPerMinute (cdk.json context, or -c): one on-demand table, the
+    function's MODEL_QUOTA_TABLE and quota, and GetItem and UpdateItem on that table alone. Without them
+    (every other variant): no table."""
+    template = templates[label(QUOTA)][1]
+    ((table_id, table),) = resources(template, "AWS::DynamoDB::Table").items()
+    assert table["Properties"]["BillingMode"] == "PAY_PER_REQUEST"
+    assert table["Properties"]["KeySchema"] == [{"AttributeName": "pk", "KeyType": "HASH"}]
+    assert table["DeletionPolicy"] == "Delete"  # one number, gone with the stack
+    (function,) = [
+        f for f in resources(template, "AWS::Lambda::Function").values() if "POST_CHUNKING" in str(f)
+    ]
+    variables = function["Properties"]["Environment"]["Variables"]
+    assert variables["MODEL_QUOTA_TABLE"] == {"Ref": table_id}
+    quota = (variables["MODEL_REQUESTS_PER_MINUTE"], variables["MODEL_TOKENS_PER_MINUTE"])
+    assert quota == ("2000", "3600000")
+    statements = [
+        statement
+        for policy in resources(template, "AWS::IAM::Policy").values()
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        if any("dynamodb:" in action for action in as_list(statement["Action"]))
+    ]
+    assert statements == [
+        {
+            "Action": ["dynamodb:GetItem", "dynamodb:UpdateItem"],
+            "Effect": "Allow",
+            "Resource": {"Fn::GetAtt": [table_id, "Arn"]},
+        }
+    ]
+    others = [t for name, (_, t) in templates.items() if name != label(QUOTA)]
+    assert all(not resources(t, "AWS::DynamoDB::Table") for t in others)

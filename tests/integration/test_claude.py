@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from typing import Any
 
+import boto3
 import pytest
 
 from contextual_kb.local.bedrock_standin import BedrockStandIn, Seen
@@ -207,6 +209,41 @@ def test_throttling_is_absorbed_and_nothing_is_lost(
     assert log["model"]["throttles"] == standin.stats.throttled
     assert log["model"]["fallbacks"] == {}
     assert log["model"]["chunks_from_model"] == 36
+
+
+def test_a_shared_quota_takes_turns_and_the_quota_throttles_nothing(
+    s3: Any, standin: BedrockStandIn, monkeypatch: pytest.MonkeyPatch, captured: pytest.CaptureFixture[str]
+) -> None:
+    """The same quota as above, shared through a table (MODEL_QUOTA_TABLE) and given as the docs say, under
+    the quota's own (90% of its rate, half its burst: calls sent in turn arrive with jitter, and out of
+    turn): each call waits its turn, the quota refuses almost none, the turns are on the table's
+    timeline, and nothing falls back."""
+    monkeypatch.setenv("MAX_CONCURRENCY", "16")
+    standin.configure(rpm=1200, burst_seconds=0.25)
+    dynamodb = boto3.client("dynamodb", region_name="us-east-1")  # moto, as S3 is
+    dynamodb.create_table(
+        TableName="ckb-quota",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    for name, value in {
+        "MODEL_QUOTA_TABLE": "ckb-quota",
+        "MODEL_REQUESTS_PER_MINUTE": "1080",
+        "MODEL_QUOTA_BURST_SECONDS": "0.125",
+    }.items():
+        monkeypatch.setenv(name, value)
+    event, staged = stage(s3, {f"doc{i}.md": paragraphs(f"topic{i}", 6) for i in range(6)})
+    started = time.time()
+    items = assert_every_chunk_back(s3, run(event), staged)
+    assert all(context_of(i).startswith("This chunk is from") for i in items)
+    assert standin.stats.throttled <= 5  # 31-46 without the table (the test above); 0-1 in six runs here
+    model = summary(captured)["model"]
+    assert model["chunks_from_model"] == 36 and model["fallbacks"] == {}
+    assert model["quota_wait_seconds"] > 0  # 36 calls at 18 a second: most waited for their turns
+    (item,) = dynamodb.scan(TableName="ckb-quota")["Items"]
+    # 36 turns of 1/18 s from the first call on: the timeline ends 2 s after the start, or later
+    assert started + 2.0 <= float(item["tat"]["N"]) <= time.time() + 0.25
 
 
 def test_server_errors_are_retried(

@@ -394,6 +394,31 @@ def test_quotas_below_what_max_concurrency_asks_warn_with_the_value_to_set(aws: 
     assert "will be throttled" in check["detail"] and "set MAX_CONCURRENCY to 2" in check["todo"]
 
 
+def test_a_shared_quota_is_checked_against_the_accounts(aws: Clients) -> None:
+    shared = {
+        "MODEL_QUOTA_TABLE": "t",
+        "MODEL_REQUESTS_PER_MINUTE": "900",
+        "MODEL_TOKENS_PER_MINUTE": "4000000",
+    }
+    healthy(
+        aws, function=lambda: aws.stubs["lambda"].add_response("get_function_configuration", function(shared))
+    )
+    code, checks = doctor()
+    check = by_name(checks)["quotas"]
+    assert code == 0 and check["status"] == "ok", check
+    assert "the invocations share 900 and 4,000,000 of them" in check["detail"]
+    healthy(
+        aws,
+        function=lambda: aws.stubs["lambda"].add_response("get_function_configuration", function(shared)),
+        quotas=lambda: aws.stubs["service-quotas"].add_response("list_service_quotas", quotas(requests=600)),
+    )
+    code, checks = doctor()
+    check = by_name(checks)["quotas"]
+    assert code == 0 and check["status"] == "warn"
+    assert "600 requests a minute; the shared quota gives 900" in check["detail"]
+    assert "set modelRequestsPerMinute to 540 or less" in check["todo"]
+
+
 def test_a_daily_token_quota_of_zero_fails(aws: Clients) -> None:
     healthy(
         aws, quotas=lambda: aws.stubs["service-quotas"].add_response("list_service_quotas", quotas(daily=0))

@@ -399,8 +399,10 @@ def _quotas(
             f"no {family} quota found for {label} in Service Quotas",
             "check it in the Service Quotas console",
         )
-    need_requests, need_tokens = quota_need(settings.max_concurrency)
     requests, tokens = found.get("requests", float("inf")), found.get("tokens", float("inf"))
+    if settings.model_quota_table:
+        return _shared_quota(settings, f"{family} for {label}", requests, tokens)
+    need_requests, need_tokens = quota_need(settings.max_concurrency)
     if requests < need_requests or tokens < need_tokens:
         fits = min(requests * SECONDS_PER_CALL / 60, tokens * SECONDS_PER_CALL / 60 / TOKENS_PER_CALL)
         return Check(
@@ -416,6 +418,29 @@ def _quotas(
         "ok",
         f"{family} for {label}: {requests:,.0f} requests and {tokens:,.0f} tokens a minute, enough for "
         f"MAX_CONCURRENCY {settings.max_concurrency}",
+    )
+
+
+def _shared_quota(settings: Settings, quota: str, requests: float, tokens: float) -> Check:
+    """The quota the invocations share (modelRequestsPerMinute, modelTokensPerMinute) against the account's:
+    above it, the turns let through more than Bedrock does."""
+    shared = {"requests": settings.model_requests_per_minute, "tokens": settings.model_tokens_per_minute}
+    account = {"requests": requests, "tokens": tokens}
+    over = [kind for kind in shared if shared[kind] > account[kind]]
+    if over:
+        kind = over[0]
+        return Check(
+            "quotas",
+            "warn",
+            f"{quota}: {account[kind]:,.0f} {kind} a minute; the shared quota gives {shared[kind]:,}: calls "
+            "will be throttled",
+            f"set model{kind.title()}PerMinute to {int(0.9 * account[kind]):,} or less (90%), and deploy",
+        )
+    return Check(
+        "quotas",
+        "ok",
+        f"{quota}: {requests:,.0f} requests and {tokens:,.0f} tokens a minute; the invocations share "
+        f"{settings.model_requests_per_minute:,} and {settings.model_tokens_per_minute:,} of them",
     )
 
 

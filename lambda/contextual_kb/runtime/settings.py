@@ -92,6 +92,14 @@ class Settings(BaseModel):
     window_tokens: int = Field(default=16_000, ge=1000, alias="WINDOW_TOKENS")
     opening_tokens: int = Field(default=2000, ge=0, alias="OPENING_TOKENS")
     max_concurrency: int = Field(default=32, ge=1, le=256, alias="MAX_CONCURRENCY")
+    # One quota shared by every invocation (runtime/context/claude/shared_quota.py): a DynamoDB table, and
+    # what of the account's quota for the model this ingestion may use. Off while the table is empty.
+    model_quota_table: str = Field(default="", alias="MODEL_QUOTA_TABLE")
+    model_requests_per_minute: int = Field(default=0, ge=0, alias="MODEL_REQUESTS_PER_MINUTE")
+    model_tokens_per_minute: int = Field(default=0, ge=0, alias="MODEL_TOKENS_PER_MINUTE")
+    # Seconds of the quota sent at once: under what the quota absorbs (Bedrock does not document it), as
+    # calls arrive with jitter; a call larger than this is sent alone when the quota has refilled for it.
+    model_quota_burst_seconds: float = Field(default=0.5, gt=0, le=60, alias="MODEL_QUOTA_BURST_SECONDS")
     # Seconds one HTTP attempt may take, and the SDK's retries (backoff with jitter) for 429, 5xx, timeouts.
     model_timeout_seconds: float = Field(default=60.0, gt=0, le=900, alias="MODEL_TIMEOUT_SECONDS")
     model_max_retries: int = Field(default=4, ge=0, le=10, alias="MODEL_MAX_RETRIES")
@@ -119,6 +127,15 @@ class Settings(BaseModel):
             raise ValueError(
                 "CONTEXT_DEFER=always with CONTEXT_MEMORY_PREFIX empty: contexts made later are found "
                 "through the remembered contexts; set a prefix, or CONTEXT_DEFER=fallbacks"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _shared_quota_is_given(self) -> Settings:
+        if self.model_quota_table and not (self.model_requests_per_minute or self.model_tokens_per_minute):
+            raise ValueError(
+                "MODEL_QUOTA_TABLE is set without the quota to share: set MODEL_REQUESTS_PER_MINUTE and "
+                "MODEL_TOKENS_PER_MINUTE (a little under the account's quotas for the model, Service Quotas)"
             )
         return self
 

@@ -52,6 +52,7 @@ class ModelAccounting:
     documents_pending: int = 0  # documents recorded as pending
     pending_errors: int = 0  # pending records that could not be written (logged)
     windowed_documents: int = 0
+    quota_wait_seconds: float = 0.0  # waited for turns of the shared quota (MODEL_QUOTA_TABLE), in all
     prices: Prices | None = None
     cache_ttl: str = "5m"
 
@@ -113,4 +114,5 @@ class ModelAccounting:
             "documents_pending": self.documents_pending,
             "pending_errors": self.pending_errors,
             "windowed_documents": self.windowed_documents,
+            "quota_wait_seconds": round(self.quota_wait_seconds, 1),
         }

@@ -23,6 +23,7 @@ import httpx2
 from anthropic import AnthropicBedrock, Middleware
 
 from contextual_kb.runtime.context.claude.accounting import Usage
+from contextual_kb.runtime.context.claude.shared_quota import NoTurnError, SharedQuota
 from contextual_kb.runtime.errors import TransformationError
 
 FailureKind = Literal["throttled", "transient", "rejected", "fatal"]
@@ -43,6 +44,7 @@ class Reply:
     seconds: float
     attempts: int
     throttles: int
+    quota_wait: float = 0.0  # seconds waited for turns of the shared quota
 
 
 class ModelCallError(Exception):
@@ -125,6 +127,32 @@ class ThrottlePacing(Middleware):
         return response
 
 
+class _QuotaGate(Middleware):
+    """Each HTTP attempt, retries included, waits for its turn of the shared quota (``shared_quota``): the
+    calling thread's call says what it counts and until when it may wait. Innermost, so the time waited is
+    not an attempt's: a NoTurnError raised here reaches the caller as it is (the SDK's rule for
+    middleware)."""
+
+    def __init__(self, quota: SharedQuota) -> None:
+        self.quota = quota
+        self._local = threading.local()
+
+    def set_call(self, tokens: int, give_up_at: float) -> None:
+        self._local.tokens = tokens
+        self._local.give_up_at = give_up_at
+        self._local.waited = 0.0
+
+    def waited(self) -> float:
+        """Seconds the calling thread's call has waited for its turns."""
+        return getattr(self._local, "waited", 0.0)
+
+    def handle(self, request: Any, call_next: Any) -> Any:
+        local = self._local
+        waited = self.quota.wait_turn(getattr(local, "tokens", 0), getattr(local, "give_up_at", 0.0))
+        self._local.waited = self.waited() + waited
+        return call_next(request)
+
+
 def resolve_region(configured: str) -> str:
     region = configured or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     if not region:
@@ -143,9 +171,12 @@ class ClaudeClient:
         max_retries: int,
         max_connections: int,
         on_throttle: Callable[[], None] | None = None,
+        shared_quota: SharedQuota | None = None,
     ) -> None:
         self._counter = _AttemptCounter(on_throttle)
         self._pacing = ThrottlePacing()
+        self._gate = _QuotaGate(shared_quota) if shared_quota is not None else None
+        self.shared_quota = shared_quota
         # Room for calls abandoned at a deadline that still hold a connection into the next invocation.
         limits = httpx2.Limits(
             max_connections=2 * max_connections + 4, max_keepalive_connections=max_connections
@@ -155,16 +186,22 @@ class ClaudeClient:
             max_retries=max_retries,
             timeout=httpx2.Timeout(timeout_seconds, connect=min(10.0, timeout_seconds)),
             http_client=anthropic.DefaultHttpxClient(limits=limits),
-            middleware=[self._counter, self._pacing],
+            middleware=[self._counter, self._pacing, *([self._gate] if self._gate else [])],
         )
 
-    def invoke(self, request: dict[str, Any]) -> Reply:
-        """One ``messages.create`` with the SDK's retries; raises ModelCallError."""
+    def invoke(self, request: dict[str, Any], *, quota_tokens: int = 0, max_wait: float = 60.0) -> Reply:
+        """One ``messages.create`` with the SDK's retries; raises ModelCallError. With a shared quota, each
+        attempt first waits its turn for ``quota_tokens`` (what the quota counts of the call), for at most
+        ``max_wait`` seconds from now in all."""
         self._counter.reset()
         self._pacing.reset()
+        if self._gate is not None:
+            self._gate.set_call(quota_tokens, time.time() + max_wait)
         started = time.monotonic()
         try:
             message = self._client.messages.create(**request)
+        except NoTurnError as exc:
+            raise self._error("throttled", str(exc)) from None
         except anthropic.APIStatusError as exc:
             raise self._error(
                 _kind(exc.status_code), f"{exc.status_code} {_error_type(exc)}", exc.status_code
@@ -187,7 +224,9 @@ class ClaudeClient:
                 output_tokens=usage.output_tokens or 0,
             ),
             stop_reason=message.stop_reason or "",
-            seconds=time.monotonic() - started,
+            # the model's time: the turns waited for are the quota's, not the model's latency
+            seconds=time.monotonic() - started - (self._gate.waited() if self._gate else 0.0),
+            quota_wait=self._gate.waited() if self._gate else 0.0,
             attempts=max(1, attempts),
             throttles=throttles,
         )

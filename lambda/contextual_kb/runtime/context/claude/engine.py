@@ -9,6 +9,8 @@ The engine, per invocation:
 - the SDK retries 429s, 5xx and timeouts; each 429 also shrinks the concurrency limit; a call still
   throttled waits (with backoff) at the back of its queue, one still failing is tried again; a breaker stops
   calling a model that keeps failing (``flow_control``);
+- with a quota shared by every invocation (``MODEL_QUOTA_TABLE``), each call first waits its turn of it, in
+  the quota's own units (``shared_quota``); one given no turn in time is handled as a throttled call;
 - no call starts unless it can end before the deadline; at the deadline calls still running are abandoned;
 - a document whose own calls keep failing is contained: it goes after healthy ones, one call at a time, its
   failures alone do not open the breaker, and after ``DOCUMENT_FAILURE_LIMIT`` failures in a row it is
@@ -56,6 +58,7 @@ from contextual_kb.runtime.context.claude.prompts import (
     parse_grouped,
 )
 from contextual_kb.runtime.context.claude.scheduling import Job, Planner
+from contextual_kb.runtime.context.claude.shared_quota import QuotaRate, SharedQuota, counted_tokens
 from contextual_kb.runtime.context.claude.windows import Unit, estimate_tokens, plan_units
 from contextual_kb.runtime.context.structural import StructuralStrategy
 from contextual_kb.runtime.deadline import Deadline
@@ -135,6 +138,9 @@ class ClaudeStrategy(ContextStrategy):
         # The published algorithm is sequential; ours runs up to MAX_CONCURRENCY calls.
         self.concurrency = 1 if self.published else settings.max_concurrency
         self.limit = AdaptiveLimit(self.concurrency)  # kept across warm invocations: it learns the quota
+        # Calls take turns of a quota shared with every invocation (shared_quota.py); the published
+        # algorithm makes one call at a time, as published.
+        self.shares_quota = bool(settings.model_quota_table) and not self.published
         self.fallback = StructuralStrategy(
             max_chars=settings.structural_max_chars, max_names=settings.structural_max_names
         )
@@ -162,7 +168,16 @@ class ClaudeStrategy(ContextStrategy):
             max_retries=self.settings.model_max_retries,
             max_connections=self.concurrency,
             on_throttle=self.limit.on_throttle,
+            shared_quota=self._shared_quota(),
         )
+
+    def _shared_quota(self) -> SharedQuota | None:
+        """The quota every invocation shares (``shared_quota``), when a table and the quota are set."""
+        s = self.settings
+        if not self.shares_quota:
+            return None
+        rate = QuotaRate(s.model_requests_per_minute, s.model_tokens_per_minute, s.model_quota_burst_seconds)
+        return SharedQuota(s.model_quota_table, f"{s.model_id} {s.model_region}".strip(), rate)
 
     @property
     def memory(self) -> ContextMemory:
@@ -573,7 +588,22 @@ class _Run:
                 self.breaker.on_failure(str(exc), fatal=True)
                 self._fallback_jobs([job], "model_unavailable", str(exc))
                 return
-            calls[pool.submit(client.invoke, self._request(job))] = (job, now)
+            request = self._request(job)
+            if not self.s.shares_quota:
+                calls[pool.submit(client.invoke, request)] = (job, now)
+                continue
+            # cached: the unit's cache is written (its first call has returned), so its prefix is a read
+            cached = self.open[job.doc].cacheable[job.unit] and not job.first
+            tokens = counted_tokens(request, prefix_cached=cached)
+            future = pool.submit(client.invoke, request, quota_tokens=tokens, max_wait=self._max_wait())
+            calls[future] = (job, now)
+
+    def _max_wait(self) -> float:
+        """How long a call may wait for its turn of the shared quota: until it could no longer end before
+        the model's time is up (its own time, the p95 of recent replies, taken off), and at most as long as
+        one attempt may take."""
+        model = percentile(self.acct.latencies[-_RECENT_CALLS:], 0.95)
+        return max(0.0, min(self.settings.model_timeout_seconds, self.deadline.remaining() - model))
 
     def _expected_seconds(self) -> float:
         """How long a call is expected to take: the p95 of the recent ones, failed ones included (0 before
@@ -618,6 +648,7 @@ class _Run:
         acct.throttles += reply.throttles
         acct.add_usage(reply.usage)
         acct.latencies.append(reply.seconds)
+        acct.quota_wait_seconds += reply.quota_wait
         self.s.limit.on_success()
         self.breaker.on_success()
         opened = self.open[job.doc]

@@ -1,0 +1,218 @@
+"""One model quota shared by every invocation: turns in the quota's own units, kept in one DynamoDB item.
+
+Why: each invocation adapts its own concurrency to 429s, which is fair in calls at once, not in the quota's
+units. A quota counted in tokens lets a large call (a document's cache write) in only once its bucket holds
+that many tokens, and small calls from other invocations keep draining it: an invocation with large
+documents ends last, several times later than one with small ones (docs/BENCHMARKS.md, "Many invocations,
+one model quota"). Here every call of every invocation first takes a turn on one shared timeline, as the
+generic cell rate algorithm (GCRA) does: the timeline's end (``tat``, the theoretical arrival time) moves
+on by what the call costs the quota, in seconds (its tokens over tokens a second, or one request over
+requests a second, whichever is longer), and the call is sent once the quota has refilled for it. Turns are
+taken in order, whatever their size: a large call waits its turn, and no small call can take it.
+
+Off unless ``MODEL_QUOTA_TABLE`` and the quota (``MODEL_REQUESTS_PER_MINUTE``, ``MODEL_TOKENS_PER_MINUTE``)
+are set. The quota to give is what this Knowledge Base's ingestion may use of the account's (per model and
+Region, in Service Quotas), a little under it: the tokens of a call are estimated before it is sent, and a
+call that is throttled anyway is handled as before (the SDK's paced retries, the adaptive limit).
+
+Each invocation books at most ``lead`` seconds of the quota ahead (a call booked and then abandoned at a
+deadline wastes at most that); one thread of an invocation books at a time, so the table sees at most one
+writer per invocation, a read and a write per call.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from contextual_kb.runtime.observability import logger
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+LEAD_SECONDS = 2.0
+# Claude's tokenizer gives about 3.5 bytes a token on code and English (windows.py counts 3, to be sure a
+# document is cached); the quota given, a little under the account's, absorbs the rest.
+QUOTA_BYTES_PER_TOKEN = 3.5
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaRate:
+    """The quota shared, per minute, and how much of it (seconds of it) may pass at once."""
+
+    requests_per_minute: int
+    tokens_per_minute: int
+    burst_seconds: float = 0.5
+
+    def cost(self, tokens: int) -> float:
+        """Seconds of the quota one call of ``tokens`` counted tokens takes. Pure."""
+        by_requests = 60.0 / self.requests_per_minute if self.requests_per_minute else 0.0
+        by_tokens = 60.0 * tokens / self.tokens_per_minute if self.tokens_per_minute else 0.0
+        return max(by_requests, by_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    tat: float  # the timeline's new end
+    send_at: float  # when the call may be sent (epoch seconds)
+
+
+def take_turn(tat: float, now: float, cost: float, burst: float) -> Turn:
+    """The turn of a call costing ``cost`` seconds of quota on a timeline ending at ``tat``. A token bucket
+    of ``burst`` seconds refilling as the timeline goes holds the call from ``burst - cost`` seconds before
+    the timeline's end; a call larger than the bucket needs it full: from the end. Pure."""
+    return Turn(tat=max(tat, now) + cost, send_at=max(now, tat - max(0.0, burst - cost)))
+
+
+def counted_tokens(request: Mapping[str, Any], *, prefix_cached: bool) -> int:
+    """The tokens Bedrock counts against the quota for ``request`` (``messages.create`` keyword arguments),
+    estimated: its input, without the cached prefix when that is already written (cache reads do not
+    count), and the output reserved by ``max_tokens``. Pure."""
+    texts: list[str] = [block.get("text", "") for block in request.get("system", [])]
+    for message in request.get("messages", []):
+        for block in message.get("content", []):
+            if prefix_cached and "cache_control" in block:
+                continue
+            texts.append(block.get("text", "") if isinstance(block, dict) else str(block))
+    return math.ceil(sum(len(t.encode("utf-8")) for t in texts) / QUOTA_BYTES_PER_TOKEN) + int(
+        request.get("max_tokens", 0)
+    )
+
+
+class NoTurnError(Exception):
+    """No turn before the caller's limit: the quota is taken for longer (handled as a throttle)."""
+
+
+class SharedQuota:
+    """Turns on the timeline of one item (``key``: the model and Region) of a DynamoDB table: read it, write
+    the new end only if nobody moved it since (a conditional write), else read again.
+
+    Each invocation books turns only while the quota it has booked and not yet sent is under ``lead``
+    seconds: with N invocations booking, each holds about 1/N of the timeline ahead, so each gets 1/N of
+    the quota in its own units (a large call counts for its size), and an invocation alone keeps ``lead``
+    seconds booked, enough to keep the quota busy. No invocation polls: one whose lead is full waits for
+    its own calls to be sent."""
+
+    def __init__(
+        self,
+        table: str,
+        key: str,
+        rate: QuotaRate,
+        *,
+        client: DynamoDBClient | None = None,
+        lead: float = LEAD_SECONDS,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if client is None:
+            import boto3
+            from botocore.config import Config
+
+            retries: Any = {"mode": "standard", "max_attempts": 5}
+            config = Config(retries=retries, connect_timeout=2, read_timeout=5)
+            client = boto3.client("dynamodb", config=config)
+        self.table = table
+        self.key = key
+        self.rate = rate
+        self.lead = lead
+        self._client = client
+        self._clock = clock
+        self._sleep = sleep
+        # Held while booking (one thread of this invocation writes at a time) and while counting the lead.
+        self._room = threading.Condition()
+        self._booked: dict[int, float] = {}  # this invocation's turns not yet sent: cost by booking
+        self._bookings = 0
+        self.waited = 0.0  # seconds calls waited for their turns, in all
+        self.conflicts = 0  # writes another invocation got in first
+        self.table_errors = 0  # turns the table could not give (unreachable, denied): calls went anyway
+
+    def wait_turn(self, tokens: int, give_up_at: float) -> float:
+        """Block until a call of ``tokens`` counted tokens may be sent; the seconds waited. Raises NoTurnError
+        if it could not be sent before ``give_up_at`` (epoch seconds), and then books nothing."""
+        cost = self.rate.cost(tokens)
+        started = self._clock()
+        with self._room:
+            while sum(self._booked.values()) >= self.lead:
+                left = give_up_at - self._clock()
+                if left <= 0 or not self._room.wait(timeout=left):
+                    raise NoTurnError(f"no turn of the shared quota within {give_up_at - started:.0f} s")
+            try:
+                turn = self._book(cost, give_up_at, started)
+            except (BotoCoreError, ClientError) as exc:
+                # The table is a courtesy between invocations, not a gate the model depends on: without it
+                # the call goes now, and 429s are handled as without a shared quota. Counted, logged once.
+                self.table_errors += 1
+                if self.table_errors == 1:
+                    logger.warning(
+                        "shared quota table unusable: calls go without turns",
+                        extra={"table": self.table, "error": _error_text(exc)},
+                    )
+                return 0.0
+            self._bookings += 1
+            booking = self._bookings
+            self._booked[booking] = cost
+        try:
+            delay = turn.send_at - self._clock()
+            if delay > 0:
+                self._sleep(delay)
+        finally:
+            with self._room:
+                del self._booked[booking]
+                self._room.notify_all()
+        waited = self._clock() - started
+        self.waited += waited
+        return waited
+
+    def _book(self, cost: float, give_up_at: float, started: float) -> Turn:
+        while True:
+            tat = self._read()
+            # the clock read after the table: a turn timed before a slow read would start in the past, as
+            # if the quota had refilled for longer than it did
+            now = self._clock()
+            turn = take_turn(tat, now, cost, self.rate.burst_seconds)
+            if turn.send_at > give_up_at:
+                raise NoTurnError(f"no turn of the shared quota within {give_up_at - started:.0f} s")
+            if self._write(tat, turn.tat):
+                return turn
+            self.conflicts += 1
+
+    def _read(self) -> float:
+        item = self._client.get_item(
+            TableName=self.table, Key={"pk": {"S": self.key}}, ConsistentRead=True, ProjectionExpression="tat"
+        ).get("Item")
+        return float(item["tat"]["N"]) if item else 0.0
+
+    def _write(self, old: float, new: float) -> bool:
+        values = {":new": {"N": _number(new)}}
+        if old:
+            values[":old"] = {"N": _number(old)}
+        condition = "tat = :old" if old else "attribute_not_exists(tat)"
+        try:
+            self._client.update_item(
+                TableName=self.table,
+                Key={"pk": {"S": self.key}},
+                UpdateExpression="SET tat = :new",
+                ConditionExpression=condition,
+                ExpressionAttributeValues=values,
+            )
+        except self._client.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
+
+def _error_text(exc: Exception) -> str:
+    if isinstance(exc, ClientError):
+        return str(exc.response.get("Error", {}).get("Code", "ClientError"))
+    return type(exc).__name__
+
+
+def _number(value: float) -> str:
+    """A DynamoDB number that reads back as the same float (so ``tat = :old`` matches what was read)."""
+    return str(Decimal(repr(value)))

@@ -1,0 +1,211 @@
+"""The quota shared by every invocation (runtime/context/claude/shared_quota.py): turns on one timeline."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from contextual_kb.local.bedrock_standin import _Bucket
+from contextual_kb.runtime.context.claude.shared_quota import (
+    NoTurnError,
+    QuotaRate,
+    SharedQuota,
+    counted_tokens,
+    take_turn,
+)
+
+TABLE = "quota"
+
+
+def test_a_turn_on_an_idle_timeline_is_now_and_a_busy_one_queues() -> None:
+    assert take_turn(0.0, 100.0, cost=0.1, burst=1.0) == take_turn(50.0, 100.0, cost=0.1, burst=1.0)
+    idle = take_turn(0.0, 100.0, cost=0.1, burst=1.0)
+    assert idle.send_at == 100.0 and idle.tat == pytest.approx(100.1)
+    # five seconds booked ahead: sent when the bucket has refilled for it, a second before its turn ends
+    busy = take_turn(105.0, 100.0, cost=0.1, burst=1.0)
+    assert busy.tat == pytest.approx(105.1) and busy.send_at == pytest.approx(104.1)
+    # a call larger than the bucket needs it full: sent when its turn starts, not before
+    large = take_turn(105.0, 100.0, cost=1.5, burst=1.0)
+    assert large.send_at == 105.0 and large.tat == pytest.approx(106.5)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_calls_sent_at_their_turns_pass_the_stand_ins_bucket(seed: int) -> None:
+    """The turns mirror the stand-in's token bucket: a call sent at its turn is let in, whatever its size,
+    however many callers, the largest calls included (more than a second of the quota)."""
+    draw = random.Random(seed)
+    rate = QuotaRate(requests_per_minute=0, tokens_per_minute=60_000, burst_seconds=1.0)  # 1,000 a second
+    bucket = _Bucket(rate.tokens_per_minute, rate.burst_seconds)
+    tat, now, sends = 0.0, 1000.0, []
+    for _ in range(300):
+        now += draw.expovariate(20.0)  # callers asking for turns, faster than the quota lets calls in
+        tokens = draw.choice([50, 200, 900, 1_500, 4_000])
+        turn = take_turn(tat, now, rate.cost(tokens), rate.burst_seconds)
+        tat = turn.tat
+        sends.append((turn.send_at, tokens))
+    for at, tokens in sorted(sends):
+        # turns are exact, the bucket's floats are not: what it holds is compared within a millionth
+        wanted = min(tokens, bucket.capacity) - 1e-6
+        assert bucket.allows(wanted, at), f"{tokens} tokens refused at {at - 1000:.2f} s"
+        bucket.take(tokens)
+
+
+def test_the_quota_counts_a_cached_prefix_only_when_it_is_written() -> None:
+    document = "x" * 3500
+    request = {
+        "max_tokens": 160,
+        "system": [{"type": "text", "text": "s" * 35}],
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": document, "cache_control": {"type": "ephemeral"}},
+                    {"type": "text", "text": "q" * 350},
+                ],
+            }
+        ],
+    }
+    written = counted_tokens(request, prefix_cached=False)
+    read = counted_tokens(request, prefix_cached=True)
+    assert written - read == 1000  # the document, at 3.5 bytes a token
+    assert read == 10 + 100 + 160  # the system prompt, the question, the output reserved
+
+
+def test_the_cost_is_the_binding_quotas() -> None:
+    rate = QuotaRate(requests_per_minute=600, tokens_per_minute=600_000)
+    assert rate.cost(100) == pytest.approx(0.1)  # the request quota binds: 10 a second
+    assert rate.cost(5_000) == pytest.approx(0.5)  # the token quota binds: 10,000 a second
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def dynamodb() -> Iterator[Any]:
+    import boto3
+    from moto import mock_aws
+
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        client.create_table(
+            TableName=TABLE,
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        yield client
+
+
+def quota(client: Any, clock: FakeClock, **kwargs: Any) -> SharedQuota:
+    rate = QuotaRate(requests_per_minute=600, tokens_per_minute=600_000)
+    return SharedQuota(TABLE, "model", rate, client=client, clock=clock, sleep=clock.sleep, **kwargs)
+
+
+def tat(client: Any) -> float:
+    return float(client.get_item(TableName=TABLE, Key={"pk": {"S": "model"}})["Item"]["tat"]["N"])
+
+
+def test_two_invocations_take_turns_on_one_timeline(dynamodb: Any) -> None:
+    clock = FakeClock()
+    first, second = quota(dynamodb, clock), quota(dynamodb, clock)
+    assert first.wait_turn(100, give_up_at=clock.now + 60) == 0.0  # idle: at once
+    assert tat(dynamodb) == pytest.approx(1_000.1)
+    # 30 calls of 0.5 s of quota each, taken in turn by the two: the timeline moves on by each one's cost
+    for i in range(30):
+        (first if i % 2 else second).wait_turn(5_000, give_up_at=clock.now + 60)
+    assert tat(dynamodb) == pytest.approx(1_000.1 + 15.0)
+    # nobody is sent more than a second ahead of the quota (the bucket's burst), nor booked 2 s ahead
+    assert clock.now >= tat(dynamodb) - 1.0 - 1e-6
+
+
+def test_a_turn_another_invocation_took_first_is_taken_again(dynamodb: Any) -> None:
+    clock = FakeClock()
+    other = quota(dynamodb, clock)
+
+    class Racing:
+        """The table's client, with another invocation's turn taken between our read and our write."""
+
+        def __init__(self) -> None:
+            self.exceptions = dynamodb.exceptions
+            self.raced = False
+
+        def get_item(self, **kwargs: Any) -> Any:
+            return dynamodb.get_item(**kwargs)
+
+        def update_item(self, **kwargs: Any) -> Any:
+            if not self.raced:
+                self.raced = True
+                other.wait_turn(1_000, give_up_at=clock.now + 60)
+            return dynamodb.update_item(**kwargs)
+
+    ours = quota(Racing(), clock)  # type: ignore[arg-type]
+    ours.wait_turn(1_000, give_up_at=clock.now + 60)
+    assert ours.conflicts == 1
+    assert tat(dynamodb) == pytest.approx(1_000.0 + 0.1 + 0.1)  # both turns on the timeline, none lost
+
+
+def test_no_turn_in_time_is_an_error_and_books_nothing(dynamodb: Any) -> None:
+    clock = FakeClock()
+    busy = quota(dynamodb, clock)
+    for _ in range(10):  # 5 s booked ahead
+        busy.wait_turn(5_000, give_up_at=clock.now + 60)
+    clock.now -= 5.0
+    booked = tat(dynamodb)
+    with pytest.raises(NoTurnError, match="no turn of the shared quota within 2 s"):
+        quota(dynamodb, clock).wait_turn(100, give_up_at=clock.now + 2.0)
+    assert tat(dynamodb) == booked
+
+
+def test_a_table_that_cannot_be_used_lets_calls_go_counted_and_logged_once(
+    dynamodb: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The table is a courtesy between invocations: access denied (or no table) costs no call its model
+    context; the calls go at once and 429s are handled as without it."""
+    clock = FakeClock()
+    rate = QuotaRate(requests_per_minute=600, tokens_per_minute=600_000)
+    missing = SharedQuota("no-such-table", "model", rate, client=dynamodb, clock=clock, sleep=clock.sleep)
+    assert [missing.wait_turn(100, give_up_at=clock.now + 60) for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert missing.table_errors == 3
+    warnings = [r for r in caplog.records if "shared quota table unusable" in r.getMessage()]
+    assert len(warnings) == 1
+
+
+def test_an_invocation_books_no_more_than_its_lead_ahead(dynamodb: Any) -> None:
+    """Threads of one invocation: with its lead full, the next waits until one of its calls is sent, so
+    every invocation holds about the same share of the timeline ahead."""
+    import threading
+    import time
+
+    rate = QuotaRate(requests_per_minute=600, tokens_per_minute=0)  # 0.1 s a call
+    ours = SharedQuota(TABLE, "model", rate, client=dynamodb, lead=0.3)
+    sent: list[float] = []
+    ahead: list[float] = []
+
+    def call() -> None:
+        ours.wait_turn(10, give_up_at=time.time() + 30)
+        with ours._room:
+            ahead.append(sum(ours._booked.values()))
+        sent.append(time.time())
+
+    threads = [threading.Thread(target=call) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert len(sent) == 8
+    assert max(ahead) < 0.3 + 0.1  # booked only while under the lead: under it plus one call
+    # eight calls of 0.1 s, sent in turn: the last about 0.8 s after the first less the 0.5 s burst
+    assert max(sent) - min(sent) >= 0.2
