@@ -438,3 +438,38 @@ def test_auto_mode_groups_what_cannot_be_cached_and_caches_what_can(
     assert len(grouped) == 2
     log = summary(captured)
     assert log["model"]["grouped_units"] == 2 and log["model"]["fallbacks"] == {}
+
+
+def test_a_retry_given_no_turn_fails_as_the_attempt_before_it(standin: BedrockStandIn) -> None:
+    """A 5xx retried by the SDK, and the retry given no turn of the shared quota: the call fails as the 5xx
+    did (transient: retried later, seen by the breaker), not as a throttle; a first attempt given no turn
+    is a throttle."""
+    from contextual_kb.runtime.context.claude.client import ClaudeClient, ModelCallError
+    from contextual_kb.runtime.context.claude.prompts import PromptSettings, chunk_request
+    from contextual_kb.runtime.context.claude.shared_quota import NoTurnError
+
+    class Turns:
+        def __init__(self, given: int) -> None:
+            self.given = given
+
+        def wait_turn(self, tokens: int, give_up_at: float) -> float:
+            if self.given == 0:
+                raise NoTurnError("no turn of the shared quota within 60 s")
+            self.given -= 1
+            return 0.0
+
+    request = chunk_request(
+        PromptSettings(model_id="global.anthropic.claude-haiku-4-5-20251001-v1:0"),
+        document="A document.",
+        chunk="A chunk.",
+        cache=False,
+    )
+    for given, kind, attempts in [(1, "transient", 1), (0, "throttled", 0)]:
+        standin.fail_next(1, 500)
+        client = ClaudeClient(
+            region="us-east-1", timeout_seconds=5, max_retries=2, max_connections=2, shared_quota=Turns(given)
+        )  # type: ignore[arg-type]
+        with pytest.raises(ModelCallError) as failed:
+            client.invoke(request, quota_tokens=100)
+        assert (failed.value.kind, failed.value.attempts) == (kind, attempts)
+        client.close()

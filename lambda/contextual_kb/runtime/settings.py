@@ -134,8 +134,9 @@ class Settings(BaseModel):
     def _shared_quota_is_given(self) -> Settings:
         if self.model_quota_table and not (self.model_requests_per_minute or self.model_tokens_per_minute):
             raise ValueError(
-                "MODEL_QUOTA_TABLE is set without the quota to share: set MODEL_REQUESTS_PER_MINUTE and "
-                "MODEL_TOKENS_PER_MINUTE (a little under the account's quotas for the model, Service Quotas)"
+                "MODEL_QUOTA_TABLE is set without the quota to share: set MODEL_REQUESTS_PER_MINUTE or "
+                "MODEL_TOKENS_PER_MINUTE or both (a little under the account's quotas for the model, Service "
+                "Quotas)"
             )
         return self
 

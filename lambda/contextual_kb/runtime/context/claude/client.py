@@ -74,13 +74,26 @@ class _AttemptCounter(Middleware):
     def reset(self) -> None:
         self._local.attempts = 0
         self._local.throttles = 0
+        self._local.last = None
 
     def counts(self) -> tuple[int, int]:
         return getattr(self._local, "attempts", 0), getattr(self._local, "throttles", 0)
 
+    def last_status(self) -> int | None:
+        """The last attempt's HTTP status (0: no response; None: no attempt reached the model)."""
+        return getattr(self._local, "last", None)
+
     def handle(self, request: Any, call_next: Any) -> Any:
+        try:
+            response = call_next(request)
+        except NoTurnError:  # never sent: not an attempt
+            raise
+        except Exception:
+            self._local.attempts = getattr(self._local, "attempts", 0) + 1
+            self._local.last = 0
+            raise
         self._local.attempts = getattr(self._local, "attempts", 0) + 1
-        response = call_next(request)
+        self._local.last = response.status_code
         if response.status_code == 429:
             self._local.throttles = getattr(self._local, "throttles", 0) + 1
             if self._on_throttle is not None:
@@ -137,9 +150,10 @@ class _QuotaGate(Middleware):
         self.quota = quota
         self._local = threading.local()
 
-    def set_call(self, tokens: int, give_up_at: float) -> None:
+    def set_call(self, tokens: int, max_wait: float, wait_until: float) -> None:
         self._local.tokens = tokens
-        self._local.give_up_at = give_up_at
+        self._local.max_wait = max_wait
+        self._local.wait_until = wait_until
         self._local.waited = 0.0
 
     def waited(self) -> float:
@@ -148,7 +162,9 @@ class _QuotaGate(Middleware):
 
     def handle(self, request: Any, call_next: Any) -> Any:
         local = self._local
-        waited = self.quota.wait_turn(getattr(local, "tokens", 0), getattr(local, "give_up_at", 0.0))
+        # each attempt may wait max_wait (a retry after a slow attempt gets its own), none past wait_until
+        give_up_at = min(time.time() + getattr(local, "max_wait", 0.0), getattr(local, "wait_until", 0.0))
+        waited = self.quota.wait_turn(getattr(local, "tokens", 0), give_up_at)
         self._local.waited = self.waited() + waited
         return call_next(request)
 
@@ -189,19 +205,29 @@ class ClaudeClient:
             middleware=[self._counter, self._pacing, *([self._gate] if self._gate else [])],
         )
 
-    def invoke(self, request: dict[str, Any], *, quota_tokens: int = 0, max_wait: float = 60.0) -> Reply:
+    def invoke(
+        self,
+        request: dict[str, Any],
+        *,
+        quota_tokens: int = 0,
+        max_wait: float = 60.0,
+        wait_until: float = float("inf"),
+    ) -> Reply:
         """One ``messages.create`` with the SDK's retries; raises ModelCallError. With a shared quota, each
-        attempt first waits its turn for ``quota_tokens`` (what the quota counts of the call), for at most
-        ``max_wait`` seconds from now in all."""
+        attempt first waits its turn for ``quota_tokens`` (what the quota counts of the call), at most
+        ``max_wait`` seconds, and never past ``wait_until`` (epoch seconds)."""
         self._counter.reset()
         self._pacing.reset()
         if self._gate is not None:
-            self._gate.set_call(quota_tokens, time.time() + max_wait)
+            self._gate.set_call(quota_tokens, max_wait, wait_until)
         started = time.monotonic()
         try:
             message = self._client.messages.create(**request)
         except NoTurnError as exc:
-            raise self._error("throttled", str(exc)) from None
+            # no turn for the first attempt: throttled; for a retry: the failure that asked for it
+            last = self._counter.last_status()
+            kind: FailureKind = "throttled" if last in (None, 429) else _kind(last) if last else "transient"
+            raise self._error(kind, str(exc), last or None) from None
         except anthropic.APIStatusError as exc:
             raise self._error(
                 _kind(exc.status_code), f"{exc.status_code} {_error_type(exc)}", exc.status_code

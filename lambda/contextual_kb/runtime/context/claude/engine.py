@@ -595,15 +595,20 @@ class _Run:
             # cached: the unit's cache is written (its first call has returned), so its prefix is a read
             cached = self.open[job.doc].cacheable[job.unit] and not job.first
             tokens = counted_tokens(request, prefix_cached=cached)
-            future = pool.submit(client.invoke, request, quota_tokens=tokens, max_wait=self._max_wait())
+            future = pool.submit(
+                client.invoke,
+                request,
+                quota_tokens=tokens,
+                max_wait=self.settings.model_timeout_seconds,  # an attempt waits at most as long as it takes
+                wait_until=self._wait_until(),
+            )
             calls[future] = (job, now)
 
-    def _max_wait(self) -> float:
-        """How long a call may wait for its turn of the shared quota: until it could no longer end before
-        the model's time is up (its own time, the p95 of recent replies, taken off), and at most as long as
-        one attempt may take."""
+    def _wait_until(self) -> float:
+        """Until when (epoch seconds) a call may wait for its turns of the shared quota: while it could
+        still end before the model's time is up (its own time, the p95 of recent replies, taken off)."""
         model = percentile(self.acct.latencies[-_RECENT_CALLS:], 0.95)
-        return max(0.0, min(self.settings.model_timeout_seconds, self.deadline.remaining() - model))
+        return time.time() + max(0.0, self.deadline.remaining() - model)
 
     def _expected_seconds(self) -> float:
         """How long a call is expected to take: the p95 of the recent ones, failed ones included (0 before
@@ -625,11 +630,19 @@ class _Run:
         chunk = _clip(opened.document.chunk(job.chunks[0]), self.settings.window_tokens * 3)
         return chunk_request(self.s.prompt, document=text, chunk=chunk, cache=cache)
 
+    def _note_duration(self, future: Future[Reply], started: float) -> None:
+        """A call's time, for the next ones' expected time: without the turns of the shared quota it waited
+        for (a call started later waits its own, bounded by ``_wait_until``)."""
+        elapsed = self.clock() - started
+        with contextlib.suppress(Exception):  # a failed call: its whole time
+            elapsed -= future.result().quota_wait
+        self.recent.append(elapsed)
+        del self.recent[: -_RECENT_CALLS * 2 or None]  # keep the list short; only the recent ones count
+
     def _on_call(self, future: Future[Reply], job: Job, started: float) -> None:
         acct = self.acct
         acct.calls += 1
-        self.recent.append(self.clock() - started)
-        del self.recent[: -_RECENT_CALLS * 2 or None]  # keep the list short; only the recent ones count
+        self._note_duration(future, started)
         try:
             reply = future.result()
         except ModelCallError as exc:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 LEAD_SECONDS = 2.0
+TABLE_RETRY_SECONDS = 30.0  # after a table error, calls go without turns this long
 # Claude's tokenizer gives about 3.5 bytes a token on code and English (windows.py counts 3, to be sure a
 # document is cached); the quota given, a little under the account's, absorbs the rest.
 QUOTA_BYTES_PER_TOKEN = 3.5
@@ -115,8 +116,9 @@ class SharedQuota:
             import boto3
             from botocore.config import Config
 
-            retries: Any = {"mode": "standard", "max_attempts": 5}
-            config = Config(retries=retries, connect_timeout=2, read_timeout=5)
+            # Short: a slow table must not hold calls up (it is skipped for a while instead).
+            retries: Any = {"mode": "standard", "max_attempts": 2}
+            config = Config(retries=retries, connect_timeout=1, read_timeout=2)
             client = boto3.client("dynamodb", config=config)
         self.table = table
         self.key = key
@@ -125,39 +127,44 @@ class SharedQuota:
         self._client = client
         self._clock = clock
         self._sleep = sleep
-        # Held while booking (one thread of this invocation writes at a time) and while counting the lead.
-        self._room = threading.Condition()
+        self._booking = threading.Lock()  # one thread of this invocation books at a time
+        self._room = threading.Condition()  # guards the bookings not yet sent (the lead)
         self._booked: dict[int, float] = {}  # this invocation's turns not yet sent: cost by booking
         self._bookings = 0
         self.waited = 0.0  # seconds calls waited for their turns, in all
         self.conflicts = 0  # writes another invocation got in first
         self.table_errors = 0  # turns the table could not give (unreachable, denied): calls went anyway
+        self._skip_until = 0.0
 
     def wait_turn(self, tokens: int, give_up_at: float) -> float:
         """Block until a call of ``tokens`` counted tokens may be sent; the seconds waited. Raises NoTurnError
         if it could not be sent before ``give_up_at`` (epoch seconds), and then books nothing."""
         cost = self.rate.cost(tokens)
         started = self._clock()
-        with self._room:
-            while sum(self._booked.values()) >= self.lead:
-                left = give_up_at - self._clock()
-                if left <= 0 or not self._room.wait(timeout=left):
-                    raise NoTurnError(f"no turn of the shared quota within {give_up_at - started:.0f} s")
+        if started < self._skip_until:  # the table failed lately: calls go without turns for a while
+            return 0.0
+        # One thread of this invocation books at a time (the table sees one writer per invocation); the
+        # table's round trips happen under this lock alone, so a call whose turn has come is never held up.
+        if not self._booking.acquire(timeout=max(0.0, give_up_at - started)):
+            raise NoTurnError(f"no turn of the shared quota within {give_up_at - started:.0f} s")
+        try:
+            with self._room:
+                while sum(self._booked.values()) >= self.lead:
+                    left = give_up_at - self._clock()
+                    if left <= 0:
+                        raise NoTurnError(f"no turn of the shared quota within {give_up_at - started:.0f} s")
+                    self._room.wait(timeout=left)
             try:
                 turn = self._book(cost, give_up_at, started)
             except (BotoCoreError, ClientError) as exc:
-                # The table is a courtesy between invocations, not a gate the model depends on: without it
-                # the call goes now, and 429s are handled as without a shared quota. Counted, logged once.
-                self.table_errors += 1
-                if self.table_errors == 1:
-                    logger.warning(
-                        "shared quota table unusable: calls go without turns",
-                        extra={"table": self.table, "error": _error_text(exc)},
-                    )
+                self._table_failed(exc)
                 return 0.0
-            self._bookings += 1
-            booking = self._bookings
-            self._booked[booking] = cost
+            with self._room:
+                self._bookings += 1
+                booking = self._bookings
+                self._booked[booking] = cost
+        finally:
+            self._booking.release()
         try:
             delay = turn.send_at - self._clock()
             if delay > 0:
@@ -167,8 +174,21 @@ class SharedQuota:
                 del self._booked[booking]
                 self._room.notify_all()
         waited = self._clock() - started
-        self.waited += waited
+        with self._room:
+            self.waited += waited
         return waited
+
+    def _table_failed(self, exc: Exception) -> None:
+        """The table is a courtesy between invocations, not a gate the model depends on: without it calls
+        go at once, 429s handled as without a shared quota, and the table is tried again after a while.
+        Counted; logged once."""
+        self.table_errors += 1
+        self._skip_until = self._clock() + TABLE_RETRY_SECONDS
+        if self.table_errors == 1:
+            logger.warning(
+                "shared quota table unusable: calls go without turns",
+                extra={"table": self.table, "error": _error_text(exc), "retry_seconds": TABLE_RETRY_SECONDS},
+            )
 
     def _book(self, cost: float, give_up_at: float, started: float) -> Turn:
         while True:
