@@ -107,3 +107,18 @@ def corpus(documents: int = 4, chunks: int = 5, lines: int = 1) -> list[dict[str
             }
         )
     return out
+
+
+class FakeClock:
+    """A clock the test moves: ``sleep`` advances it (and records the sleeps)."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds

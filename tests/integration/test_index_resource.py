@@ -16,19 +16,7 @@ from contextual_kb.local.opensearch_standin import ACCESS_KEY, REGION, SECRET_KE
 from contextual_kb.query.index_definition import index_body, index_name
 from contextual_kb.resources import opensearch_index as opensearch_module
 from contextual_kb.resources.opensearch_index import IndexRequestError, OpenSearch, handle
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.slept: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
+from tests.support import FakeClock
 
 
 @pytest.fixture

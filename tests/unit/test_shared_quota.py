@@ -16,6 +16,7 @@ from contextual_kb.runtime.context.claude.shared_quota import (
     counted_tokens,
     take_turn,
 )
+from tests.support import FakeClock
 
 TABLE = "quota"
 
@@ -80,19 +81,6 @@ def test_the_cost_is_the_binding_quotas() -> None:
     assert rate.cost(5_000) == pytest.approx(0.5)  # the token quota binds: 10,000 a second
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-        self.slept: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
-
-
 @pytest.fixture
 def dynamodb() -> Iterator[Any]:
     import boto3
@@ -119,7 +107,7 @@ def tat(client: Any) -> float:
 
 
 def test_two_invocations_take_turns_on_one_timeline(dynamodb: Any) -> None:
-    clock = FakeClock()
+    clock = FakeClock(1_000.0)
     first, second = quota(dynamodb, clock), quota(dynamodb, clock)
     assert first.wait_turn(100, give_up_at=clock.now + 60) == 0.0  # idle: at once
     assert tat(dynamodb) == pytest.approx(1_000.1)
@@ -132,7 +120,7 @@ def test_two_invocations_take_turns_on_one_timeline(dynamodb: Any) -> None:
 
 
 def test_a_turn_another_invocation_took_first_is_taken_again(dynamodb: Any) -> None:
-    clock = FakeClock()
+    clock = FakeClock(1_000.0)
     other = quota(dynamodb, clock)
 
     class Racing:
@@ -158,7 +146,7 @@ def test_a_turn_another_invocation_took_first_is_taken_again(dynamodb: Any) -> N
 
 
 def test_no_turn_in_time_is_an_error_and_books_nothing(dynamodb: Any) -> None:
-    clock = FakeClock()
+    clock = FakeClock(1_000.0)
     busy = quota(dynamodb, clock)
     for _ in range(10):  # 5 s booked ahead
         busy.wait_turn(5_000, give_up_at=clock.now + 60)
@@ -174,7 +162,7 @@ def test_a_table_that_cannot_be_used_lets_calls_go_counted_and_logged_once(
 ) -> None:
     """The table is a courtesy between invocations: access denied (or no table) costs no call its model
     context; the calls go at once and 429s are handled as without it."""
-    clock = FakeClock()
+    clock = FakeClock(1_000.0)
     rate = QuotaRate(requests_per_minute=600, tokens_per_minute=600_000)
     missing = SharedQuota("no-such-table", "model", rate, client=dynamodb, clock=clock, sleep=clock.sleep)
     assert [missing.wait_turn(100, give_up_at=clock.now + 60) for _ in range(3)] == [0.0, 0.0, 0.0]
