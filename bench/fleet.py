@@ -274,6 +274,7 @@ def quota_tables() -> Iterator[Callable[[int], str]]:
     import boto3
     from moto.server import ThreadedMotoServer
 
+    from contextual_kb.local.quota_table import create_quota_table
     from contextual_kb.local.s3server import free_port
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # a line per request otherwise
@@ -283,14 +284,7 @@ def quota_tables() -> Iterator[Callable[[int], str]]:
     os.environ["AWS_ENDPOINT_URL_DYNAMODB"] = f"http://127.0.0.1:{port}"
 
     def table(count: int) -> str:
-        name = f"fleet-quota-{count}-{time.time_ns()}"
-        boto3.client("dynamodb").create_table(
-            TableName=name,
-            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-            BillingMode="PAY_PER_REQUEST",
-        )
-        return name
+        return create_quota_table(boto3.client("dynamodb"), f"fleet-quota-{count}-{time.time_ns()}")
 
     try:
         yield table

@@ -170,7 +170,11 @@ class AttachStack(Stack):
 
         self.batch = BatchRole(self, "Batch", intermediate=self.intermediate, model_id=config.model_id)
         self.monitoring = Monitoring(
-            self, "Monitoring", function=function, timeout_seconds=config.function_timeout_seconds
+            self,
+            "Monitoring",
+            function=function,
+            timeout_seconds=config.function_timeout_seconds,
+            shares_quota=config.shares_quota,
         )
         # The data source is switched last: a failure of anything else rolls back before it is touched.
         self.attachment.node.add_dependency(self.batch)

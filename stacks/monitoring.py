@@ -1,5 +1,5 @@
 """A dashboard and alarms: the function's errors, duration near its timeout, throttles, and our own metrics
-(chunks given the fallback context, model throttles)."""
+(chunks given the fallback context, model throttles; with a shared model quota, calls sent without turns)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,13 @@ def _ours(name: str, strategy: str = "claude") -> cw.Metric:
 
 class Monitoring(Construct):
     def __init__(
-        self, scope: Construct, construct_id: str, *, function: lambda_.Function, timeout_seconds: int
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        function: lambda_.Function,
+        timeout_seconds: int,
+        shares_quota: bool = False,
     ) -> None:
         super().__init__(scope, construct_id)
         errors = function.metric_errors(period=Duration.minutes(5), statistic="Sum")
@@ -48,6 +54,23 @@ class Monitoring(Construct):
                      treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
                      alarm_description="Bedrock throttled many model calls: consider a quota increase."),
         ]  # fmt: skip
+        quota: list[cw.IWidget] = []
+        if shares_quota:  # the quota's table could not be used: calls went without turns (OPERATIONS.md)
+            without_turns = _ours("CallsWithoutQuotaTurns")
+            waits = _ours("QuotaWaitSeconds")
+            quota = [cw.GraphWidget(title="Shared model quota", left=[without_turns], right=[waits])]
+            self.alarms.append(
+                cw.Alarm(
+                    self,
+                    "CallsWithoutQuotaTurns",
+                    metric=without_turns,
+                    threshold=1,
+                    evaluation_periods=1,
+                    treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+                    alarm_description="The shared quota's table could not be used (deleted, denied, slow): "
+                    "model calls went without turns. The function's log says why.",
+                )
+            )
         self.dashboard = cw.Dashboard(self, "Dashboard")
         self.dashboard.add_widgets(
             cw.GraphWidget(title="Function", left=[errors, throttles], right=[duration]),
@@ -65,5 +88,6 @@ class Monitoring(Construct):
                     _ours("OutputTokens"),
                 ],
             ),
+            *quota,
             cw.AlarmStatusWidget(title="Alarms", alarms=self.alarms),
         )

@@ -67,6 +67,7 @@ class ContextualKbStack(Stack):
             "Monitoring",
             function=self.transform.function,
             timeout_seconds=config.function_timeout_seconds,
+            shares_quota=config.shares_quota,
         )
         kb = self.knowledge_base
         for name, value in (

@@ -4,6 +4,7 @@ broke OpenSearch Serverless's 32-character policy names, cfn-lint E3031)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -138,5 +139,10 @@ def test_a_shared_model_quota_gets_its_table_and_the_function_its_settings(
             "Resource": {"Fn::GetAtt": [table_id, "Arn"]},
         }
     ]
+    # calls sent without turns (the table deleted or denied) raise an alarm; the dashboard shows the waits
+    alarms = [a["Properties"] for a in resources(template, "AWS::CloudWatch::Alarm").values()]
+    (unusable,) = [a for a in alarms if a["MetricName"] == "CallsWithoutQuotaTurns"]
+    assert (unusable["Namespace"], unusable["Statistic"], unusable["Threshold"]) == ("ContextualKB", "Sum", 1)
     others = [t for name, (_, t) in templates.items() if name != label(QUOTA)]
     assert all(not resources(t, "AWS::DynamoDB::Table") for t in others)
+    assert all("CallsWithoutQuotaTurns" not in json.dumps(t) for t in others)

@@ -13,6 +13,7 @@ import pytest
 from contextual_kb.local.bedrock_standin import BedrockStandIn, Seen
 from contextual_kb.local.kb_staging import StagedFile, build_event, stage_file
 from contextual_kb.local.lambda_context import LocalLambdaContext
+from contextual_kb.local.quota_table import create_quota_table
 from contextual_kb.runtime import handler
 from contextual_kb.runtime.errors import ModelError
 from tests.conftest import output_lines
@@ -221,12 +222,7 @@ def test_a_shared_quota_takes_turns_and_the_quota_throttles_nothing(
     monkeypatch.setenv("MAX_CONCURRENCY", "16")
     standin.configure(rpm=1200, burst_seconds=0.25)
     dynamodb = boto3.client("dynamodb", region_name="us-east-1")  # moto, as S3 is
-    dynamodb.create_table(
-        TableName="ckb-quota",
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
+    create_quota_table(dynamodb, "ckb-quota")
     for name, value in {
         "MODEL_QUOTA_TABLE": "ckb-quota",
         "MODEL_REQUESTS_PER_MINUTE": "1080",
@@ -238,12 +234,36 @@ def test_a_shared_quota_takes_turns_and_the_quota_throttles_nothing(
     items = assert_every_chunk_back(s3, run(event), staged)
     assert all(context_of(i).startswith("This chunk is from") for i in items)
     assert standin.stats.throttled <= 5  # 31-46 without the table (the test above); 0-1 in six runs here
-    model = summary(captured)["model"]
+    lines = output_lines(captured)
+    model = next(line for line in lines if line.get("message") == "transformation complete")["model"]
     assert model["chunks_from_model"] == 36 and model["fallbacks"] == {}
     assert model["quota_wait_seconds"] > 0  # 36 calls at 18 a second: most waited for their turns
+    assert metric(lines, "QuotaWaitSeconds") == model["quota_wait_seconds"]
+    assert model["calls_without_turns"] == 0 == metric(lines, "CallsWithoutQuotaTurns")
     (item,) = dynamodb.scan(TableName="ckb-quota")["Items"]
     # 36 turns of 1/18 s from the first call on: the timeline ends 2 s after the start, or later
     assert started + 2.0 <= float(item["tat"]["N"]) <= time.time() + 0.25
+
+
+def test_a_quota_table_that_cannot_be_used_costs_no_context_and_is_counted(
+    s3: Any, standin: BedrockStandIn, monkeypatch: pytest.MonkeyPatch, captured: pytest.CaptureFixture[str]
+) -> None:
+    """A table deleted (or denied) under a deployed function: the calls go without turns, every chunk gets
+    its model context, and the degradation is logged once and counted in the summary log and a metric."""
+    for name, value in {"MODEL_QUOTA_TABLE": "ckb-quota-gone", "MODEL_REQUESTS_PER_MINUTE": "1080"}.items():
+        monkeypatch.setenv(name, value)
+    event, staged = stage(s3, {f"doc{i}.md": paragraphs(f"topic{i}", 4) for i in range(3)})
+    items = assert_every_chunk_back(s3, run(event), staged)
+    assert all(context_of(i).startswith("This chunk is from") for i in items)
+    lines = output_lines(captured)
+    warnings = [
+        line for line in lines if line.get("message") == "shared quota table unusable: calls go without turns"
+    ]
+    assert len(warnings) == 1 and warnings[0]["table"] == "ckb-quota-gone"
+    assert warnings[0]["error"] == "ResourceNotFoundException"
+    model = next(line for line in lines if line.get("message") == "transformation complete")["model"]
+    assert model["chunks_from_model"] == 12 and model["fallbacks"] == {}
+    assert model["calls_without_turns"] == model["attempts"] == metric(lines, "CallsWithoutQuotaTurns")
 
 
 def test_server_errors_are_retried(

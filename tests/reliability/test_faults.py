@@ -46,6 +46,7 @@ def test_the_catalogue_names_every_fault_the_issue_lists() -> None:
         "heading-dense document, short time",
         "one failing document",
         "quota below one request",
+        "quota below one request, shared",
         "throttled for a minute",
     }
     assert {s.name for s in faults.scenarios(faults.FULL)} == {*SCENARIOS, "S3 writes failing twice each"}
@@ -148,6 +149,17 @@ def test_a_quota_below_one_request_per_invocation_ends_with_every_chunk_back(
     assert outcome.chunks_out == outcome.chunks_in == 100
     assert outcome.degraded > 0 and outcome.degraded == sum(outcome.fallbacks_logged.values())
     assert outcome.from_model + outcome.degraded == outcome.chunks_in
+
+
+def test_a_quota_below_one_request_shared_waits_for_turns_instead_of_429s(
+    fresh_standin: BedrockStandIn,
+) -> None:
+    """The same quota shared through its table: the one call the quota allows is made, the others are given
+    no turn before the deadline and never sent (no 429), and every chunk comes back, counted and logged."""
+    outcome = run("quota below one request, shared", fresh_standin)
+    assert outcome.chunks_out == outcome.chunks_in == 100
+    assert outcome.from_model == 1 and outcome.degraded == 99 == sum(outcome.fallbacks_logged.values())
+    assert outcome.standin["requests"] == 1 and outcome.standin["throttled"] == 0
 
 
 def test_throttled_for_a_while_then_served(fresh_standin: BedrockStandIn) -> None:

@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 
 from contextual_kb.local.bedrock_standin import _Bucket
+from contextual_kb.local.quota_table import create_quota_table
 from contextual_kb.runtime.context.claude.shared_quota import (
     NoTurnError,
+    QuotaCounters,
     QuotaRate,
     SharedQuota,
     counted_tokens,
@@ -88,12 +90,7 @@ def dynamodb() -> Iterator[Any]:
 
     with mock_aws():
         client = boto3.client("dynamodb", region_name="us-east-1")
-        client.create_table(
-            TableName=TABLE,
-            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-            BillingMode="PAY_PER_REQUEST",
-        )
+        create_quota_table(client, TABLE)
         yield client
 
 
@@ -141,7 +138,7 @@ def test_a_turn_another_invocation_took_first_is_taken_again(dynamodb: Any) -> N
 
     ours = quota(Racing(), clock)  # type: ignore[arg-type]
     ours.wait_turn(1_000, give_up_at=clock.now + 60)
-    assert ours.conflicts == 1
+    assert ours.counters().conflicts == 1
     assert tat(dynamodb) == pytest.approx(1_000.0 + 0.1 + 0.1)  # both turns on the timeline, none lost
 
 
@@ -157,6 +154,25 @@ def test_no_turn_in_time_is_an_error_and_books_nothing(dynamodb: Any) -> None:
     assert tat(dynamodb) == booked
 
 
+def test_an_invocations_counters_are_the_difference_and_a_wait_given_no_turn_counts() -> None:
+    """The quota lives as long as the environment; an invocation reports the difference of its counters.
+    A call that waited for its lead and was given no turn waited too."""
+    clock = FakeClock(1_000.0)
+    rate = QuotaRate(requests_per_minute=600, tokens_per_minute=0)
+    ours = SharedQuota(TABLE, "model", rate, client=object(), clock=clock, sleep=clock.sleep)  # type: ignore[arg-type]
+    ours._booked[0] = 5.0  # its lead is full, and stays so: nothing of it is sent in time
+
+    def wait(timeout: float | None = None) -> bool:
+        clock.now += timeout or 0.0
+        return False
+
+    ours._room.wait = wait  # type: ignore[method-assign]
+    before = ours.counters()
+    with pytest.raises(NoTurnError):
+        ours.wait_turn(100, give_up_at=clock.now + 3.0)
+    assert ours.counters() - before == QuotaCounters(waited=3.0)
+
+
 def test_a_table_that_cannot_be_used_lets_calls_go_counted_and_logged_once(
     dynamodb: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -170,6 +186,7 @@ def test_a_table_that_cannot_be_used_lets_calls_go_counted_and_logged_once(
     clock.now += 31
     assert missing.wait_turn(100, give_up_at=clock.now + 60) == 0.0
     assert missing.table_errors == 2  # tried again
+    assert missing.counters() == QuotaCounters(waited=0.0, conflicts=0, table_errors=2, without_turns=4)
     warnings = [r for r in caplog.records if "shared quota table unusable" in r.getMessage()]
     assert len(warnings) == 1
 

@@ -55,6 +55,9 @@ class Scenario:
     s3_put_every: int = 1  # ... for one output key in this many
     s3_delay_seconds: float = 0.0  # every S3 request of the handler's batch store waits this long
     expect_failure: bool = False  # the invocation must fail, loudly, naming the object
+    # A quota shared by every invocation (MODEL_QUOTA_TABLE): a fresh table on the mocked DynamoDB; the
+    # quota itself is in ``env`` (MODEL_REQUESTS_PER_MINUTE, MODEL_TOKENS_PER_MINUTE).
+    shared_quota: bool = False
     # Stand-in counters (StandInStats) that must be above 0, so that a fault that never fired cannot pass.
     must_see: tuple[str, ...] = ()
 
@@ -222,9 +225,13 @@ def run(scenario: Scenario, standin: BedrockStandIn) -> Outcome:
     event, total = _stage(s3, scenario.workload)
     outcome = Outcome(scenario.name, chunks_in=total, timeout_seconds=scenario.timeout_seconds)
     standin.configure(**scenario.standin)
-    with handler_environment(
-        CONTEXT_STRATEGY="claude", ANTHROPIC_BEDROCK_BASE_URL=standin.url, **scenario.env
-    ):
+    env = dict(scenario.env)
+    if scenario.shared_quota:
+        from contextual_kb.local.quota_table import create_quota_table
+
+        table = f"reliability-quota-{time.time_ns()}"
+        env["MODEL_QUOTA_TABLE"] = create_quota_table(boto3.client("dynamodb"), table)
+    with handler_environment(CONTEXT_STRATEGY="claude", ANTHROPIC_BEDROCK_BASE_URL=standin.url, **env):
         settings, _, store = handler.runtime()
         outcome.hard_stop_seconds = scenario.timeout_seconds - settings.deadline_reserve_seconds
         counter = _PutFaults(scenario.s3_put_failures, scenario.s3_put_every)
@@ -516,6 +523,21 @@ def scenarios(scale: str = QUICK) -> list[Scenario]:
             standin={"rpm": 1, "burst_seconds": 1.0, "latency_ms": 300.0 if full else 5.0},
             env={"DEADLINE_RESERVE_SECONDS": "5" if full else "1", **fast_retries},
             must_see=("throttled",),
+        ),
+        Scenario(
+            "quota below one request, shared",
+            "the same quota shared through its table (MODEL_QUOTA_TABLE): calls wait for turns, not 429s"
+            if full
+            else "the same quota shared through its table: calls wait for turns, not 429s",
+            many if not full else Workload(files=10, chunks_per_file=10),
+            timeout_seconds=60.0 if full else 6.0,
+            standin={"rpm": 1, "burst_seconds": 1.0, "latency_ms": 300.0 if full else 5.0},
+            env={
+                "DEADLINE_RESERVE_SECONDS": "5" if full else "1",
+                "MODEL_REQUESTS_PER_MINUTE": "1",
+                **fast_retries,
+            },
+            shared_quota=True,
         ),
         Scenario(
             "throttled for a minute",

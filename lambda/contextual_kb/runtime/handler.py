@@ -120,6 +120,11 @@ def record_model(model: ModelAccounting) -> None:
     if model.latencies:
         metrics.add_metric(name="ModelLatencyP50", unit=MetricUnit.Milliseconds, value=_ms(model, 0.5))
         metrics.add_metric(name="ModelLatencyP95", unit=MetricUnit.Milliseconds, value=_ms(model, 0.95))
+    if model.shares_quota:
+        wait = round(model.quota_wait_seconds, 1)
+        metrics.add_metric(name="QuotaWaitSeconds", unit=MetricUnit.Seconds, value=wait)
+        # degraded: the quota table could not be used, and calls went without turns
+        _counts(("CallsWithoutQuotaTurns", model.calls_without_turns))
     cost = model.cost()
     if cost is not None:
         metrics.add_metric(name="EstimatedCostMicroUSD", unit=MetricUnit.Count, value=round(cost * 1e6))

@@ -5,8 +5,12 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from contextual_kb.runtime.context.claude.pricing import Prices, cost_usd
+
+if TYPE_CHECKING:
+    from contextual_kb.runtime.context.claude.shared_quota import QuotaCounters
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +56,13 @@ class ModelAccounting:
     documents_pending: int = 0  # documents recorded as pending
     pending_errors: int = 0  # pending records that could not be written (logged)
     windowed_documents: int = 0
-    quota_wait_seconds: float = 0.0  # waited for turns of the shared quota (MODEL_QUOTA_TABLE), in all
+    # The quota shared by every invocation (MODEL_QUOTA_TABLE): seconds calls waited for their turns, in
+    # all; turns booked again because another invocation wrote first; attempts sent without a turn because
+    # the table could not be used (degraded: 429s are then handled as without a shared quota).
+    shares_quota: bool = False
+    quota_wait_seconds: float = 0.0
+    quota_conflicts: int = 0
+    calls_without_turns: int = 0
     prices: Prices | None = None
     cache_ttl: str = "5m"
 
@@ -64,6 +74,12 @@ class ModelAccounting:
     @property
     def retries(self) -> int:
         return max(0, self.attempts - self.calls)
+
+    def record_quota(self, counters: QuotaCounters) -> None:
+        self.shares_quota = True
+        self.quota_wait_seconds += counters.waited
+        self.quota_conflicts += counters.conflicts
+        self.calls_without_turns += counters.without_turns
 
     def add_usage(self, usage: Usage) -> None:
         self.input_tokens += usage.input_tokens
@@ -115,4 +131,6 @@ class ModelAccounting:
             "pending_errors": self.pending_errors,
             "windowed_documents": self.windowed_documents,
             "quota_wait_seconds": round(self.quota_wait_seconds, 1),
+            "quota_conflicts": self.quota_conflicts,
+            "calls_without_turns": self.calls_without_turns,
         }

@@ -266,6 +266,10 @@ class _Run:
         self.clock = self.deadline.clock
         self.recent: list[float] = []  # durations of recent calls, successful or not
         self._seq = 0
+        # The shared quota lives as long as the client (warm invocations too): this invocation's share of
+        # its counters is the difference from here to the end.
+        self.quota: SharedQuota | None = getattr(strategy._client, "shared_quota", None)
+        self.quota_before = self.quota.counters() if self.quota else None
 
     # --- the loop ---
     def execute(self, documents: Iterable[SourceDocument]) -> Iterator[DocumentContexts]:
@@ -299,6 +303,8 @@ class _Run:
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
             io.shutdown(wait=False, cancel_futures=True)
+            if self.quota and self.quota_before:
+                self.acct.record_quota(self.quota.counters() - self.quota_before)
 
     def _read(
         self,
@@ -661,7 +667,6 @@ class _Run:
         acct.throttles += reply.throttles
         acct.add_usage(reply.usage)
         acct.latencies.append(reply.seconds)
-        acct.quota_wait_seconds += reply.quota_wait
         self.s.limit.on_success()
         self.breaker.on_success()
         opened = self.open[job.doc]

@@ -87,6 +87,25 @@ def counted_tokens(request: Mapping[str, Any], *, prefix_cached: bool) -> int:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class QuotaCounters:
+    """What the shared quota did for an environment so far (``SharedQuota.counters``); the difference of two
+    is an invocation's."""
+
+    waited: float = 0.0  # seconds calls waited for their turns, those given none in time included
+    conflicts: int = 0  # writes another invocation got in first (the turn was booked again)
+    table_errors: int = 0  # bookings the table could not take (unreachable, denied, slow)
+    without_turns: int = 0  # attempts sent without a turn because the table could not be used
+
+    def __sub__(self, other: QuotaCounters) -> QuotaCounters:
+        return QuotaCounters(
+            waited=self.waited - other.waited,
+            conflicts=self.conflicts - other.conflicts,
+            table_errors=self.table_errors - other.table_errors,
+            without_turns=self.without_turns - other.without_turns,
+        )
+
+
 class NoTurnError(Exception):
     """No turn before the caller's limit: the quota is taken for longer (handled as a throttle)."""
 
@@ -134,7 +153,12 @@ class SharedQuota:
         self.waited = 0.0  # seconds calls waited for their turns, in all
         self.conflicts = 0  # writes another invocation got in first
         self.table_errors = 0  # turns the table could not give (unreachable, denied): calls went anyway
+        self.without_turns = 0  # attempts sent without a turn (the table failed, or failed lately)
         self._skip_until = 0.0
+
+    def counters(self) -> QuotaCounters:
+        with self._room:
+            return QuotaCounters(self.waited, self.conflicts, self.table_errors, self.without_turns)
 
     def wait_turn(self, tokens: int, give_up_at: float) -> float:
         """Block until a call of ``tokens`` counted tokens may be sent; the seconds waited. Raises NoTurnError
@@ -142,7 +166,17 @@ class SharedQuota:
         cost = self.rate.cost(tokens)
         started = self._clock()
         if started < self._skip_until:  # the table failed lately: calls go without turns for a while
+            with self._room:
+                self.without_turns += 1
             return 0.0
+        try:
+            return self._wait_turn(cost, give_up_at, started)
+        except NoTurnError:
+            with self._room:
+                self.waited += self._clock() - started
+            raise
+
+    def _wait_turn(self, cost: float, give_up_at: float, started: float) -> float:
         # One thread of this invocation books at a time (the table sees one writer per invocation); the
         # table's round trips happen under this lock alone, so a call whose turn has come is never held up.
         if not self._booking.acquire(timeout=max(0.0, give_up_at - started)):
@@ -182,7 +216,9 @@ class SharedQuota:
         """The table is a courtesy between invocations, not a gate the model depends on: without it calls
         go at once, 429s handled as without a shared quota, and the table is tried again after a while.
         Counted; logged once."""
-        self.table_errors += 1
+        with self._room:
+            self.table_errors += 1
+            self.without_turns += 1
         self._skip_until = self._clock() + TABLE_RETRY_SECONDS
         if self.table_errors == 1:
             logger.warning(
@@ -201,7 +237,8 @@ class SharedQuota:
                 raise NoTurnError(f"no turn of the shared quota within {give_up_at - started:.0f} s")
             if self._write(tat, turn.tat):
                 return turn
-            self.conflicts += 1
+            with self._room:
+                self.conflicts += 1
 
     def _read(self) -> float:
         item = self._client.get_item(
