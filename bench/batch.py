@@ -1,7 +1,7 @@
 """Contexts made later (issue 20): the cost of `ckb contextualize` against the on-demand floor, the command at
 scale, and the speed of an ingestion that defers every context against one that calls the model in the Lambda.
 
-    .venv/bin/python bench/batch.py            # make bench-batch (about 8 minutes)
+    .venv/bin/python bench/batch.py [cost] [speed] [scale] [--dataset PATH]   # make bench-batch (~8 min)
 
 cost: ``ckb contextualize --local`` on the codebase corpus (90 documents, 737 chunks): the handler with
 CONTEXT_DEFER=always, then batch records of 20 and 40 chunks through the batch inference stand-in (its
@@ -24,21 +24,19 @@ delayed 20 ms: the whole run's seconds, and the plan's peak memory.
 from __future__ import annotations
 
 import statistics
-import sys
 from typing import Any
 
-from corpus import DEFAULT_DATASET, offline_environment  # bench/corpus.py
+from corpus import DEFAULT_DATASET, load_documents, offline_environment  # bench/corpus.py
 
 offline_environment()
 
-CORPUS = DEFAULT_DATASET / "codebase_chunks.json"
+DATASET = DEFAULT_DATASET  # --dataset
 
 
 def cost() -> None:
     from contextual_kb.deferred.offline import run_local
-    from contextual_kb.evaluation.offline import load_corpus
 
-    documents = load_corpus(CORPUS)
+    documents = load_documents(DATASET)
     print(
         "| records of | records | jobs | input tokens | output tokens | cost | floor | cost / floor | "
         "pending after | chunks with a model context | model calls in re-ingestion |"
@@ -103,11 +101,10 @@ def _speed_table(where: str, s3_server: Any, url: str, runs: int) -> None:
     import boto3
 
     from contextual_kb.deferred.offline import environment
-    from contextual_kb.evaluation.offline import load_corpus
     from contextual_kb.local import runner
     from contextual_kb.local.kb_staging import build_event, stage_file
 
-    documents = load_corpus(CORPUS)
+    documents = load_documents(DATASET)
     results = {}
     for label, settings in CASES.items():
         with s3_server():
@@ -196,11 +193,9 @@ def load_documents_copied(copies: int) -> list[dict]:
     own (another text: another pending record)."""
     import copy
 
-    from contextual_kb.evaluation.offline import load_corpus
-
     out = []
     for n in range(copies):
-        for document in load_corpus(CORPUS):
+        for document in load_documents(DATASET):
             again = copy.deepcopy(document)
             again["doc_id"] = f"{document['doc_id']}-copy{n}"
             again["chunks"][0]["content"] = f"# copy {n}\n" + again["chunks"][0]["content"]
@@ -209,7 +204,18 @@ def load_documents_copied(copies: int) -> list[dict]:
 
 
 if __name__ == "__main__":
-    parts = sys.argv[1:] or ["cost", "speed", "scale"]
+    import argparse
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(description="contexts made later: cost, speed, scale")
+    # no ``choices``: Python 3.11's argparse checks an empty default list against them and refuses it
+    parser.add_argument("parts", nargs="*", metavar="cost|speed|scale", help="all three when none is given")
+    parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASET, help="a codebase-format corpus")
+    args = parser.parse_args()
+    if unknown := sorted(set(args.parts) - {"cost", "speed", "scale"}):
+        parser.error(f"unknown part {unknown[0]!r}: choose cost, speed or scale")
+    DATASET = args.dataset
+    parts = args.parts or ["cost", "speed", "scale"]
     if "cost" in parts:
         cost()
     if "speed" in parts:

@@ -2,7 +2,7 @@
 its retrieval against the KB's fixed-size chunking.
 
     .venv/bin/python bench/chunking.py speed [MB ...]     # make bench-chunking (both parts)
-    .venv/bin/python bench/chunking.py quality
+    .venv/bin/python bench/chunking.py quality [--dataset PATH]   # another corpus in the codebase format
 
 speed: one document, whole (as a data source with chunking NONE hands it over: one item, one batch), through
 the real handler on moto S3 with the structural strategy: a heading-dense Markdown manual, a long Python
@@ -20,9 +20,10 @@ import multiprocessing
 import os
 import resource
 import sys
+from pathlib import Path
 from typing import Any
 
-from corpus import DEFAULT_DATASET, offline_environment  # bench/corpus.py
+from corpus import DEFAULT_DATASET, load_documents, offline_environment  # bench/corpus.py
 
 offline_environment()
 
@@ -90,12 +91,16 @@ def speed(sizes: list[float]) -> None:
 GRID = [(150, 0), (300, 0), (300, 30), (300, 60), (500, 0), (800, 0)]
 
 
-def quality() -> None:
+def quality(dataset: Path = DEFAULT_DATASET) -> None:
     from contextual_kb.evaluation.chunkers import compare_chunkers, versus_fixed
-    from contextual_kb.evaluation.offline import load_corpus, load_queries
+    from contextual_kb.evaluation.offline import load_queries
+    from contextual_kb.local.inputs import InputFileError
 
-    documents = load_corpus(DEFAULT_DATASET / "codebase_chunks.json")
-    queries = load_queries(DEFAULT_DATASET / "evaluation_dev.jsonl")
+    documents = load_documents(dataset)
+    try:
+        queries = load_queries(dataset / "evaluation_dev.jsonl")
+    except InputFileError as exc:
+        raise SystemExit(f"error: {exc}") from None
     print(
         "| chunker | setting | chunks | avg chars | analysis | Cov@5 | Cov@10 | Cov@20 | Half@10 | "
         "Cov@10 ours - fixed [95%], up/down (p) |"
@@ -133,7 +138,9 @@ if __name__ == "__main__":
     part, *rest = sys.argv[1:] or ["speed"]
     if part == "speed":
         speed([float(a) for a in rest] or [1, 10, 50])
-    elif part == "quality":
+    elif part == "quality" and not rest:
         quality()
+    elif part == "quality" and len(rest) == 2 and rest[0] == "--dataset":
+        quality(Path(rest[1]))
     else:
-        sys.exit(f"usage: {sys.argv[0]} speed [MB ...] | quality")
+        sys.exit(f"usage: {sys.argv[0]} speed [MB ...] | quality [--dataset PATH]")
