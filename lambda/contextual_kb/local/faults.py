@@ -14,7 +14,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from contextual_kb.local.bedrock_standin import BedrockStandIn, Seen, StandInConfig
@@ -437,6 +437,17 @@ def scenarios(scale: str = QUICK) -> list[Scenario]:
     cached = Workload(files=12 if full else 4, chunks_per_file=8, words=320, per_batch=4)
     many = Workload(files=50 if full else 10, chunks_per_file=10)
     fast_retries = {"MODEL_MAX_RETRIES": "2"} if not full else {}
+    below_one_request = Scenario(
+        "quota below one request",
+        "a quota of 1 request a minute (shared with the fleet: less than one each), 100 chunks, 60 s left"
+        if full
+        else "a quota of 1 request a minute, 100 chunks, 6 s left",
+        many if not full else Workload(files=10, chunks_per_file=10),
+        timeout_seconds=60.0 if full else 6.0,
+        standin={"rpm": 1, "burst_seconds": 1.0, "latency_ms": 300.0 if full else 5.0},
+        env={"DEADLINE_RESERVE_SECONDS": "5" if full else "1", **fast_retries},
+        must_see=("throttled",),
+    )
     return [
         Scenario(
             "baseline",
@@ -513,31 +524,16 @@ def scenarios(scale: str = QUICK) -> list[Scenario]:
             env={"MODEL_MAX_RETRIES": "0", "MAX_CONCURRENCY": "8"},
             must_see=("faults",),
         ),
-        Scenario(
-            "quota below one request",
-            "a quota of 1 request a minute (shared with the fleet: less than one each), 100 chunks, 60 s left"
-            if full
-            else "a quota of 1 request a minute, 100 chunks, 6 s left",
-            many if not full else Workload(files=10, chunks_per_file=10),
-            timeout_seconds=60.0 if full else 6.0,
-            standin={"rpm": 1, "burst_seconds": 1.0, "latency_ms": 300.0 if full else 5.0},
-            env={"DEADLINE_RESERVE_SECONDS": "5" if full else "1", **fast_retries},
-            must_see=("throttled",),
-        ),
-        Scenario(
-            "quota below one request, shared",
-            "the same quota shared through its table (MODEL_QUOTA_TABLE): calls wait for turns, not 429s"
-            if full
-            else "the same quota shared through its table: calls wait for turns, not 429s",
-            many if not full else Workload(files=10, chunks_per_file=10),
-            timeout_seconds=60.0 if full else 6.0,
-            standin={"rpm": 1, "burst_seconds": 1.0, "latency_ms": 300.0 if full else 5.0},
-            env={
-                "DEADLINE_RESERVE_SECONDS": "5" if full else "1",
-                "MODEL_REQUESTS_PER_MINUTE": "1",
-                **fast_retries,
-            },
+        below_one_request,
+        # the same, the quota given to share (MODEL_QUOTA_TABLE): turns waited for instead of 429s
+        replace(
+            below_one_request,
+            name="quota below one request, shared",
+            description="the same quota shared through its table (MODEL_QUOTA_TABLE): calls wait for turns, "
+            "not 429s",
+            env={**below_one_request.env, "MODEL_REQUESTS_PER_MINUTE": "1"},
             shared_quota=True,
+            must_see=(),
         ),
         Scenario(
             "throttled for a minute",
