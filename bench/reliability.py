@@ -46,7 +46,7 @@ def main() -> int:
                 outcome = faults.run(scenario, standin)
             finally:
                 standin.stop()
-        problems = outcome.problems(scenario.expect_failure, scenario.must_see)
+        problems = outcome.problems(scenario.expect_failure, scenario.must_see, scenario.must_not_see)
         broken += len(problems)
         row = {**outcome.as_row(), "description": scenario.description, "problems": problems}
         if scenario.expect_failure:

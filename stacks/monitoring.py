@@ -1,5 +1,6 @@
 """A dashboard and alarms: the function's errors, duration near its timeout, throttles, and our own metrics
-(chunks given the fallback context, model throttles; with a shared model quota, calls sent without turns)."""
+(chunks given the fallback context, model throttles; with a shared model quota, attempts sent without
+turns)."""
 
 from __future__ import annotations
 
@@ -56,13 +57,13 @@ class Monitoring(Construct):
         ]  # fmt: skip
         quota: list[cw.IWidget] = []
         if shares_quota:  # the quota's table could not be used: calls went without turns (OPERATIONS.md)
-            without_turns = _ours("CallsWithoutQuotaTurns")
+            without_turns = _ours("AttemptsWithoutQuotaTurns")
             waits = _ours("QuotaWaitSeconds")
             quota = [cw.GraphWidget(title="Shared model quota", left=[without_turns], right=[waits])]
             self.alarms.append(
                 cw.Alarm(
                     self,
-                    "CallsWithoutQuotaTurns",
+                    "AttemptsWithoutQuotaTurns",
                     metric=without_turns,
                     threshold=1,
                     evaluation_periods=1,

@@ -141,8 +141,8 @@ def test_a_shared_model_quota_gets_its_table_and_the_function_its_settings(
     ]
     # calls sent without turns (the table deleted or denied) raise an alarm; the dashboard shows the waits
     alarms = [a["Properties"] for a in resources(template, "AWS::CloudWatch::Alarm").values()]
-    (unusable,) = [a for a in alarms if a["MetricName"] == "CallsWithoutQuotaTurns"]
+    (unusable,) = [a for a in alarms if a["MetricName"] == "AttemptsWithoutQuotaTurns"]
     assert (unusable["Namespace"], unusable["Statistic"], unusable["Threshold"]) == ("ContextualKB", "Sum", 1)
     others = [t for name, (_, t) in templates.items() if name != label(QUOTA)]
     assert all(not resources(t, "AWS::DynamoDB::Table") for t in others)
-    assert all("CallsWithoutQuotaTurns" not in json.dumps(t) for t in others)
+    assert all("AttemptsWithoutQuotaTurns" not in json.dumps(t) for t in others)

@@ -239,7 +239,7 @@ def test_a_shared_quota_takes_turns_and_the_quota_throttles_nothing(
     assert model["chunks_from_model"] == 36 and model["fallbacks"] == {}
     assert model["quota_wait_seconds"] > 0  # 36 calls at 18 a second: most waited for their turns
     assert metric(lines, "QuotaWaitSeconds") == model["quota_wait_seconds"]
-    assert model["calls_without_turns"] == 0 == metric(lines, "CallsWithoutQuotaTurns")
+    assert model["attempts_without_turns"] == 0 == metric(lines, "AttemptsWithoutQuotaTurns")
     (item,) = dynamodb.scan(TableName="ckb-quota")["Items"]
     # 36 turns of 1/18 s from the first call on: the timeline ends 2 s after the start, or later
     assert started + 2.0 <= float(item["tat"]["N"]) <= time.time() + 0.25
@@ -263,7 +263,7 @@ def test_a_quota_table_that_cannot_be_used_costs_no_context_and_is_counted(
     assert warnings[0]["error"] == "ResourceNotFoundException"
     model = next(line for line in lines if line.get("message") == "transformation complete")["model"]
     assert model["chunks_from_model"] == 12 and model["fallbacks"] == {}
-    assert model["calls_without_turns"] == model["attempts"] == metric(lines, "CallsWithoutQuotaTurns")
+    assert model["attempts_without_turns"] == model["attempts"] == metric(lines, "AttemptsWithoutQuotaTurns")
 
 
 def test_server_errors_are_retried(

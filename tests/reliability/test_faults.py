@@ -27,7 +27,7 @@ def fresh_standin(s3: object) -> Iterator[BedrockStandIn]:
 def run(name: str, standin: BedrockStandIn) -> faults.Outcome:
     scenario = SCENARIOS[name]
     outcome = faults.run(scenario, standin)
-    assert outcome.problems(scenario.expect_failure, scenario.must_see) == []
+    assert outcome.problems(scenario.expect_failure, scenario.must_see, scenario.must_not_see) == []
     return outcome
 
 

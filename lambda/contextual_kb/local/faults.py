@@ -60,6 +60,8 @@ class Scenario:
     shared_quota: bool = False
     # Stand-in counters (StandInStats) that must be above 0, so that a fault that never fired cannot pass.
     must_see: tuple[str, ...] = ()
+    # Stand-in counters, or figures of the summary line's model accounting, that must stay 0.
+    must_not_see: tuple[str, ...] = ()
 
 
 @dataclass
@@ -91,14 +93,20 @@ class Outcome:
     error: str = ""  # the exception, for a scenario expected to fail
     error_logged: bool = False  # an ERROR log line with the exception, and TransformationErrors = 1
 
-    def problems(self, expect_failure: bool = False, must_see: tuple[str, ...] = ()) -> list[str]:
+    def problems(
+        self, expect_failure: bool = False, must_see: tuple[str, ...] = (), must_not_see: tuple[str, ...] = ()
+    ) -> list[str]:
         """Every broken promise, in words; empty when all is well. ``must_see``: the faults that must have
-        happened (stand-in counters, or ``put_failures``)."""
+        happened (stand-in counters, or ``put_failures``); ``must_not_see``: what must not have (stand-in
+        counters, or the model accounting's)."""
         found = []
         for name in must_see:
             seen = self.put_failures if name == "put_failures" else self.standin.get(name, 0)
             if not seen:
                 found.append(f"the fault never happened: {name} = 0")
+        for name in must_not_see:
+            if seen := self.standin.get(name, self.model.get(name, 0)):
+                found.append(f"{name} = {seen}, expected none")
         if expect_failure:
             if not self.error or not self.error_logged:
                 found.append(f"expected a loud failure, got error={self.error!r} logged={self.error_logged}")
@@ -534,6 +542,7 @@ def scenarios(scale: str = QUICK) -> list[Scenario]:
             env={**below_one_request.env, "MODEL_REQUESTS_PER_MINUTE": "1"},
             shared_quota=True,
             must_see=(),
+            must_not_see=("throttled", "attempts_without_turns"),  # turns kept the calls, the table worked
         ),
         Scenario(
             "throttled for a minute",

@@ -123,8 +123,8 @@ def record_model(model: ModelAccounting) -> None:
     if model.shares_quota:
         wait = round(model.quota_wait_seconds, 1)
         metrics.add_metric(name="QuotaWaitSeconds", unit=MetricUnit.Seconds, value=wait)
-        # degraded: the quota table could not be used, and calls went without turns
-        _counts(("CallsWithoutQuotaTurns", model.calls_without_turns))
+        # degraded: the quota table could not be used, and attempts went without turns
+        _counts(("AttemptsWithoutQuotaTurns", model.attempts_without_turns))
     cost = model.cost()
     if cost is not None:
         metrics.add_metric(name="EstimatedCostMicroUSD", unit=MetricUnit.Count, value=round(cost * 1e6))

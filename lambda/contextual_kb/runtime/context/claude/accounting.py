@@ -56,13 +56,15 @@ class ModelAccounting:
     documents_pending: int = 0  # documents recorded as pending
     pending_errors: int = 0  # pending records that could not be written (logged)
     windowed_documents: int = 0
-    # The quota shared by every invocation (MODEL_QUOTA_TABLE): seconds calls waited for their turns, in
-    # all; turns booked again because another invocation wrote first; attempts sent without a turn because
-    # the table could not be used (degraded: 429s are then handled as without a shared quota).
+    # The quota shared by every invocation (MODEL_QUOTA_TABLE): seconds calls waited for their turns, summed
+    # over calls (concurrent calls wait together: it can exceed the invocation's time); turns booked again
+    # because another invocation wrote first; bookings the table failed; attempts (retries included) sent
+    # without a turn because the table could not be used (degraded: 429s handled as without a shared quota).
     shares_quota: bool = False
     quota_wait_seconds: float = 0.0
     quota_conflicts: int = 0
-    calls_without_turns: int = 0
+    quota_table_errors: int = 0
+    attempts_without_turns: int = 0
     prices: Prices | None = None
     cache_ttl: str = "5m"
 
@@ -79,7 +81,8 @@ class ModelAccounting:
         self.shares_quota = True
         self.quota_wait_seconds += counters.waited
         self.quota_conflicts += counters.conflicts
-        self.calls_without_turns += counters.without_turns
+        self.quota_table_errors += counters.table_errors
+        self.attempts_without_turns += counters.without_turns
 
     def add_usage(self, usage: Usage) -> None:
         self.input_tokens += usage.input_tokens
@@ -132,5 +135,6 @@ class ModelAccounting:
             "windowed_documents": self.windowed_documents,
             "quota_wait_seconds": round(self.quota_wait_seconds, 1),
             "quota_conflicts": self.quota_conflicts,
-            "calls_without_turns": self.calls_without_turns,
+            "quota_table_errors": self.quota_table_errors,
+            "attempts_without_turns": self.attempts_without_turns,
         }

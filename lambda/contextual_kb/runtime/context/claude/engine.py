@@ -141,6 +141,7 @@ class ClaudeStrategy(ContextStrategy):
         # Calls take turns of a quota shared with every invocation (shared_quota.py); the published
         # algorithm makes one call at a time, as published.
         self.shares_quota = bool(settings.model_quota_table) and not self.published
+        self.quota = self._shared_quota()  # one per environment, as the client: its counters run on
         self.fallback = StructuralStrategy(
             max_chars=settings.structural_max_chars, max_names=settings.structural_max_names
         )
@@ -168,7 +169,7 @@ class ClaudeStrategy(ContextStrategy):
             max_retries=self.settings.model_max_retries,
             max_connections=self.concurrency,
             on_throttle=self.limit.on_throttle,
-            shared_quota=self._shared_quota(),
+            shared_quota=self.quota,
         )
 
     def _shared_quota(self) -> SharedQuota | None:
@@ -266,10 +267,9 @@ class _Run:
         self.clock = self.deadline.clock
         self.recent: list[float] = []  # durations of recent calls, successful or not
         self._seq = 0
-        # The shared quota lives as long as the client (warm invocations too): this invocation's share of
-        # its counters is the difference from here to the end.
-        self.quota: SharedQuota | None = getattr(strategy._client, "shared_quota", None)
-        self.quota_before = self.quota.counters() if self.quota else None
+        # The shared quota lives as long as the environment: this invocation's share of its counters is the
+        # difference from here to the end (a call abandoned at the hard stop may add to the next one's).
+        self.quota_before = strategy.quota.counters() if strategy.quota is not None else None
 
     # --- the loop ---
     def execute(self, documents: Iterable[SourceDocument]) -> Iterator[DocumentContexts]:
@@ -303,8 +303,8 @@ class _Run:
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
             io.shutdown(wait=False, cancel_futures=True)
-            if self.quota and self.quota_before:
-                self.acct.record_quota(self.quota.counters() - self.quota_before)
+            if self.s.quota is not None and self.quota_before is not None:
+                self.acct.record_quota(self.s.quota.counters() - self.quota_before)
 
     def _read(
         self,

@@ -131,14 +131,6 @@ class SharedQuota:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        if client is None:
-            import boto3
-            from botocore.config import Config
-
-            # Short: a slow table must not hold calls up (it is skipped for a while instead).
-            retries: Any = {"mode": "standard", "max_attempts": 2}
-            config = Config(retries=retries, connect_timeout=1, read_timeout=2)
-            client = boto3.client("dynamodb", config=config)
         self.table = table
         self.key = key
         self.rate = rate
@@ -166,9 +158,7 @@ class SharedQuota:
         cost = self.rate.cost(tokens)
         started = self._clock()
         if started < self._skip_until:  # the table failed lately: calls go without turns for a while
-            with self._room:
-                self.without_turns += 1
-            return 0.0
+            return self._without_turn(started)
         try:
             return self._wait_turn(cost, give_up_at, started)
         except NoTurnError:
@@ -182,6 +172,8 @@ class SharedQuota:
         if not self._booking.acquire(timeout=max(0.0, give_up_at - started)):
             raise NoTurnError(f"no turn of the shared quota within {give_up_at - started:.0f} s")
         try:
+            if self._clock() < self._skip_until:  # the table failed while this thread waited to book
+                return self._without_turn(started)
             with self._room:
                 while sum(self._booked.values()) >= self.lead:
                     left = give_up_at - self._clock()
@@ -192,7 +184,7 @@ class SharedQuota:
                 turn = self._book(cost, give_up_at, started)
             except (BotoCoreError, ClientError) as exc:
                 self._table_failed(exc)
-                return 0.0
+                return self._without_turn(started)
             with self._room:
                 self._bookings += 1
                 booking = self._bookings
@@ -212,13 +204,21 @@ class SharedQuota:
             self.waited += waited
         return waited
 
+    def _without_turn(self, started: float) -> float:
+        """The attempt goes without a turn; the time it lost to the table (a slow or failing round trip, the
+        booking lock) is counted as waited."""
+        waited = self._clock() - started
+        with self._room:
+            self.without_turns += 1
+            self.waited += waited
+        return waited
+
     def _table_failed(self, exc: Exception) -> None:
         """The table is a courtesy between invocations, not a gate the model depends on: without it calls
         go at once, 429s handled as without a shared quota, and the table is tried again after a while.
         Counted; logged once."""
         with self._room:
             self.table_errors += 1
-            self.without_turns += 1
         self._skip_until = self._clock() + TABLE_RETRY_SECONDS
         if self.table_errors == 1:
             logger.warning(
@@ -240,8 +240,22 @@ class SharedQuota:
             with self._room:
                 self.conflicts += 1
 
+    @property
+    def client(self) -> DynamoDBClient:
+        """Built on first use (under the booking lock), so a strategy without a region still builds; an
+        error building it is a table error like any other."""
+        if self._client is None:
+            import boto3
+            from botocore.config import Config
+
+            # Short: a slow table must not hold calls up (it is skipped for a while instead).
+            retries: Any = {"mode": "standard", "max_attempts": 2}
+            config = Config(retries=retries, connect_timeout=1, read_timeout=2)
+            self._client = boto3.client("dynamodb", config=config)
+        return self._client
+
     def _read(self) -> float:
-        item = self._client.get_item(
+        item = self.client.get_item(
             TableName=self.table, Key={"pk": {"S": self.key}}, ConsistentRead=True, ProjectionExpression="tat"
         ).get("Item")
         return float(item["tat"]["N"]) if item else 0.0
@@ -252,14 +266,14 @@ class SharedQuota:
             values[":old"] = {"N": _number(old)}
         condition = "tat = :old" if old else "attribute_not_exists(tat)"
         try:
-            self._client.update_item(
+            self.client.update_item(
                 TableName=self.table,
                 Key={"pk": {"S": self.key}},
                 UpdateExpression="SET tat = :new",
                 ConditionExpression=condition,
                 ExpressionAttributeValues=values,
             )
-        except self._client.exceptions.ConditionalCheckFailedException:
+        except self.client.exceptions.ConditionalCheckFailedException:
             return False
         return True
 
