@@ -83,6 +83,8 @@ class StackConfig(BaseModel):
     # adapts to 429s alone.
     model_requests_per_minute: int | None = Field(default=None, alias="modelRequestsPerMinute", ge=1)
     model_tokens_per_minute: int | None = Field(default=None, alias="modelTokensPerMinute", ge=1)
+    # Quota tokens one output token takes in that count (Bedrock's burndown rate); unset: the model table's.
+    model_output_burndown: int | None = Field(default=None, alias="modelOutputBurndown", ge=1, le=10)
     # OpenSearch Serverless standby replicas in a second AZ (AWS's default); off halves the idle OCUs.
     opensearch_standby_replicas: bool = Field(default=True, alias="opensearchStandbyReplicas")
 
@@ -126,11 +128,21 @@ class StackConfig(BaseModel):
             raise ValueError("contextDefer and functionEnvironment.CONTEXT_DEFER: set one of them")
         if self.context_mode and "CONTEXT_MODE" in self.function_environment:
             raise ValueError("contextMode and functionEnvironment.CONTEXT_MODE: set one of them")
-        quota = {"MODEL_QUOTA_TABLE", "MODEL_REQUESTS_PER_MINUTE", "MODEL_TOKENS_PER_MINUTE"}
+        quota = {
+            "MODEL_QUOTA_TABLE",
+            "MODEL_REQUESTS_PER_MINUTE",
+            "MODEL_TOKENS_PER_MINUTE",
+            "MODEL_OUTPUT_BURNDOWN",
+        }
         if given := sorted(quota & set(self.function_environment)):
             raise ValueError(
-                f"functionEnvironment.{given[0]}: the shared quota is set with modelRequestsPerMinute and "
-                "modelTokensPerMinute (the stack makes its table)"
+                f"functionEnvironment.{given[0]}: the shared quota is set with modelRequestsPerMinute, "
+                "modelTokensPerMinute and modelOutputBurndown (the stack makes its table)"
+            )
+        if self.model_output_burndown and not self.shares_quota:
+            raise ValueError(
+                "modelOutputBurndown counts only in a shared quota: set modelTokensPerMinute (and "
+                "modelRequestsPerMinute) too, or leave it out"
             )
         redirecting = sorted(
             name
@@ -238,6 +250,11 @@ class StackConfig(BaseModel):
         return {
             "MODEL_REQUESTS_PER_MINUTE": str(self.model_requests_per_minute or 0),
             "MODEL_TOKENS_PER_MINUTE": str(self.model_tokens_per_minute or 0),
+            **(
+                {"MODEL_OUTPUT_BURNDOWN": str(self.model_output_burndown)}
+                if self.model_output_burndown
+                else {}
+            ),
         }
 
     @property

@@ -107,3 +107,10 @@ def test_the_shared_quota_is_set_by_its_stack_settings_only() -> None:
         load({"functionEnvironment": {"MODEL_QUOTA_TABLE": "mine"}})
     with pytest.raises(ConfigError, match="modelRequestsPerMinute"):
         load({"modelRequestsPerMinute": 0})
+    # the burndown rate: with the quota only, and only through its own key (a string from -c too)
+    burning = load({"modelTokensPerMinute": 400_000, "modelOutputBurndown": "5"})
+    assert burning.function_quota["MODEL_OUTPUT_BURNDOWN"] == "5"
+    with pytest.raises(ConfigError, match="modelOutputBurndown counts only in a shared quota"):
+        load({"modelOutputBurndown": 5})
+    with pytest.raises(ConfigError, match=r"functionEnvironment\.MODEL_OUTPUT_BURNDOWN"):
+        load({"modelTokensPerMinute": 400_000, "functionEnvironment": {"MODEL_OUTPUT_BURNDOWN": "5"}})

@@ -23,7 +23,12 @@ VARIANTS = [
     {"vectorStore": "opensearch", "stackName": "ContextualKb-Team-Payments-Prod1"},
     {"vectorStore": "s3vectors", "stackName": "ContextualKb-Team-Payments-Prod1"},
 ]
-QUOTA = {"vectorStore": "opensearch", "modelRequestsPerMinute": 2000, "modelTokensPerMinute": 3_600_000}
+QUOTA = {
+    "vectorStore": "opensearch",
+    "modelRequestsPerMinute": 2000,
+    "modelTokensPerMinute": 3_600_000,
+    "modelOutputBurndown": 5,
+}
 
 
 def label(variant: dict[str, Any]) -> str:
@@ -125,7 +130,7 @@ def test_a_shared_model_quota_gets_its_table_and_the_function_its_settings(
     variables = function["Properties"]["Environment"]["Variables"]
     assert variables["MODEL_QUOTA_TABLE"] == {"Ref": table_id}
     quota = (variables["MODEL_REQUESTS_PER_MINUTE"], variables["MODEL_TOKENS_PER_MINUTE"])
-    assert quota == ("2000", "3600000")
+    assert quota == ("2000", "3600000") and variables["MODEL_OUTPUT_BURNDOWN"] == "5"
     statements = [
         statement
         for policy in resources(template, "AWS::IAM::Policy").values()

@@ -112,6 +112,16 @@ def test_a_later_opus_4_is_not_taken_for_opus_4() -> None:
     assert model_label("anthropic.claude-opus-4-20250514-v1:0") == "Claude Opus 4"
 
 
+def test_output_burndown_is_five_where_aws_lists_the_model_else_one_or_the_setting() -> None:
+    from contextual_kb.runtime.context.claude.pricing import output_burndown
+
+    assert output_burndown("us.anthropic.claude-sonnet-4-20250514-v1:0") == 5
+    assert output_burndown("anthropic.claude-opus-4-20250514-v1:0") == 5
+    assert output_burndown("global.anthropic.claude-haiku-4-5-20251001-v1:0") == 1  # not confirmed here
+    assert output_burndown("anthropic.claude-opus-4-8-v1") == 1  # unknown: not Opus 4's
+    assert output_burndown("global.anthropic.claude-haiku-4-5-20251001-v1:0", override=5) == 5
+
+
 def test_the_older_table_views_agree_with_the_models() -> None:
     assert pricing.PRICE_TABLE["claude-haiku-4-5"] == HAIKU_45_PRICES
     assert pricing.BATCH_PRICE_TABLE["claude-haiku-4-5"] == BatchPrices(0.5, 2.5)

@@ -75,6 +75,8 @@ def test_the_quota_counts_a_cached_prefix_only_when_it_is_written() -> None:
     read = counted_tokens(request, prefix_cached=True)
     assert written - read == 1000  # the document, at 3.5 bytes a token
     assert read == 10 + 100 + 160  # the system prompt, the question, the output reserved
+    # Opus 4, Sonnet 4: an output token takes 5 of the quota (Bedrock's burndown rate)
+    assert counted_tokens(request, prefix_cached=True, output_burndown=5) == 10 + 100 + 5 * 160
 
 
 def test_the_cost_is_the_binding_quotas() -> None:

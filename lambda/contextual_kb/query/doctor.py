@@ -22,7 +22,12 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from contextual_kb.query.deployment import Deployment
 from contextual_kb.query.retrieval import DEFAULT_RERANKER, RERANKERS
-from contextual_kb.runtime.context.claude.pricing import known_model, model_label, unknown_model_defaults
+from contextual_kb.runtime.context.claude.pricing import (
+    known_model,
+    model_label,
+    output_burndown,
+    unknown_model_defaults,
+)
 from contextual_kb.runtime.context.claude.prompts import BEDROCK_ANTHROPIC_VERSION
 from contextual_kb.runtime.settings import ConfigurationError, Settings
 
@@ -436,11 +441,13 @@ def _shared_quota(settings: Settings, quota: str, requests: float, tokens: float
             "will be throttled",
             f"set model{kind.title()}PerMinute to {int(0.9 * account[kind]):,} or less (90%), and deploy",
         )
+    burndown = output_burndown(settings.model_id, settings.model_output_burndown)
     return Check(
         "quotas",
         "ok",
         f"{quota}: {requests:,.0f} requests and {tokens:,.0f} tokens a minute; the invocations share "
-        f"{settings.model_requests_per_minute:,} and {settings.model_tokens_per_minute:,} of them",
+        f"{settings.model_requests_per_minute:,} and {settings.model_tokens_per_minute:,} of them, an output "
+        f"token counted as {burndown} (MODEL_OUTPUT_BURNDOWN)",
     )
 
 

@@ -47,7 +47,7 @@ from contextual_kb.runtime.context.claude.answers import check_answer, normalize
 from contextual_kb.runtime.context.claude.client import ClaudeClient, ModelCallError, Reply, resolve_region
 from contextual_kb.runtime.context.claude.flow_control import AdaptiveLimit, Breaker
 from contextual_kb.runtime.context.claude.memory import ContextMemory, Remembered, document_key, place_key
-from contextual_kb.runtime.context.claude.pricing import min_cache_tokens, prices_for
+from contextual_kb.runtime.context.claude.pricing import min_cache_tokens, output_burndown, prices_for
 from contextual_kb.runtime.context.claude.prompts import (
     GROUPED_PROMPT_VERSION,
     PromptSettings,
@@ -142,6 +142,7 @@ class ClaudeStrategy(ContextStrategy):
         # algorithm makes one call at a time, as published.
         self.shares_quota = bool(settings.model_quota_table) and not self.published
         self.quota = self._shared_quota()  # one per environment, as the client: its counters run on
+        self.output_burndown = output_burndown(settings.model_id, settings.model_output_burndown)
         self.fallback = StructuralStrategy(
             max_chars=settings.structural_max_chars, max_names=settings.structural_max_names
         )
@@ -600,7 +601,7 @@ class _Run:
                 continue
             # cached: the unit's cache is written (its first call has returned), so its prefix is a read
             cached = self.open[job.doc].cacheable[job.unit] and not job.first
-            tokens = counted_tokens(request, prefix_cached=cached)
+            tokens = counted_tokens(request, prefix_cached=cached, output_burndown=self.s.output_burndown)
             future = pool.submit(
                 client.invoke,
                 request,

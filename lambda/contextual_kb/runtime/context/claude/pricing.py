@@ -61,6 +61,9 @@ class ModelFacts:
     batch: BatchPrices | None  # None: batch inference not documented for it here (give --batch-prices)
     min_cache_tokens: int  # minimum cacheable prefix
     cache_ttl_1h: bool  # the 1-hour cache TTL is documented for it on Bedrock
+    # Quota tokens one output token takes ("burndown rate", Bedrock's "How tokens are counted"): 5 where
+    # that page lists the model, 1 where it is not confirmed here (MODEL_OUTPUT_BURNDOWN overrides).
+    output_burndown: int = 1
 
 
 def _half(prices: Prices) -> BatchPrices:
@@ -85,6 +88,9 @@ _HAIKU_3 = Prices(0.25, 1.25, 0.30, 0.50, 0.03)
 # - Sonnet 4.5 is 1,024 in Anthropic's table and 4,096 in a copy of Bedrock's; Sonnet 4.6 is 1,024 in
 #   Anthropic's, and users report caching only from 2,048. The lower value only costs a serialized first call
 #   when wrong; the response's usage says what really happened (MIN_CACHE_TOKENS overrides).
+# - Output burndown: AWS's page lists Opus 4 and Sonnet 4 at 5x (the rest of its list is not in what the
+#   sources here hold); the others count 1 until confirmed. Under-counting costs 429s the SDK absorbs, as
+#   without a shared quota; over-counting leaves quota unused.
 # Lifecycle: Claude 3 Haiku reached end of life on Bedrock on 2026-09-10, Claude 3.5 Haiku on 2026-06-19;
 # kept for old deployments' estimates. Claude 3 Haiku is not in Bedrock's prompt-caching list (2,048 is
 # Anthropic's figure).
@@ -92,12 +98,12 @@ MODELS: dict[str, ModelFacts] = {
     "claude-haiku-4-5": ModelFacts("Claude Haiku 4.5", _HAIKU_45, _half(_HAIKU_45), 4096, True),
     "claude-sonnet-4-6": ModelFacts("Claude Sonnet 4.6", _SONNET, None, 1024, False),
     "claude-sonnet-4-5": ModelFacts("Claude Sonnet 4.5", _SONNET, _half(_SONNET), 1024, True),
-    "claude-sonnet-4-20250514": ModelFacts("Claude Sonnet 4", _SONNET, None, 1024, False),
+    "claude-sonnet-4-20250514": ModelFacts("Claude Sonnet 4", _SONNET, None, 1024, False, output_burndown=5),
     "claude-opus-4-7": ModelFacts("Claude Opus 4.7", _OPUS_45, None, 4096, False),
     "claude-opus-4-6": ModelFacts("Claude Opus 4.6", _OPUS_45, None, 4096, False),
     "claude-opus-4-5": ModelFacts("Claude Opus 4.5", _OPUS_45, _half(_OPUS_45), 4096, True),
     "claude-opus-4-1": ModelFacts("Claude Opus 4.1", _OPUS_4, None, 1024, False),
-    "claude-opus-4-20250514": ModelFacts("Claude Opus 4", _OPUS_4, None, 1024, False),
+    "claude-opus-4-20250514": ModelFacts("Claude Opus 4", _OPUS_4, None, 1024, False, output_burndown=5),
     "claude-3-7-sonnet": ModelFacts("Claude 3.7 Sonnet", _SONNET, None, 1024, False),
     "claude-3-5-haiku": ModelFacts("Claude 3.5 Haiku", _HAIKU_35, None, 2048, False),
     "claude-3-haiku": ModelFacts("Claude 3 Haiku", _HAIKU_3, _half(_HAIKU_3), 2048, False),
@@ -110,6 +116,7 @@ UNKNOWN_MODEL = ModelFacts(
     batch=None,
     min_cache_tokens=max(m.min_cache_tokens for m in MODELS.values()),
     cache_ttl_1h=False,
+    output_burndown=1,  # not the upper bound: see the table's notes
 )
 DEFAULT_MIN_CACHE_TOKENS = UNKNOWN_MODEL.min_cache_tokens
 
@@ -166,6 +173,14 @@ def min_cache_tokens(model_id: str, override: int = 0) -> int:
     if override:
         return override
     return (model_facts(model_id) or UNKNOWN_MODEL).min_cache_tokens
+
+
+def output_burndown(model_id: str, override: int = 0) -> int:
+    """Quota tokens an output token of ``model_id`` takes (``override``: MODEL_OUTPUT_BURNDOWN, 0 for the
+    table's)."""
+    if override:
+        return override
+    return (model_facts(model_id) or UNKNOWN_MODEL).output_burndown
 
 
 def cache_ttl_1h(model_id: str) -> bool:

@@ -72,19 +72,18 @@ def take_turn(tat: float, now: float, cost: float, burst: float) -> Turn:
     return Turn(tat=max(tat, now) + cost, send_at=max(now, tat - max(0.0, burst - cost)))
 
 
-def counted_tokens(request: Mapping[str, Any], *, prefix_cached: bool) -> int:
+def counted_tokens(request: Mapping[str, Any], *, prefix_cached: bool, output_burndown: int = 1) -> int:
     """The tokens Bedrock counts against the quota for ``request`` (``messages.create`` keyword arguments),
     estimated: its input, without the cached prefix when that is already written (cache reads do not
-    count), and the output reserved by ``max_tokens``. Pure."""
+    count), and the output reserved by ``max_tokens``, each output token taking ``output_burndown``. Pure."""
     texts: list[str] = [block.get("text", "") for block in request.get("system", [])]
     for message in request.get("messages", []):
         for block in message.get("content", []):
             if prefix_cached and "cache_control" in block:
                 continue
             texts.append(block.get("text", "") if isinstance(block, dict) else str(block))
-    return math.ceil(sum(len(t.encode("utf-8")) for t in texts) / QUOTA_BYTES_PER_TOKEN) + int(
-        request.get("max_tokens", 0)
-    )
+    input_tokens = math.ceil(sum(len(t.encode("utf-8")) for t in texts) / QUOTA_BYTES_PER_TOKEN)
+    return input_tokens + output_burndown * int(request.get("max_tokens", 0))
 
 
 @dataclass(frozen=True, slots=True)
