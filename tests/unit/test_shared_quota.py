@@ -128,8 +128,10 @@ def test_a_turn_another_invocation_took_first_is_taken_again(dynamodb: Any) -> N
         def __init__(self) -> None:
             self.exceptions = dynamodb.exceptions
             self.raced = False
+            self.reads = 0
 
         def get_item(self, **kwargs: Any) -> Any:
+            self.reads += 1
             return dynamodb.get_item(**kwargs)
 
         def update_item(self, **kwargs: Any) -> Any:
@@ -138,9 +140,11 @@ def test_a_turn_another_invocation_took_first_is_taken_again(dynamodb: Any) -> N
                 other.wait_turn(1_000, give_up_at=clock.now + 60)
             return dynamodb.update_item(**kwargs)
 
-    ours = quota(Racing(), clock)  # type: ignore[arg-type]
+    racing = Racing()
+    ours = quota(racing, clock)  # type: ignore[arg-type]
     ours.wait_turn(1_000, give_up_at=clock.now + 60)
     assert ours.counters().conflicts == 1
+    assert racing.reads == 1  # the failed write returned the other's end: booked again without a read
     assert tat(dynamodb) == pytest.approx(1_000.0 + 0.1 + 0.1)  # both turns on the timeline, none lost
 
 

@@ -17,7 +17,8 @@ call that is throttled anyway is handled as before (the SDK's paced retries, the
 
 Each invocation books at most ``lead`` seconds of the quota ahead (a call booked and then abandoned at a
 deadline wastes at most that); one thread of an invocation books at a time, so the table sees at most one
-writer per invocation, a read and a write per call.
+writer per invocation, a read and a write per call (a write another invocation got in first returns what
+it wrote, and the turn is written again without a second read).
 """
 
 from __future__ import annotations
@@ -226,18 +227,20 @@ class SharedQuota:
             )
 
     def _book(self, cost: float, give_up_at: float, started: float) -> Turn:
+        tat = self._read()
         while True:
-            tat = self._read()
             # the clock read after the table: a turn timed before a slow read would start in the past, as
             # if the quota had refilled for longer than it did
             now = self._clock()
             turn = take_turn(tat, now, cost, self.rate.burst_seconds)
             if turn.send_at > give_up_at:
                 raise NoTurnError(f"no turn of the shared quota within {give_up_at - started:.0f} s")
-            if self._write(tat, turn.tat):
+            current = self._write(tat, turn.tat)
+            if current is None:
                 return turn
             with self._room:
                 self.conflicts += 1
+            tat = current  # what the other invocation wrote, returned by the failed write: no read again
 
     @property
     def client(self) -> DynamoDBClient:
@@ -259,7 +262,9 @@ class SharedQuota:
         ).get("Item")
         return float(item["tat"]["N"]) if item else 0.0
 
-    def _write(self, old: float, new: float) -> bool:
+    def _write(self, old: float, new: float) -> float | None:
+        """Move the timeline's end from ``old`` to ``new``: None if written, else the end another invocation
+        wrote meanwhile (DynamoDB returns the item with the failed condition, at no extra cost)."""
         values = {":new": {"N": _number(new)}}
         if old:
             values[":old"] = {"N": _number(old)}
@@ -271,10 +276,12 @@ class SharedQuota:
                 UpdateExpression="SET tat = :new",
                 ConditionExpression=condition,
                 ExpressionAttributeValues=values,
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
-        except self.client.exceptions.ConditionalCheckFailedException:
-            return False
-        return True
+        except self.client.exceptions.ConditionalCheckFailedException as exc:
+            item = exc.response.get("Item") or {}
+            return float(item["tat"]["N"]) if "tat" in item else 0.0
+        return None
 
 
 def _error_text(exc: Exception) -> str:
