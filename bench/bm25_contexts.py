@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from corpus import DEFAULT_DATASET, load_documents, offline_environment  # bench/corpus.py
+from corpus import DEFAULT_DATASET, load_dev_queries, load_documents, offline_environment  # bench/corpus.py
 
 KS = (5, 10, 20)
 
@@ -30,10 +30,10 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     args = parser.parse_args()
     offline_environment()
-    from contextual_kb.evaluation.offline import bm25_scores, contextualized_bodies, load_queries
+    from contextual_kb.evaluation.offline import bm25_scores, contextualized_bodies
 
     documents = load_documents(args.dataset)
-    queries = load_queries(args.dataset / "evaluation_dev.jsonl")
+    queries = load_dev_queries(args.dataset)
     chunk_count = sum(len(d["chunks"]) for d in documents)
     print(f"{len(documents)} documents, {chunk_count} chunks, {len(queries)} queries")
 

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from corpus import DEFAULT_DATASET, load_documents, offline_environment  # bench/corpus.py
+from corpus import DEFAULT_DATASET, load_dev_queries, load_documents, offline_environment  # bench/corpus.py
 
 offline_environment()
 
@@ -93,14 +93,9 @@ GRID = [(150, 0), (300, 0), (300, 30), (300, 60), (500, 0), (800, 0)]
 
 def quality(dataset: Path = DEFAULT_DATASET) -> None:
     from contextual_kb.evaluation.chunkers import compare_chunkers, versus_fixed
-    from contextual_kb.evaluation.offline import load_queries
-    from contextual_kb.local.inputs import InputFileError
 
     documents = load_documents(dataset)
-    try:
-        queries = load_queries(dataset / "evaluation_dev.jsonl")
-    except InputFileError as exc:
-        raise SystemExit(f"error: {exc}") from None
+    queries = load_dev_queries(dataset)
     print(
         "| chunker | setting | chunks | avg chars | analysis | Cov@5 | Cov@10 | Cov@20 | Half@10 | "
         "Cov@10 ours - fixed [95%], up/down (p) |"

@@ -33,3 +33,14 @@ def load_documents(dataset: Path) -> list[dict[str, Any]]:
         return load_corpus(dataset / "codebase_chunks.json")
     except InputFileError as exc:
         raise SystemExit(f"error: {exc}") from None
+
+
+def load_dev_queries(dataset: Path) -> list[Any]:
+    """The dev split's queries of ``--dataset``; unreadable: one line, as ``load_documents``."""
+    from contextual_kb.evaluation.offline import load_queries
+    from contextual_kb.local.inputs import InputFileError
+
+    try:
+        return load_queries(dataset / "evaluation_dev.jsonl")
+    except InputFileError as exc:
+        raise SystemExit(f"error: {exc}") from None

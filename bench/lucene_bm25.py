@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from corpus import DEFAULT_DATASET, load_documents, offline_environment  # bench/corpus.py
+from corpus import DEFAULT_DATASET, load_dev_queries, load_documents, offline_environment  # bench/corpus.py
 
 KS = (5, 10, 20)
 
@@ -24,10 +24,10 @@ def main() -> int:
     offline_environment()
     from contextual_kb.evaluation import lucene
     from contextual_kb.evaluation.lexical import ANALYZERS
-    from contextual_kb.evaluation.offline import bm25_rankings, contextualized_bodies, load_queries, scored
+    from contextual_kb.evaluation.offline import bm25_rankings, contextualized_bodies, scored
 
     documents = load_documents(args.dataset)
-    queries = load_queries(args.dataset / "evaluation_dev.jsonl")
+    queries = load_dev_queries(args.dataset)
     ids = [(d["original_uuid"], c["original_index"]) for d in documents for c in d["chunks"]]
     print(f"Lucene {lucene.version()} ({lucene.OPENSEARCH_LUCENE})")
     print("| chunks | retrieval | Pass@5 | Pass@10 | Pass@20 |\n|---|---|---|---|---|")

@@ -192,7 +192,6 @@ class ClaudeClient:
         self._counter = _AttemptCounter(on_throttle)
         self._pacing = ThrottlePacing()
         self._gate = _QuotaGate(shared_quota) if shared_quota is not None else None
-        self.shared_quota = shared_quota
         # Room for calls abandoned at a deadline that still hold a connection into the next invocation.
         limits = httpx2.Limits(
             max_connections=2 * max_connections + 4, max_keepalive_connections=max_connections
@@ -239,6 +238,7 @@ class ClaudeClient:
         except anthropic.APIResponseValidationError as exc:
             raise self._error("transient", f"unreadable response ({exc.message})") from None
         attempts, throttles = self._counter.counts()
+        quota_wait = self._gate.waited() if self._gate else 0.0
         text = "".join(block.text for block in message.content if getattr(block, "type", "") == "text")
         usage = message.usage
         return Reply(
@@ -251,8 +251,8 @@ class ClaudeClient:
             ),
             stop_reason=message.stop_reason or "",
             # the model's time: the turns waited for are the quota's, not the model's latency
-            seconds=time.monotonic() - started - (self._gate.waited() if self._gate else 0.0),
-            quota_wait=self._gate.waited() if self._gate else 0.0,
+            seconds=time.monotonic() - started - quota_wait,
+            quota_wait=quota_wait,
             attempts=max(1, attempts),
             throttles=throttles,
         )

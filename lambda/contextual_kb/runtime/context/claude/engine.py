@@ -139,9 +139,8 @@ class ClaudeStrategy(ContextStrategy):
         self.concurrency = 1 if self.published else settings.max_concurrency
         self.limit = AdaptiveLimit(self.concurrency)  # kept across warm invocations: it learns the quota
         # Calls take turns of a quota shared with every invocation (shared_quota.py); the published
-        # algorithm makes one call at a time, as published.
-        self.shares_quota = bool(settings.model_quota_table) and not self.published
-        self.quota = self._shared_quota()  # one per environment, as the client: its counters run on
+        # algorithm makes one call at a time, as published. One per environment, as the client.
+        self.quota = self._shared_quota()
         self.output_burndown = output_burndown(settings.model_id, settings.model_output_burndown)
         self.fallback = StructuralStrategy(
             max_chars=settings.structural_max_chars, max_names=settings.structural_max_names
@@ -176,7 +175,7 @@ class ClaudeStrategy(ContextStrategy):
     def _shared_quota(self) -> SharedQuota | None:
         """The quota every invocation shares (``shared_quota``), when a table and the quota are set."""
         s = self.settings
-        if not self.shares_quota:
+        if not s.model_quota_table or self.published:
             return None
         rate = QuotaRate(s.model_requests_per_minute, s.model_tokens_per_minute, s.model_quota_burst_seconds)
         return SharedQuota(s.model_quota_table, f"{s.model_id} {s.model_region}".strip(), rate)
@@ -596,7 +595,7 @@ class _Run:
                 self._fallback_jobs([job], "model_unavailable", str(exc))
                 return
             request = self._request(job)
-            if not self.s.shares_quota:
+            if self.s.quota is None:
                 calls[pool.submit(client.invoke, request)] = (job, now)
                 continue
             # cached: the unit's cache is written (its first call has returned), so its prefix is a read

@@ -112,7 +112,8 @@ class NoTurnError(Exception):
 
 class SharedQuota:
     """Turns on the timeline of one item (``key``: the model and Region) of a DynamoDB table: read it, write
-    the new end only if nobody moved it since (a conditional write), else read again.
+    the new end only if nobody moved it since (a conditional write), else book again from the end the
+    failed write returns.
 
     Each invocation books turns only while the quota it has booked and not yet sent is under ``lead``
     seconds: with N invocations booking, each holds about 1/N of the timeline ahead, so each gets 1/N of
