@@ -40,7 +40,7 @@ def main() -> int:
     rows = []
     for strategy in ("none", "structural"):
         started = time.perf_counter()
-        bodies = contextualized_bodies(documents, strategy)
+        bodies, _ = contextualized_bodies(documents, strategy)
         elapsed = time.perf_counter() - started
         for analyzer in ("plain", "code-aware", "opensearch-builtin"):
             figures = bm25_scores(documents, queries, bodies, analyzer, KS).pass_at
