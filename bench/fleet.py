@@ -349,6 +349,9 @@ def main() -> int:
     args = parser.parse_args()
     if unknown := sorted({n for n in args.without.split(",") if n} - set(ABLATIONS)):
         parser.error(f"--without: unknown {', '.join(unknown)} (known: {', '.join(ABLATIONS)})")
+    share = args.shared_quota
+    if share < 0 or (share and not (int(args.rpm * share) or int(args.tpm * share))):
+        parser.error(f"--shared-quota {share:g}: 0 (off), or a share giving 1 a minute or more")
     if args.worker:
         return worker(args)
     load_documents(args.dataset)  # a corpus that cannot be read: one line here, not one from every worker
