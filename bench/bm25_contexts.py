@@ -6,7 +6,7 @@ extensions since the dataset has no paths), the handler runs with each context s
 k1=1.5, b=0.75) indexes the bodies it wrote. Pass@k compares chunks by their original text, as the
 dataset README defines it.
 
-    .venv/bin/python bench/bm25_contexts.py [--dataset ../shared/datasets/codebase] [--json out.json]
+    .venv/bin/python bench/bm25_contexts.py [--dataset FOLDER] [--json out.json]
 
 The same code serves ``ckb eval --local`` (contextual_kb/evaluation/offline.py), which adds Recall@k and MRR.
 """

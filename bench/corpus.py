@@ -6,8 +6,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from contextual_kb.evaluation.datasets import DatasetUnavailableError, codebase_dir, ensure_codebase
+
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_DATASET = ROOT.parent / "shared" / "datasets" / "codebase"
+# The codebase benchmark in the cache (CKB_DATA_DIR, else the user cache), fetched there on first use.
+DEFAULT_DATASET = codebase_dir()
 
 
 def offline_environment(log_level: str = "WARNING") -> None:
@@ -30,6 +33,7 @@ def load_documents(dataset: Path) -> list[dict[str, Any]]:
     from contextual_kb.local.inputs import InputFileError
 
     try:
+        _fetched(dataset)
         return load_corpus(dataset / "codebase_chunks.json")
     except InputFileError as exc:
         raise SystemExit(f"error: {exc}") from None
@@ -41,6 +45,17 @@ def load_dev_queries(dataset: Path) -> list[Any]:
     from contextual_kb.local.inputs import InputFileError
 
     try:
+        _fetched(dataset)
         return load_queries(dataset / "evaluation_dev.jsonl")
     except InputFileError as exc:
+        raise SystemExit(f"error: {exc}") from None
+
+
+def _fetched(dataset: Path) -> None:
+    """The default dataset is fetched once into the cache; another is used as given. One line on failure."""
+    if dataset != DEFAULT_DATASET:
+        return
+    try:
+        ensure_codebase(lambda line: print(line, flush=True))
+    except DatasetUnavailableError as exc:
         raise SystemExit(f"error: {exc}") from None

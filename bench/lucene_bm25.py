@@ -3,7 +3,7 @@ split: (1) every chunk body the handler writes (raw and with structural contexts
 both, token lists compared; (2) Pass@k of Lucene's BM25 (a match query, as OpenSearch builds it) at
 OpenSearch's k1=1.2 and at bm25s's k1=1.5 (b=0.75), beside bm25s with the Python tokens.
 
-    make lucene && .venv/bin/python bench/lucene_bm25.py [--dataset ../shared/datasets/codebase]
+    make lucene && .venv/bin/python bench/lucene_bm25.py [--dataset FOLDER]
 """
 
 from __future__ import annotations

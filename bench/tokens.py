@@ -25,7 +25,7 @@ WINDOW = 300
 
 
 def samples() -> dict[str, str]:
-    from corpus import DEFAULT_DATASET  # bench/corpus.py
+    from corpus import DEFAULT_DATASET, load_documents  # bench/corpus.py
     from test_token_estimate import JOINERS, SENTENCES
 
     rng = random.Random(7)
@@ -33,7 +33,7 @@ def samples() -> dict[str, str]:
     for name, sentences in SENTENCES.items():
         parts = [rng.choice(sentences) for _ in range(400)]
         out[name] = JOINERS[name].join(parts)
-    documents = json.loads((DEFAULT_DATASET / "codebase_chunks.json").read_text())
+    documents = load_documents(DEFAULT_DATASET)
     out["code (codebase corpus)"] = "\n".join(d["content"] for d in documents)
     out["prose (this repository's docs)"] = "\n".join(
         (ROOT / p).read_text() for p in ("README.md", "docs/BENCHMARKS.md", "docs/SECURITY.md")

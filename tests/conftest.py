@@ -36,6 +36,9 @@ os.environ.update(
         # call that escapes goes to a closed local port, never to AWS.
         "CONTEXT_STRATEGY": "structural",
         "ANTHROPIC_BEDROCK_BASE_URL": "http://127.0.0.1:9",
+        # Tests never download the codebase benchmark: a fetch that escapes meets a closed local port. The
+        # tests that need its data are marked ``benchmark`` and run where a copy is in CKB_DATA_DIR.
+        "CKB_DATASET_URL": "http://127.0.0.1:9/no-downloads-in-tests",
     }
 )
 for _name in (
@@ -51,6 +54,29 @@ for _name in [n for n in os.environ if n.startswith("CONTEXT_") and n != "CONTEX
 
 ROOT = Path(__file__).resolve().parent.parent
 EVENTS = ROOT / "events"
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """``benchmark`` tests need the codebase benchmark's data, which the project does not ship: they run
+    where a copy is in the cache (CKB_DATA_DIR in CI), and are skipped, saying so, where it is not."""
+    if item.get_closest_marker("benchmark") is None:
+        return
+    from contextual_kb.evaluation.datasets import codebase_dir, locate
+
+    if locate(codebase_dir()) is None:
+        pytest.skip(
+            f"the codebase benchmark is not in {codebase_dir()} (set CKB_DATA_DIR to a copy's parent)"
+        )
+
+
+@pytest.fixture
+def codebase() -> tuple[Path, Path]:
+    """(corpus, dev queries) of the codebase benchmark, for tests marked ``benchmark``."""
+    from contextual_kb.evaluation.datasets import codebase_dir, locate
+
+    found = locate(codebase_dir())
+    assert found is not None, "a benchmark test without the mark"
+    return found
 
 
 @pytest.fixture

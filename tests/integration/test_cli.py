@@ -92,13 +92,10 @@ def test_demo_with_bedrock_and_no_credentials_says_how_to_configure_them(
     assert line.startswith("error: no AWS credentials") and "aws configure" in line
 
 
+@pytest.mark.benchmark
 def test_demo_eval_table_includes_its_own_strategy_labelled_with_its_endpoint(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from contextual_kb.cli.datasets import DATASET
-
-    if not (DATASET / "codebase_chunks.json").exists():
-        pytest.skip("the codebase benchmark is not beside the repository")
     monkeypatch.delenv("ANTHROPIC_BEDROCK_BASE_URL")
     monkeypatch.delenv("CONTEXT_STRATEGY")
     result = runner.invoke(app, ["demo", "--show", "0"])

@@ -213,7 +213,8 @@ def test_help_is_plain_and_whole_at_80_columns(monkeypatch: pytest.MonkeyPatch) 
         assert not re.search(r" \.(\s|$)", text), command  # what Rich's markup once ate: "AWS region ."
         assert all(len(line) <= 80 for line in text.splitlines()), command
     eval_help = " ".join(runner.invoke(app, ["eval", "--help"]).stdout.split())
-    assert "../shared/datasets/codebase/evaluation_dev.jsonl" in eval_help
+    assert "the codebase benchmark (fetched once into the cache, or --dataset): its dev split" in eval_help
+    assert "../shared" not in eval_help
     assert "[default: index,code-aware]" in eval_help
 
 
@@ -247,13 +248,28 @@ def test_demo_outside_the_repository_says_where_to_run_it(
     assert "run ckb demo from the repository's folder, or give --documents FOLDER" in line
 
 
-def test_eval_without_the_benchmark_says_how_to_get_it(tmp_path: Path) -> None:
-    # The default paths as a clone without ../shared beside it has them.
-    missing = tmp_path / "shared" / "datasets" / "codebase"
-    args = ["eval", "--local", "--queries", str(missing / "evaluation_dev.jsonl")]
-    line = one_line(runner.invoke(app, args), 2)
-    assert "anthropics/anthropic-cookbook, skills/contextual-embeddings/data" in line
-    assert "--corpus codebase_chunks.json --queries evaluation_set.jsonl" in line
+def test_eval_without_the_benchmark_and_offline_says_how_to_get_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A clone with nothing beside it, on a machine that cannot reach the benchmark's source.
+    monkeypatch.setenv("CKB_DATA_DIR", str(tmp_path / "cache"))
+    result = runner.invoke(app, ["eval", "--local"])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    progress, line = result.stderr.rstrip("\n").splitlines()  # one progress line, one error line
+    assert progress.startswith("Fetching the codebase benchmark once (4.7 MB): Anthropic's, ")
+    assert "(MIT licence, Copyright (c) 2023 Anthropic)" in progress
+    assert line.startswith("error: could not fetch the codebase benchmark (http://127.0.0.1:9/")
+    assert "github.com/anthropics/anthropic-cookbook at 4b36a1e, skills/contextual-embeddings/data" in line
+    assert "pass --dataset FOLDER" in line
+    assert [p.name for p in (tmp_path / "cache").rglob("*") if p.is_file()] == []  # nothing half-written
+
+
+def test_a_dataset_folder_without_the_benchmark_files_is_a_usage_error(tmp_path: Path) -> None:
+    line = one_line(runner.invoke(app, ["eval", "--local", "--dataset", str(tmp_path)]), 2)
+    assert line == (
+        f"error: --dataset: {tmp_path}: no codebase_chunks.json with evaluation_dev.jsonl or "
+        "evaluation_set.jsonl in it"
+    )
 
 
 def test_eval_with_lucene_not_built_says_so_before_any_work(

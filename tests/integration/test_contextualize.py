@@ -162,6 +162,7 @@ def test_what_falls_back_in_the_lambda_is_recorded_and_never_otherwise() -> None
         assert pending(world) == {}
 
 
+@pytest.mark.benchmark
 def test_ckb_contextualize_local_prints_the_summary_and_json() -> None:
     from contextual_kb.cli.main import app
 

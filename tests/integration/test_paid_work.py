@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from contextual_kb.cli import paid
 from contextual_kb.cli.main import app
 from tests.conftest import EVENTS, ROOT
+from tests.support import corpus
 
 runner = CliRunner()
 HAIKU_45 = "anthropic.claude-haiku-4-5-20251001-v1:0"  # $1 in, $5 out, $1.25 cache write, $0.10 read
@@ -47,12 +48,13 @@ def test_the_estimate_caches_long_documents_and_bounds_the_rest() -> None:
     assert paid.estimate_contexts([], HAIKU_45, min_cache_tokens=4096, max_output_tokens=160).calls == 0
 
 
-def test_the_estimate_is_near_what_the_codebase_corpus_cost() -> None:
+@pytest.mark.benchmark
+def test_the_estimate_is_near_what_the_codebase_corpus_cost(codebase: tuple[Path, Path]) -> None:
     """docs/BENCHMARKS.md: the codebase corpus's per-chunk contexts cost $1.75 (737 calls, Haiku 4.5's list
     prices, the stand-in's token counts). The estimate is made before any call, from sizes alone."""
     from contextual_kb.cli.main import _benchmark_sizes
 
-    sizes = _benchmark_sizes()
+    sizes = _benchmark_sizes(codebase)
     estimate = paid.estimate_contexts(sizes, HAIKU_45, min_cache_tokens=4096, max_output_tokens=160)
     assert estimate.calls == 737
     assert 1.75 * 0.8 <= estimate.usd <= 1.75 * 1.25 and estimate.most_usd > estimate.usd
@@ -70,6 +72,7 @@ def test_transform_with_bedrock_shows_the_estimate_and_stops_without_a_yes(bedro
     assert "Transformation summary" not in result.output  # nothing ran
 
 
+@pytest.mark.benchmark
 def test_demo_with_bedrock_counts_the_benchmark_table_too(bedrock_credentials: None) -> None:
     result = runner.invoke(app, ["demo", "--bedrock"])
     assert result.exit_code == 1, result.output
@@ -129,6 +132,7 @@ def test_logs_show_the_functions_metrics(tmp_path: Path) -> None:
     assert {"ChunksIn", "ChunksOut"} <= names, names
 
 
+@pytest.mark.benchmark
 def test_eval_local_with_bedrock_and_claude_asks_first(bedrock_credentials: None) -> None:
     result = runner.invoke(app, ["eval", "--local", "--bedrock", "--strategies", "none,claude"])
     assert result.exit_code == 1, result.output
@@ -139,12 +143,14 @@ def test_eval_local_with_bedrock_and_claude_asks_first(bedrock_credentials: None
 
 
 def test_a_long_evaluation_reports_its_progress() -> None:
-    from contextual_kb.cli.datasets import DATASET
-    from contextual_kb.evaluation.offline import evaluate, load_corpus, load_queries
+    from contextual_kb.evaluation.offline import evaluate
 
     said: list[str] = []
-    documents = load_corpus(DATASET / "codebase_chunks.json")[:3]
-    queries = load_queries(DATASET / "evaluation_dev.jsonl")[:2]
+    documents = corpus(documents=3)
+    queries = [
+        {"query": "when is the valve 0-1-0 inspected", "golden_chunk_uuids": [["u0", 1]]},
+        {"query": "which pump starts after guide 2", "golden_chunk_uuids": [["u2", 0]]},
+    ]
     evaluate(
         documents,
         queries,

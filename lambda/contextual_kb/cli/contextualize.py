@@ -9,7 +9,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from contextual_kb.cli.datasets import DATASET, SHOWN_DATASET
+from contextual_kb.cli.datasets import SHOWN_DATASET, benchmark
 from contextual_kb.cli.errors import CliError, usage
 from contextual_kb.cli.kb import Region, Stack, deployment_of, ingestion_of
 from contextual_kb.cli.paid import YES_HELP
@@ -27,15 +27,15 @@ def contextualize(
         ),
     ] = False,
     corpus: Annotated[
-        Path,
+        Path | None,
         typer.Option(
             help="With --local: the corpus (the codebase benchmark's format).",
             exists=True,
             dir_okay=False,
             metavar="FILE",
-            show_default=f"{SHOWN_DATASET}/codebase_chunks.json",
+            show_default=SHOWN_DATASET,
         ),
-    ] = DATASET / "codebase_chunks.json",
+    ] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Plan only: records, tokens and the cost, nothing written.")
     ] = False,
@@ -131,6 +131,11 @@ def contextualize(
             tasks[name] = bar.add_task(name, total=total)
         bar.update(tasks[name], completed=done)
 
+    if local and corpus is None:
+        corpus, _queries = benchmark(
+            todo="Pass --corpus FILE (a corpus in the codebase benchmark's format), or set CKB_DATA_DIR to a "
+            "folder holding codebase/codebase_chunks.json"
+        )
     try:
         if local:
             from contextual_kb.local.environment import offline_aws
@@ -145,7 +150,7 @@ def contextualize(
                 config = BatchConfig()
                 limits = Limits(min_records or config.min_records, max_records, max_file_bytes, max_job_bytes)
                 run = run_local(
-                    load_corpus(corpus),
+                    load_corpus(corpus),  # type: ignore[arg-type] # set above with --local
                     group_size=group_size,
                     limits=limits,
                     batch=config,

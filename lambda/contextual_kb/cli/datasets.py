@@ -1,8 +1,53 @@
-"""Where the codebase benchmark lies for the commands' defaults: ``../shared`` beside a clone of the repo."""
+"""The codebase benchmark behind the commands' defaults: a folder given with ``--dataset``, else the cache,
+fetched once from its public source (``contextual_kb.evaluation.datasets``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-DATASET = Path(__file__).resolve().parents[4] / "shared" / "datasets" / "codebase"
-SHOWN_DATASET = "../shared/datasets/codebase"  # in --help, where the full path would be this machine's
+from contextual_kb.cli.errors import CliError, usage
+from contextual_kb.cli.terminal import error_console, plain
+
+SHOWN_DATASET = "the codebase benchmark (fetched once into the cache, or --dataset)"  # in --help
+DATASET_HELP = (
+    "A folder holding the codebase benchmark (codebase_chunks.json with evaluation_dev.jsonl or "
+    "evaluation_set.jsonl), instead of the cache (CKB_DATA_DIR; fetched there on first use)."
+)
+
+
+def benchmark(dataset: Path | None = None, *, todo: str = "") -> tuple[Path, Path]:
+    """(corpus, dev queries) of the codebase benchmark: from ``dataset``, else the cache (one progress line on
+    stderr when it is fetched). One line when neither can be had; ``todo`` replaces its advice."""
+    from contextual_kb.evaluation.datasets import (
+        CORPUS,
+        DEV_QUERIES,
+        QUERIES,
+        DatasetUnavailableError,
+        ensure_codebase,
+        locate,
+    )
+
+    if dataset is not None:
+        found = locate(dataset)
+        if found is None:
+            raise usage("--dataset", f"{dataset}: no {CORPUS} with {DEV_QUERIES} or {QUERIES} in it")
+        return found
+    try:
+        return ensure_codebase(lambda line: error_console().print(plain(line)))
+    except DatasetUnavailableError as exc:
+        if todo:
+            raise CliError(
+                str(exc).split("; no partial file was kept")[0], "no partial file was kept", todo
+            ) from None
+        raise CliError(str(exc)) from None
+
+
+def benchmark_or_none(dataset: Path | None = None) -> tuple[Path, Path] | None:
+    """As ``benchmark``, or None with a note on stderr when it cannot be had (the demo goes on without)."""
+    try:
+        return benchmark(dataset)
+    except CliError as exc:
+        if exc.code == 2:
+            raise
+        error_console().print(plain(f"note: {exc.line()}"))
+        return None

@@ -123,10 +123,6 @@ def explain(exc: BaseException) -> CliError | None:
 _MISSING_DEFAULTS = {
     "'events/documents'": "The sample documents are in the repository: run ckb demo from the repository's "
     "folder, or give --documents FOLDER (text files)",
-    "/shared/datasets/codebase/": "The codebase benchmark lies beside a clone of the repository "
-    "(../shared/datasets/codebase); it is Anthropic's published set "
-    "(github.com/anthropics/anthropic-cookbook, skills/contextual-embeddings/data): give "
-    "--corpus codebase_chunks.json --queries evaluation_set.jsonl",
 }
 
 

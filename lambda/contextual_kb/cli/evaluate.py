@@ -11,7 +11,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from contextual_kb.cli.datasets import DATASET, SHOWN_DATASET
+from contextual_kb.cli.datasets import DATASET_HELP, SHOWN_DATASET, benchmark
 from contextual_kb.cli.errors import CliError, choice, usage
 from contextual_kb.cli.paid import YES_HELP, confirm, confirm_contexts, corpus_sizes
 from contextual_kb.cli.terminal import console, status_line, write_json
@@ -45,25 +45,29 @@ def cutoffs_of(value: str) -> list[int]:
 
 def eval_command(
     queries: Annotated[
-        Path,
+        Path | None,
         typer.Option(
             help="Labelled queries (JSONL).",
             exists=True,
             dir_okay=False,
             metavar="FILE",
-            show_default=f"{SHOWN_DATASET}/evaluation_dev.jsonl",
+            show_default=f"{SHOWN_DATASET}: its dev split",
         ),
-    ] = DATASET / "evaluation_dev.jsonl",
+    ] = None,
     corpus: Annotated[
-        Path,
+        Path | None,
         typer.Option(
             help="The corpus, pre-chunked (JSON).",
             exists=True,
             dir_okay=False,
             metavar="FILE",
-            show_default=f"{SHOWN_DATASET}/codebase_chunks.json",
+            show_default=SHOWN_DATASET,
         ),
-    ] = DATASET / "codebase_chunks.json",
+    ] = None,
+    dataset: Annotated[
+        Path | None,
+        typer.Option(help=DATASET_HELP, exists=True, file_okay=False, metavar="FOLDER"),
+    ] = None,
     k: Annotated[str, typer.Option("--k", help="Cut-offs, comma-separated.", metavar="K,K")] = "5,10,20",
     local: Annotated[bool, typer.Option("--local", help="Offline: the real handler, BM25 here.")] = False,
     strategies: Annotated[
@@ -155,7 +159,13 @@ def eval_command(
             version()
         except LuceneUnavailableError as exc:
             raise usage("--engine", str(exc)) from None
-    documents, labelled = load_corpus(corpus), load_queries(queries)
+    # The files given are read first: a mistake in one is said before the benchmark is fetched for the other.
+    documents = load_corpus(corpus) if corpus is not None else None
+    labelled = load_queries(queries) if queries is not None else None
+    if documents is None or labelled is None:
+        default_corpus, default_queries = benchmark(dataset)
+        documents = documents if documents is not None else load_corpus(default_corpus)
+        labelled = labelled if labelled is not None else load_queries(default_queries)
     if chunkers is not None:
         _compare_chunkers(
             documents,

@@ -14,6 +14,7 @@ os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
 import typer
 from rich.console import Console
 
+from contextual_kb.cli.datasets import DATASET_HELP
 from contextual_kb.cli.errors import CkbGroup, choice
 from contextual_kb.cli.paid import YES_HELP, confirm_contexts, corpus_sizes
 from contextual_kb.cli.terminal import console, error_console, write_json
@@ -300,6 +301,10 @@ def demo(
             help="End with retrieval quality on the codebase benchmark: raw, structural, and this strategy.",
         ),
     ] = True,
+    dataset: Annotated[
+        Path | None,
+        typer.Option(help=DATASET_HELP, exists=True, file_okay=False, metavar="FOLDER"),
+    ] = None,
     yes: Annotated[bool, typer.Option("--yes", help=YES_HELP)] = False,
 ) -> None:
     """Offline demo: local S3, KB-style chunking, the real handler, chunks before and after."""
@@ -311,7 +316,19 @@ def demo(
     # The user's AWS setup is not read offline (--bedrock keeps credentials), from before the runtime is
     # imported (its tracer builds an X-Ray client, which reads the profile).
     with offline_aws(keep_credentials=bedrock):
-        _demo(out, documents, max_tokens, overlap, chunks_per_batch, show, strategy, bedrock, evaluate, yes)
+        _demo(
+            out,
+            documents,
+            max_tokens,
+            overlap,
+            chunks_per_batch,
+            show,
+            strategy,
+            bedrock,
+            evaluate,
+            dataset,
+            yes,
+        )
 
 
 def _demo(
@@ -324,12 +341,17 @@ def _demo(
     strategy: str,
     bedrock: bool,
     evaluate: bool,
+    dataset: Path | None,
     yes: bool,
 ) -> None:
     from contextlib import nullcontext
+    from functools import cache
 
+    from contextual_kb.cli.datasets import benchmark_or_none
     from contextual_kb.cli.demo import run_demo
     from contextual_kb.local.model_endpoint import model_endpoint
+
+    labelled = cache(lambda: benchmark_or_none(dataset))  # fetched once, when first needed
 
     with model_endpoint(bedrock=bedrock) if strategy == "claude" else nullcontext() as endpoint:
         if endpoint is not None and endpoint.kind == "Bedrock":
@@ -337,7 +359,7 @@ def _demo(
 
             sizes = document_sizes(documents, max_tokens=max_tokens, overlap=overlap)
             if evaluate:
-                sizes += _benchmark_sizes()
+                sizes += _benchmark_sizes(labelled())
             confirm_contexts(sizes, yes=yes)
         run_demo(
             out,
@@ -349,29 +371,26 @@ def _demo(
             endpoint=endpoint,
         )
         if evaluate:
-            _demo_eval(out, strategy, endpoint)
+            _demo_eval(out, strategy, endpoint, labelled())
 
 
-def _benchmark_sizes() -> list[tuple[int, int]]:
-    """(tokens, chunks) of the codebase benchmark's documents, when it is here (the demo's table)."""
-    from contextual_kb.cli.datasets import DATASET
+def _benchmark_sizes(benchmark: tuple[Path, Path] | None) -> list[tuple[int, int]]:
+    """(tokens, chunks) of the codebase benchmark's documents, when it can be had (the demo's table)."""
     from contextual_kb.evaluation.offline import load_corpus
 
-    corpus = DATASET / "codebase_chunks.json"
-    return corpus_sizes(load_corpus(corpus)) if corpus.exists() else []
+    return corpus_sizes(load_corpus(benchmark[0])) if benchmark is not None else []
 
 
-def _demo_eval(out: Console, strategy: str, endpoint: object) -> None:
+def _demo_eval(out: Console, strategy: str, endpoint: object, benchmark: tuple[Path, Path] | None) -> None:
     """The codebase benchmark's dev split, offline: BM25 over raw chunks, structural contexts, and the demo's
     own strategy."""
-    from contextual_kb.cli.datasets import DATASET
     from contextual_kb.cli.evaluate import print_table
     from contextual_kb.evaluation.offline import evaluate, load_corpus, load_queries
 
-    corpus, queries = DATASET / "codebase_chunks.json", DATASET / "evaluation_dev.jsonl"
-    if not corpus.exists() or not queries.exists():
-        out.print(f"(no labelled set at {DATASET}: skipping the retrieval table)")
+    if benchmark is None:
+        out.print("(no codebase benchmark: skipping the retrieval table)")
         return
+    corpus, queries = benchmark
     out.rule("retrieval quality, offline (ckb eval --local)")
     documents, labelled = load_corpus(corpus), load_queries(queries)
     rows = evaluate(

@@ -1,7 +1,7 @@
 """Retrieval metrics. Pure.
 
-Chunks compare by their ORIGINAL stripped text, never with a context prepended (Anthropic's guide and
-shared/datasets/codebase/README.md).
+Chunks compare by their ORIGINAL stripped text, never with a context prepended (Anthropic's guide, whose
+codebase benchmark ``evaluation/datasets.py`` fetches).
 
 - Pass@k: per query, the share of its golden chunks found in the top k; averaged over queries (x100).
 - Recall@k: the same share over all golden chunks pooled (a query with many golden chunks weighs more).
