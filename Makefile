@@ -58,16 +58,31 @@ test: $(STAMP) $(TEST_LUCENE)  ## lint, then the test suite (no AWS, no network)
 test-long: $(STAMP)  ## the long tests: a 50 MB document, 10,000 chunks, memory against the number of files
 	$(BIN)/python -m pytest -m long -q
 
-# ministack, a CloudFormation engine in Python, in a venv of its own (it pins another botocore); its Python runs
-# the deployed functions: CI gives it the function's (MINISTACK_PYTHON=python3.13).
-MINISTACK_PYTHON ?= $(PYTHON)
+# ministack, a CloudFormation engine in Python, in a venv of its own (it pins another botocore). Its Python runs
+# the deployed functions, so it must be the function's: 3.13, found here (python3.13 on PATH, or pyenv's 3.13.x
+# even where pyenv selects another), or given as MINISTACK_PYTHON=/path/to/python3.13.
+FUNCTION_PYTHON_VERSION := 3.13
+IS_FUNCTION_PYTHON := -c 'import sys; sys.exit(sys.version_info[:2] != (3, 13))'
+ifeq ($(origin MINISTACK_PYTHON),undefined)
+MINISTACK_PYTHON := $(shell for candidate in python$(FUNCTION_PYTHON_VERSION) \
+	"$$(pyenv root 2>/dev/null || echo "$$HOME/.pyenv")"/versions/$(FUNCTION_PYTHON_VERSION)*/bin/python$(FUNCTION_PYTHON_VERSION); \
+	do "$$candidate" $(IS_FUNCTION_PYTHON) >/dev/null 2>&1 && { echo "$$candidate"; break; }; done)
+endif
 MINISTACK_VENV ?= .venv-ministack
 $(MINISTACK_VENV)/.installed: tests/lifecycle/requirements.txt
 	$(MINISTACK_PYTHON) -m venv $(MINISTACK_VENV)
 	$(MINISTACK_VENV)/bin/python -m pip install --quiet --no-deps -r tests/lifecycle/requirements.txt
 	touch $@
 
-test-lifecycle: $(STAMP) $(MINISTACK_VENV)/.installed  ## the stack on ministack: bootstrap, deploy, invoke, update, destroy (~2 min)
+test-lifecycle: $(STAMP)  ## the stack on ministack: bootstrap, deploy, invoke, update, destroy (~2 min; needs Python 3.13)
+	@if [ -z "$(MINISTACK_PYTHON)" ]; then \
+		echo "error: no Python $(FUNCTION_PYTHON_VERSION) found (python$(FUNCTION_PYTHON_VERSION) on PATH, or pyenv's): the deployed function runs on $(FUNCTION_PYTHON_VERSION). Install it (pyenv install $(FUNCTION_PYTHON_VERSION), apt install python$(FUNCTION_PYTHON_VERSION)-venv, brew install python@$(FUNCTION_PYTHON_VERSION)) or pass MINISTACK_PYTHON=/path/to/python$(FUNCTION_PYTHON_VERSION)" >&2; exit 2; fi
+	@"$(MINISTACK_PYTHON)" $(IS_FUNCTION_PYTHON) 2>/dev/null || { \
+		echo "error: MINISTACK_PYTHON=$(MINISTACK_PYTHON) is not Python $(FUNCTION_PYTHON_VERSION): the deployed function runs on $(FUNCTION_PYTHON_VERSION), and ministack runs it with its own Python. Give a $(FUNCTION_PYTHON_VERSION) interpreter, or leave MINISTACK_PYTHON unset to find one" >&2; exit 2; }
+	@if [ -e "$(MINISTACK_VENV)" ] && ! "$(MINISTACK_VENV)/bin/python" $(IS_FUNCTION_PYTHON) 2>/dev/null; then \
+		echo "note: $(MINISTACK_VENV) was built with another Python than $(FUNCTION_PYTHON_VERSION): rebuilding it with $(MINISTACK_PYTHON)"; \
+		rm -rf "$(MINISTACK_VENV)"; fi
+	@$(MAKE) --no-print-directory $(MINISTACK_VENV)/.installed MINISTACK_PYTHON="$(MINISTACK_PYTHON)"
 	MINISTACK=$(abspath $(MINISTACK_VENV))/bin/ministack $(BIN)/python -m pytest -m lifecycle -q -p no:cacheprovider
 
 lint: $(STAMP)
@@ -78,7 +93,7 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-bench: $(STAMP)  ## retrieval benchmark on ../shared/datasets/codebase (dev split)
+bench: $(STAMP)  ## retrieval benchmark on the codebase benchmark's dev split (fetched once into the cache)
 	$(BIN)/python bench/bm25_contexts.py
 
 bench-contextualize: $(STAMP)  ## claude strategy speed and cost vs the published algorithm (~8 min)

@@ -18,6 +18,7 @@ Where ministack differs from AWS, and what the adaptation does about it (each sa
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -122,6 +123,32 @@ class Ministack:
                 self.process.kill()
                 self.process.wait()
         self._log.close()
+
+
+def invocation_failure(reply: dict[str, Any], payload: bytes, engine_log: str) -> str:
+    """Why an invocation failed, in an assertion's message: the function's error (its payload: type,
+    message, trace), its log tail, and the engine's own log tail, since ministack's LogResult can be empty
+    (a function that dies at import on the wrong Python shows nothing there)."""
+    parts = [f"FunctionError: {reply.get('FunctionError', '-')} (status {reply.get('StatusCode')})"]
+    try:
+        error = json.loads(payload or b"{}")
+    except ValueError:
+        error = payload.decode(errors="replace")
+    if isinstance(error, dict) and ("errorMessage" in error or "errorType" in error):
+        trace = "".join(error.get("stackTrace") or [])
+        parts.append(
+            f"error: {error.get('errorType', '?')}: {error.get('errorMessage', '')}\n{trace}".rstrip()
+        )
+    elif error:
+        parts.append(f"payload: {str(error)[-2000:]}")
+    log = base64.b64decode(reply.get("LogResult") or "").decode(errors="replace").strip()
+    parts.append(f"function log (tail):\n{log[-3000:]}" if log else "function log: empty")
+    parts.append(
+        f"ministack log (tail):\n{engine_log.strip()[-3000:]}"
+        if engine_log.strip()
+        else "ministack log: empty"
+    )
+    return "\n".join(parts)
 
 
 def cdk(args: list[str], environment: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -21,7 +21,15 @@ import pytest
 
 from contextual_kb.local.bedrock_standin import BedrockStandIn, StandInConfig
 from contextual_kb.local.opensearch_standin import OpenSearchStandIn
-from tests.lifecycle.ministack import ACCOUNT, REGION, SECRET, Ministack, adapt_assembly, cdk
+from tests.lifecycle.ministack import (
+    ACCOUNT,
+    REGION,
+    SECRET,
+    Ministack,
+    adapt_assembly,
+    cdk,
+    invocation_failure,
+)
 
 pytestmark = pytest.mark.lifecycle
 
@@ -124,8 +132,11 @@ def _invoke(engine: dict[str, Any], function: str, bucket: str) -> dict[str, Any
         .invoke(FunctionName=function, Payload=json.dumps(event).encode(), LogType="Tail")
     )
     log = base64.b64decode(reply.get("LogResult", "")).decode(errors="replace")
-    assert reply["StatusCode"] == 200 and "FunctionError" not in reply, log[-3000:]
-    response = json.loads(reply["Payload"].read())
+    payload = reply["Payload"].read()
+    if reply["StatusCode"] != 200 or "FunctionError" in reply:
+        engine_log = engine["ministack"].log_path.read_text(errors="replace")
+        pytest.fail(invocation_failure(reply, payload, engine_log), pytrace=False)
+    response = json.loads(payload)
     chunks = [
         item
         for output in response["outputFiles"]
