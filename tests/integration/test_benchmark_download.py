@@ -91,6 +91,7 @@ def test_the_first_use_fetches_verifies_and_keeps_it(server: Server, tmp_path: P
     corpus_path, dev = datasets.ensure_codebase(said.append)
     assert cached(tmp_path) == sorted([CORPUS, QUERIES, DEV_QUERIES, "SOURCE.txt"])
     assert corpus_path.read_bytes() == server.bodies[CORPUS]
+    assert corpus_path.stat().st_mode & 0o777 == 0o644  # readable as any cache file, not mkstemp's 0600
     published = server.bodies[QUERIES].splitlines(keepends=True)
     assert dev.read_bytes() == b"".join(published[0::2])  # the 1st, 3rd and 5th queries
     (line,) = said

@@ -157,6 +157,7 @@ def _write_whole(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(handle, "wb") as out:
             out.write(data)
+        os.chmod(temporary, 0o644)  # mkstemp's 0600 would hide a shared cache from other users
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
