@@ -656,15 +656,25 @@ def test_upload_skips_hidden_files_and_version_control_folders_unless_asked(
     (docs / "CVS" / "Root").write_text(":pserver:me@cvs:/repo")
     (docs / "sub" / "a.md").write_text("# A")
     (tmp_path / ".notes.md").write_text("named on the command line")
-    result = upload(aws, s3, str(docs), str(tmp_path / ".notes.md"))
+    (docs / "env.md").symlink_to(docs / ".env")  # a link does not bring back what the walk skips
+    result = upload(aws, s3, str(docs), str(tmp_path / ".notes.md"), str(docs))  # a folder twice: once
     assert result.exit_code == 0, result.output
     assert keys(s3) == [".notes.md", "sub/a.md"]
     skipped = [line for line in result.stderr.splitlines() if line.startswith("skipped:")]
-    assert len(skipped) == 4 and all("--include-hidden" in line for line in skipped), skipped
+    assert len(skipped) == 5 and all("--include-hidden" in line for line in skipped), skipped
+    assert f"skipped: {docs / 'env.md'}: a link to {docs / '.env'}, hidden (--include-hidden)" in skipped
     assert any(line.startswith(f"skipped: {docs / '.git'}: a version-control folder") for line in skipped)
     result = upload(aws, s3, str(docs), "--include-hidden")
     assert result.exit_code == 0, result.output
-    assert keys(s3) == [".env", ".git/config", ".notes.md", "CVS/Root", "sub/.cache/x.md", "sub/a.md"]
+    assert keys(s3) == [
+        ".env",
+        ".git/config",
+        ".notes.md",
+        "CVS/Root",
+        "env.md",
+        "sub/.cache/x.md",
+        "sub/a.md",
+    ]
 
 
 def test_upload_refuses_two_files_on_one_key_before_uploading_anything(

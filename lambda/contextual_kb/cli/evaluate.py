@@ -462,7 +462,12 @@ def _deployed(
     settings = _function_settings(deployment)
     errors = error_console()
 
-    def bad_lines(numbers: list[int]) -> None:
+    said: list[int] = []
+
+    def bad_lines(numbers: list[int]) -> None:  # each reranker's read finds the same lines: said once
+        if said:
+            return
+        said.extend(numbers)
         shown = ", ".join(map(str, numbers[:10])) + (", ..." if len(numbers) > 10 else "")
         errors.print(
             f"note: {len(numbers):,} line(s) of {state} skipped (cut off, or not a state entry: line(s) "
@@ -480,7 +485,6 @@ def _deployed(
             retrieved = run_queries(
                 retriever, labelled, max(cutoffs), state, label, progress=progress, bad_lines=bad_lines
             )
-            bad_lines = lambda _numbers: None  # noqa: E731 - said once, not once per reranker
         name = f"{retriever.search_type.lower()} + {'no rerank' if reranker == 'none' else 'rerank'}"
         rows.append(Row("deployed KB", name, score_deployed(documents, labelled, retrieved, cutoffs)))
     return rows

@@ -84,8 +84,12 @@ def plan(
     roots = [Path(os.path.realpath(p)) for p in paths if p.is_dir()]
     found = Plan()
     keys: dict[str, File] = {}
+    walked: set[str] = set()
     for given in paths:
         if given.is_dir():
+            if os.path.realpath(given) in walked:  # the same folder given twice: walked once
+                continue
+            walked.add(os.path.realpath(given))
             entries = _walk(given, roots, include_hidden, follow_links, found.skipped)
         elif given.is_file():  # named on the command line: uploaded whatever its name, or a link's target
             entries = iter([(given, PurePosixPath(_utf8(given.name, shown(given))))])
@@ -98,7 +102,11 @@ def plan(
                     f"{shown(path)}: its key is over S3's {MAX_KEY_BYTES:,} bytes; use a shorter --prefix "
                     "or path"
                 )
+            if not os.access(path, os.R_OK):
+                raise UploadError(f"{shown(path)}: not readable by you; fix its permissions or leave it out")
             file = File(path, key, path.stat().st_size)
+            if key in keys and os.path.samefile(keys[key].path, path):
+                continue  # the same file reached twice (a folder given twice, a link beside its target)
             if key in keys:
                 raise UploadError(
                     f"{shown(keys[key].path)} and {shown(path)} would both be uploaded as {shown(key)}: one "
@@ -121,6 +129,19 @@ def _inside(target: Path, roots: Sequence[Path]) -> bool:
     return any(target == root or root in target.parents for root in roots)
 
 
+def _hidden(name: str) -> bool:
+    return name.startswith(".") or name in VCS_FOLDERS
+
+
+def _hidden_below(target: Path, roots: Sequence[Path]) -> bool:
+    """``target`` lies in a hidden or version-control folder (or is hidden) under every folder given that
+    holds it: a link to it would upload what the walk itself skips."""
+    holding = [root for root in roots if root in target.parents]
+    return bool(holding) and all(
+        any(_hidden(part) for part in target.relative_to(root).parts) for root in holding
+    )
+
+
 def _walk(
     top: Path, roots: Sequence[Path], include_hidden: bool, follow_links: bool, skipped: list[tuple[str, str]]
 ) -> Iterator[tuple[Path, PurePosixPath]]:
@@ -135,7 +156,7 @@ def _walk(
         folders: list[tuple[Path, PurePosixPath]] = []
         for entry in entries:
             path = Path(entry.path)
-            if not include_hidden and (entry.name.startswith(".") or entry.name in VCS_FOLDERS):
+            if not include_hidden and _hidden(entry.name):
                 kind = "a version-control folder" if entry.name in VCS_FOLDERS else "hidden"
                 skipped.append((shown(path), f"{kind} (--include-hidden uploads it)"))
                 continue
@@ -149,6 +170,9 @@ def _walk(
                     skipped.append(
                         (shown(path), f"a link out of the folders given, to {shown(target)} (--follow-links)")
                     )
+                    continue
+                if not include_hidden and _hidden_below(target, roots):
+                    skipped.append((shown(path), f"a link to {shown(target)}, hidden (--include-hidden)"))
                     continue
             mode = path.stat().st_mode  # the link's target
             if stat.S_ISDIR(mode):
