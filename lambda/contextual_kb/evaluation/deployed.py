@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,7 +119,11 @@ def run_queries(
     if found.bad_lines:
         bad_lines(found.bad_lines)
     known = found.known
-    ends_cut = state.exists() and state.stat().st_size > 0 and not state.read_bytes().endswith(b"\n")
+    ends_cut = False
+    if state.exists() and state.stat().st_size > 0:
+        with state.open("rb") as tail:
+            tail.seek(-1, os.SEEK_END)
+            ends_cut = tail.read(1) != b"\n"
     with state.open("a", encoding="utf-8") as out:
         if ends_cut:  # a line cut off by a kill: the next entry starts a line of its own
             out.write("\n")
