@@ -512,7 +512,8 @@ def test_settings_never_read_are_not_checked_on_defaults(aws: Clients, why: str)
         assert found[name]["status"] == "warn", found[name]
         assert "not checked: the function's settings were not read" in found[name]["detail"], found[name]
     if why == "denied":
-        assert "lambda:GetFunctionConfiguration" in found["model"]["detail"]
+        assert found["function settings"]["status"] == "fail"
+        assert "(GetFunctionConfiguration: AccessDeniedException)" in found["model"]["detail"]
     for stub in aws.stubs.values():
         stub.assert_no_pending_responses()
 

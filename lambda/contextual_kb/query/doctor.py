@@ -96,8 +96,8 @@ def run(deployment: Deployment, clients: Clients) -> Iterator[Check]:
 
 def _unread(function: Check, environment: dict[str, str], read: bool) -> str:
     """Why the function's settings are not known, or "" when they were read and are valid."""
-    if not read:
-        return f"the function's settings were not read ({function.detail})"
+    if not read:  # the failure's API and code (its message is on the function settings line)
+        return f"the function's settings were not read ({': '.join(function.detail.split(': ')[:2])})"
     if _settings(environment) is None:
         return "the function's settings are invalid (function settings, above)"
     return ""
@@ -107,8 +107,16 @@ def _not_checked(name: str, unread: str) -> Check:
     return Check(name, "warn", f"not checked: {unread}", "fix the function settings check first")
 
 
+# A failed check is named as its passing line is (a denied GetFunctionConfiguration was "function").
+_NAMES = {
+    "_function": "function settings",
+    "_embedding": "embedding model",
+    "_lifecycle": "intermediate bucket",
+}
+
+
 def _guarded(check: Callable[..., Check], deployment: Deployment, clients: Clients, *args: Any) -> Check:
-    name = check.__name__.strip("_").replace("_", " ")
+    name = _NAMES.get(check.__name__, check.__name__.strip("_").replace("_", " "))
     try:
         return check(deployment, clients, *args)
     except ClientError as exc:
