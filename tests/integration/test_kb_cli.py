@@ -782,6 +782,13 @@ def test_upload_warns_before_uploading_what_the_knowledge_base_will_refuse(
     from contextual_kb.query import uploads
 
     monkeypatch.setattr(uploads, "MAX_DOCUMENT_BYTES", 100)  # 50 MB, scaled down
+    early = tmp_path / "early"
+    early.mkdir()
+    (early / "empty.md").write_text("")
+    aws.stubs["cloudformation"].add_response("describe_stacks", outputs(), {"StackName": "ContextualKb"})
+    failed = runner.invoke(app, ["upload", str(early), "--region", REGION])  # no bucket: the upload fails
+    assert failed.exit_code == 1 and "NoSuchBucket" in failed.stderr
+    assert failed.stderr.index("warning: ") < failed.stderr.index("error: ")  # said before the upload
     docs = tmp_path / "docs"
     docs.mkdir()
     files = {
