@@ -481,3 +481,55 @@ def test_an_attached_stack_checks_the_knowledge_bases_own_role(aws: Clients, den
         assert "may not s3:PutObject on arn:aws:s3:::ckb-intermediate-bucket/" in found["detail"]
         assert "KnowledgeBaseAccess46FD1151" in found["todo"]
     aws.stubs["iam"].assert_no_pending_responses()
+
+
+@pytest.mark.parametrize("why", ["denied", "no output"])
+def test_settings_never_read_are_not_checked_on_defaults(aws: Clients, why: str) -> None:
+    """lambda:GetFunctionConfiguration denied (or no output naming the function): the checks that judge the
+    function's settings say "not checked" and why; none says OK on the defaults, and no model is called
+    (the stubs fail the test on any call not answered here: invoke_model, list_service_quotas)."""
+    if why == "denied":
+        stack = lambda: aws.stubs["cloudformation"].add_response("describe_stacks", stack_outputs())  # noqa: E731
+        function = lambda: aws.stubs["lambda"].add_client_error(  # noqa: E731
+            "get_function_configuration",
+            "AccessDeniedException",
+            "User: arn:aws:iam::123456789012:user/dev is not authorized to perform: "
+            "lambda:GetFunctionConfiguration",
+            403,
+        )
+    else:
+        outputs = stack_outputs()
+        outputs["Stacks"][0]["Outputs"] = [
+            o for o in outputs["Stacks"][0]["Outputs"] if o["OutputKey"] != "TransformFunctionName"
+        ]
+        stack = lambda: aws.stubs["cloudformation"].add_response("describe_stacks", outputs)  # noqa: E731
+        function = None
+    healthy(aws, stack=stack, function=function, model=None, quotas=None)
+    code, checks = doctor()
+    found = by_name(checks)
+    assert code == (1 if why == "denied" else 0), checks
+    for name in ("chunking", "model", "quotas", "intermediate bucket"):
+        assert found[name]["status"] == "warn", found[name]
+        assert "not checked: the function's settings were not read" in found[name]["detail"], found[name]
+    if why == "denied":
+        assert found["function settings"]["status"] == "fail"
+        assert "(GetFunctionConfiguration: AccessDeniedException)" in found["model"]["detail"]
+    for stub in aws.stubs.values():
+        stub.assert_no_pending_responses()
+
+
+def test_invalid_settings_are_not_judged_either(aws: Clients) -> None:
+    healthy(
+        aws,
+        function=lambda: aws.stubs["lambda"].add_response(
+            "get_function_configuration", function({"CONTEXT_MODE": "batch"})
+        ),
+        model=None,
+        quotas=None,
+    )
+    code, checks = doctor()
+    found = by_name(checks)
+    assert code == 1 and found["function settings"]["status"] == "fail"
+    for name in ("chunking", "model", "quotas", "intermediate bucket"):
+        assert found[name]["status"] == "warn", found[name]
+        assert "the function's settings are invalid" in found[name]["detail"], found[name]

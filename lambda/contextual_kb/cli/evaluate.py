@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich import box
@@ -14,9 +14,12 @@ from rich.table import Table
 from contextual_kb.cli.datasets import DATASET_HELP, SHOWN_DATASET, benchmark
 from contextual_kb.cli.errors import CliError, choice, usage
 from contextual_kb.cli.paid import YES_HELP, confirm, confirm_contexts, corpus_sizes
-from contextual_kb.cli.terminal import console, status_line, write_json
+from contextual_kb.cli.terminal import console, error_console, status_line, write_json
 from contextual_kb.evaluation.metrics import RRF_K, Difference
 from contextual_kb.evaluation.offline import Row, versus_raw
+
+if TYPE_CHECKING:
+    from contextual_kb.query.deployment import Deployment
 
 STRATEGY_NAMES = ("none", "structural", "claude")
 ENGINES = ("python", "lucene")
@@ -433,7 +436,7 @@ def _deployed(
 ) -> list[Row]:
     """Upload the corpus, sync, query every question with and without reranking, score."""
     from contextual_kb.cli.kb import deployment_of, ingestion_of, retriever_of
-    from contextual_kb.evaluation.deployed import run_queries, score_deployed, upload_corpus
+    from contextual_kb.evaluation.deployed import corpus_digest, run_queries, score_deployed, upload_corpus
     from contextual_kb.query import aws_clients
     from contextual_kb.query.retrieval import DEFAULT_RERANKER
 
@@ -464,15 +467,67 @@ def _deployed(
                 "; ".join(job.failure_reasons) or "no reason given",
                 "ckb sync shows the documents that failed",
             )
+    # What would change the results keys them: the KB and the search, the corpus, the function's settings.
+    corpus = corpus_digest(documents)
+    settings = _function_settings(deployment)
+    errors = error_console()
+
+    said: list[int] = []
+
+    def bad_lines(numbers: list[int]) -> None:  # each reranker's read finds the same lines: said once
+        if said:
+            return
+        said.extend(numbers)
+        shown = ", ".join(map(str, numbers[:10])) + (", ..." if len(numbers) > 10 else "")
+        errors.print(
+            f"note: {len(numbers):,} line(s) of {state} skipped (cut off, or not a state entry: line(s) "
+            f"{shown}); their queries are asked again",
+            markup=False,
+        )
+
     rows = []
     for reranker in (DEFAULT_RERANKER, "none"):
         retriever = retriever_of(deployment, reranker, False, "hybrid")
-        label = f"{deployment.knowledge_base_id}|{retriever.search_type}|{reranker}"
-        with status_line(f"{label}: querying") as progress:
-            retrieved = run_queries(retriever, labelled, max(cutoffs), state, label, progress=progress)
+        label = (
+            f"{deployment.knowledge_base_id}|{retriever.search_type}|{reranker}|corpus {corpus}|{settings}"
+        )
+        with status_line(f"{deployment.knowledge_base_id}: querying") as progress:
+            retrieved = run_queries(
+                retriever, labelled, max(cutoffs), state, label, progress=progress, bad_lines=bad_lines
+            )
         name = f"{retriever.search_type.lower()} + {'no rerank' if reranker == 'none' else 'rerank'}"
         rows.append(Row("deployed KB", name, score_deployed(documents, labelled, retrieved, cutoffs)))
     return rows
+
+
+def _function_settings(deployment: Deployment) -> str:
+    """The transformation's strategy and a digest of its settings (its environment), for the state file's
+    key; when they cannot be read, said once, and the key holds the corpus and the search only."""
+    import hashlib
+    import json
+
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from contextual_kb.query import aws_clients
+
+    why = "the stack names no function"
+    if deployment.function_name:
+        try:
+            configuration = aws_clients.client("lambda", deployment.region).get_function_configuration(
+                FunctionName=deployment.function_name
+            )
+        except (ClientError, BotoCoreError) as exc:
+            why = f"GetFunctionConfiguration failed: {exc}"
+        else:
+            environment = (configuration.get("Environment") or {}).get("Variables") or {}
+            digest = hashlib.sha256(json.dumps(environment, sort_keys=True).encode("utf-8")).hexdigest()[:16]
+            return f"strategy {environment.get('CONTEXT_STRATEGY') or 'default'} settings {digest}"
+    error_console().print(
+        f"note: the function's settings are not known ({why}): results kept in the state file are told "
+        "apart by Knowledge Base, search and corpus only; delete it after changing the strategy",
+        markup=False,
+    )
+    return "settings unknown"
 
 
 def register(app: typer.Typer) -> None:

@@ -10,12 +10,13 @@ from typing import Annotated, Any
 import typer
 from boto3.exceptions import S3UploadFailedError
 from botocore.exceptions import BotoCoreError, ClientError
+from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 from rich.table import Table
 from rich.text import Text
 
 from contextual_kb.cli.errors import CliError, choice, usage
-from contextual_kb.cli.terminal import console, error_console, plain, write_json
+from contextual_kb.cli.terminal import console, error_console, plain, plain_line, write_json
 from contextual_kb.query import aws_clients
 from contextual_kb.query.deployment import DEFAULT_STACK, Deployment
 from contextual_kb.query.ingestion import Ingestion, Job
@@ -41,10 +42,37 @@ def upload(
         typer.Argument(help="Files or folders (recursively) to upload.", exists=True, metavar="PATH"),
     ],
     prefix: Annotated[str, typer.Option(help="Key prefix in the source bucket.", metavar="PREFIX")] = "",
+    include_hidden: Annotated[
+        bool,
+        typer.Option(
+            "--include-hidden",
+            help="Also upload hidden files and folders (.env, .git/) and version-control folders found in "
+            "the folders given.",
+        ),
+    ] = False,
+    follow_links: Annotated[
+        bool,
+        typer.Option(
+            "--follow-links",
+            help="Follow links out of the folders given, and links to folders.",
+        ),
+    ] = False,
     stack: Stack = DEFAULT_STACK,
     region: Region = None,
 ) -> None:
-    """Upload documents to the Knowledge Base's source bucket, with progress."""
+    """Upload documents to the Knowledge Base's source bucket, with progress; files already there with the
+    same content are not uploaded again. Hidden files, version-control folders and links out of the folders
+    given are skipped unless asked for."""
+    from contextual_kb.query import uploads
+
+    try:  # every refusal before any upload, and before the stack is looked up
+        found = uploads.plan(paths, prefix, include_hidden=include_hidden, follow_links=follow_links)
+    except uploads.UploadError as exc:
+        raise CliError("nothing uploaded", str(exc)) from None
+    errors = error_console()
+    _notes(errors, "skipped:", "yellow", found.skipped)
+    if not found.files:
+        raise CliError("nothing to upload", "the paths given hold no files to upload (see skipped: above)")
     deployment = deployment_of(stack, region)
     if not deployment.source_bucket:
         raise CliError(
@@ -52,35 +80,57 @@ def upload(
             "it is not an S3 data source",
             "add documents through its own source (the web site, Confluence, SharePoint, ...), then ckb sync",
         )
-    files: list[tuple[Path, str]] = []
-    for path in paths:
-        if path.is_dir():
-            files.extend(
-                (f, prefix + f.relative_to(path).as_posix()) for f in sorted(path.rglob("*")) if f.is_file()
-            )
-        else:
-            files.append((path, prefix + path.name))
-    if not files:
-        raise CliError("nothing to upload", "the folders given hold no files")
+    bucket = deployment.source_bucket
     s3 = aws_clients.client("s3", deployment.region)
-    total = sum(f.stat().st_size for f, _ in files)
+    _notes(errors, "warning:", "yellow", uploads.refusals(found, lambda key: _exists(s3, bucket, key)))
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
     out = console()
+    sent, same = 0, 0
     with Progress(*columns, console=out, transient=True) as progress:
-        task = progress.add_task(f"uploading {len(files)} file(s)", total=total)
-        for path, key in files:
+        task = progress.add_task(f"uploading {len(found.files)} file(s)", total=found.total_bytes)
+        for file in found.files:
+            md5, sha256 = uploads.digests(file.path)
+            if uploads.unchanged(s3, bucket, file, md5, sha256):
+                same += 1
+                progress.advance(task, file.size)
+                continue
             try:
                 s3.upload_file(
-                    str(path), deployment.source_bucket, key, Callback=lambda n: progress.advance(task, n)
+                    str(file.path),
+                    bucket,
+                    file.key,
+                    ExtraArgs={"Metadata": {uploads.CHECKSUM_METADATA: sha256}},
+                    Callback=lambda n: progress.advance(task, n),
                 )
             except S3UploadFailedError as exc:  # the transfer manager's own wrapper: say which file
                 raise CliError(
-                    f"{path}: cannot upload to s3://{deployment.source_bucket}/{key}", str(exc)
+                    f"{uploads.shown(file.path)}: cannot upload to s3://{bucket}/{uploads.shown(file.key)}",
+                    str(exc),
                 ) from exc
-    out.print(
-        f"uploaded {len(files)} file(s), {total:,} bytes, to s3://{deployment.source_bucket}/{prefix}; "
-        "run `ckb sync` to ingest them"
+            sent += 1
+    size = sum(f.size for f in found.files)
+    summary = f"uploaded {sent} file(s) to s3://{bucket}/{prefix}" + (
+        f"; {same} already there with the same content, not uploaded again" if same else ""
     )
+    out.print(
+        plain_line(f"{summary} ({len(found.files)} file(s), {size:,} bytes); run `ckb sync` to ingest them")
+    )
+
+
+def _notes(errors: Console, label: str, style: str, notes: list[tuple[str, str]], most: int = 20) -> None:
+    """One line per note (path, why), the first ``most`` of them, then how many more."""
+    for path, why in notes[:most]:
+        errors.print(Text.assemble((label, style), " ", plain_line(f"{path}: {why}")))
+    if len(notes) > most:
+        errors.print(f"... and {len(notes) - most:,} more {label.rstrip(':')}")
+
+
+def _exists(s3: Any, bucket: str, key: str) -> bool:
+    try:
+        s3.head_object(Bucket=bucket, Key=key)
+    except ClientError:
+        return False
+    return True
 
 
 def sync(
@@ -133,7 +183,8 @@ def sync(
     for reason in job.failure_reasons:
         errors.print(Text.assemble(("job failure:", "red"), " ", plain(reason)))
     for document in failed:
-        errors.print(Text.assemble(("failed:", "red"), " ", plain(f"{document.uri}: {document.reason}")))
+        # One line per document, whatever its key holds (a newline in a key would forge a line)
+        errors.print(Text.assemble(("failed:", "red"), " ", plain_line(f"{document.uri}: {document.reason}")))
     if job.status != "COMPLETE" or failed or _many_fallbacks(deployment, job):
         errors.print("run `ckb doctor` to check the stack's setup: model access, quotas, the transformation")
     if job.status != "COMPLETE" or failed:
@@ -385,7 +436,7 @@ def ask(
     out.print(plain(reply.text.strip()))
     out.print()
     for r in results:
-        out.print(plain(f"[{r.rank}] {r.source}"))
+        out.print(plain_line(f"[{r.rank}] {r.source}"))
 
 
 def _progress_line(status: str, stats: dict[str, int]) -> str:

@@ -28,6 +28,31 @@ def plain(value: str) -> Text:
     return Text(clean(value))
 
 
+# What ends a line for a terminal, a pager or an editor (U+2028/U+2029: Unicode's line and paragraph
+# separators), shown escaped in a field that must stay on its line.
+_LINE_BREAKS = {
+    "\n": "\\n",
+    "\r": "\\r",
+    "\x0b": "\\v",
+    "\x0c": "\\f",
+    "\x85": "\\x85",
+    "\u2028": "\\u2028",
+    "\u2029": "\\u2029",
+}
+_LINE_BREAK = re.compile("[" + "".join(_LINE_BREAKS) + "]")
+
+
+def one_line(value: str) -> str:
+    """``value`` on one line: its line breaks shown escaped (``\\n``), so a name holding one cannot start a
+    line of its own that reads as the command's (a forged "failed:" line, a forged source). Pure."""
+    return _LINE_BREAK.sub(lambda found: _LINE_BREAKS[found.group()], value)
+
+
+def plain_line(value: str) -> Text:
+    """``value`` as one line of plain text: :func:`one_line`, then :func:`plain`."""
+    return plain(one_line(value))
+
+
 def console() -> Console:
     """Standard output: wrapped to the terminal when it is one; never hard-wrapped when piped or redirected,
     so the lines a script reads stay whole."""

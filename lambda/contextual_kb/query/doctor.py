@@ -80,17 +80,43 @@ def run(deployment: Deployment, clients: Clients) -> Iterator[Check]:
     )
     environment: dict[str, str] = {}
     yield _guarded(_transformation, deployment, clients, data_source)
-    yield _guarded(_function, deployment, clients, environment)
-    settings = _settings(environment)
+    read: list[bool] = []  # the function's configuration came back
+    function = _guarded(_function, deployment, clients, environment, read)
+    yield function
+    # The checks below judge the function's settings: unread (no permission, no output naming the function)
+    # or invalid, they are not judged on defaults the function may not run with.
+    unread = _unread(function, environment, bool(read))
+    settings = None if unread else _settings(environment)
     if deployment.attached:  # a Knowledge Base the user had: its own role must have been given ours
-        yield _guarded(_knowledge_base_role, deployment, clients, environment, settings)
-    yield _guarded(_chunking, deployment, clients, data_source, settings)
+        yield _guarded(_knowledge_base_role, deployment, clients, environment, settings, unread)
+    yield _guarded(_chunking, deployment, clients, data_source, settings, unread)
     for check in (_model, _embedding, _reranker, _quotas, _lifecycle):
-        yield _guarded(check, deployment, clients, environment, settings)
+        yield _guarded(check, deployment, clients, environment, settings, unread)
+
+
+def _unread(function: Check, environment: dict[str, str], read: bool) -> str:
+    """Why the function's settings are not known, or "" when they were read and are valid."""
+    if not read:  # the failure's API and code (its message is on the function settings line)
+        return f"the function's settings were not read ({': '.join(function.detail.split(': ')[:2])})"
+    if _settings(environment) is None:
+        return "the function's settings are invalid (function settings, above)"
+    return ""
+
+
+def _not_checked(name: str, unread: str) -> Check:
+    return Check(name, "warn", f"not checked: {unread}", "fix the function settings check first")
+
+
+# A failed check is named as its passing line is (a denied GetFunctionConfiguration was "function").
+_NAMES = {
+    "_function": "function settings",
+    "_embedding": "embedding model",
+    "_lifecycle": "intermediate bucket",
+}
 
 
 def _guarded(check: Callable[..., Check], deployment: Deployment, clients: Clients, *args: Any) -> Check:
-    name = check.__name__.strip("_").replace("_", " ")
+    name = _NAMES.get(check.__name__, check.__name__.strip("_").replace("_", " "))
     try:
         return check(deployment, clients, *args)
     except ClientError as exc:
@@ -150,7 +176,11 @@ _KB_ROLE_NEEDS = (
 
 
 def _knowledge_base_role(
-    deployment: Deployment, clients: Clients, environment: dict[str, str], settings: Settings | None
+    deployment: Deployment,
+    clients: Clients,
+    environment: dict[str, str],
+    settings: Settings | None,
+    unread: str,
 ) -> Check:
     """Attach mode: the existing Knowledge Base's role may invoke the function and use the intermediate
     bucket (IAM's policy simulator, on the role's policies as they are now)."""
@@ -190,6 +220,7 @@ def _chunking(
     clients: Clients,
     data_source: Callable[[], dict[str, Any]],
     settings: Settings | None,
+    unread: str,
 ) -> Check:
     """The data source's chunking and the function's agree: with NONE the function must chunk (else each
     document is embedded whole, one chunk); with the KB's own chunking it must not chunk again."""
@@ -198,7 +229,10 @@ def _chunking(
     strategy = (ingestion.get("chunkingConfiguration") or {}).get("chunkingStrategy", "DEFAULT (FIXED_SIZE)")
     if settings is None:
         return Check(
-            "chunking", "warn", f"data source chunking {strategy}; the function's settings are unreadable"
+            "chunking",
+            "warn",
+            f"data source chunking {strategy}; whether the function agrees is not checked: {unread}",
+            "fix the function settings check first",
         )
     if strategy == "NONE" and settings.chunking != "structure":
         return Check(
@@ -226,12 +260,15 @@ def _chunking(
     return Check("chunking", "ok", f"the data source chunks ({strategy}); the function keeps its chunks")
 
 
-def _function(deployment: Deployment, clients: Clients, environment: dict[str, str]) -> Check:
+def _function(
+    deployment: Deployment, clients: Clients, environment: dict[str, str], read: list[bool]
+) -> Check:
     if not deployment.function_name:
         return Check(
             "function settings", "warn", "the stack has no TransformFunctionName output: not checked"
         )
     configuration = clients("lambda").get_function_configuration(FunctionName=deployment.function_name)
+    read.append(True)
     environment.update((configuration.get("Environment") or {}).get("Variables") or {})
     try:
         settings = Settings.from_env(environment)
@@ -254,9 +291,15 @@ def _function(deployment: Deployment, clients: Clients, environment: dict[str, s
 
 
 def _model(
-    deployment: Deployment, clients: Clients, environment: dict[str, str], settings: Settings | None
+    deployment: Deployment,
+    clients: Clients,
+    environment: dict[str, str],
+    settings: Settings | None,
+    unread: str,
 ) -> Check:
-    if settings is None or settings.context_strategy != "claude":
+    if settings is None:  # which model the function calls is not known: calling the default proves nothing
+        return _not_checked("model", unread)
+    if settings.context_strategy != "claude":
         return Check("model", "ok", "no model: the strategy is not claude")
     body = {
         "anthropic_version": BEDROCK_ANTHROPIC_VERSION,
@@ -362,9 +405,15 @@ def quota_need(concurrency: int) -> tuple[int, int]:
 
 
 def _quotas(
-    deployment: Deployment, clients: Clients, environment: dict[str, str], settings: Settings | None
+    deployment: Deployment,
+    clients: Clients,
+    environment: dict[str, str],
+    settings: Settings | None,
+    unread: str,
 ) -> Check:
-    if settings is None or settings.context_strategy != "claude":
+    if settings is None:
+        return _not_checked("quotas", unread)
+    if settings.context_strategy != "claude":
         return Check("quotas", "ok", "no model: nothing to check")
     label = model_label(settings.model_id).removeprefix("Claude ").lower()
     family = quota_family(settings.model_id)
@@ -452,13 +501,19 @@ def _shared_quota(settings: Settings, quota: str, requests: float, tokens: float
 
 
 def _lifecycle(
-    deployment: Deployment, clients: Clients, environment: dict[str, str], settings: Settings | None
+    deployment: Deployment,
+    clients: Clients,
+    environment: dict[str, str],
+    settings: Settings | None,
+    unread: str,
 ) -> Check:
     if not deployment.intermediate_bucket:
         return Check(
             "intermediate bucket", "warn", "the stack has no IntermediateBucketName output: not checked"
         )
-    prefix = settings.context_memory_prefix if settings is not None else "contextual-kb/contexts/"
+    # Unread settings: the default prefix is checked, and the check says it is only the default.
+    default = str(Settings.model_fields["context_memory_prefix"].default)
+    prefix = settings.context_memory_prefix if settings is not None else default
     try:
         rules = clients("s3").get_bucket_lifecycle_configuration(Bucket=deployment.intermediate_bucket)[
             "Rules"
@@ -485,6 +540,14 @@ def _lifecycle(
             "warn",
             f"nothing expires the Knowledge Base's intermediate files in {deployment.intermediate_bucket}",
             "add a lifecycle rule on aws/bedrock/knowledge_bases/ (the stack's sets 30 days)",
+        )
+    if settings is None:
+        return Check(
+            "intermediate bucket",
+            "warn",
+            f"intermediate files expire; the remembered contexts' prefix not checked: {unread}; nothing "
+            f"expires the default ({prefix})",
+            "fix the function settings check first",
         )
     kept = f"; remembered contexts kept under {prefix}" if prefix else "; remembering is off"
     return Check("intermediate bucket", "ok", f"intermediate files expire{kept}")
