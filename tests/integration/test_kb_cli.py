@@ -751,6 +751,14 @@ def test_upload_does_not_upload_unchanged_files_again(aws: Clients, s3: Any, tmp
     assert "uploaded 1 file(s)" in result.output and versions(s3)["in/c.md"] == 2
 
 
+def test_upload_prefix_names_a_folder(aws: Clients, s3: Any, tmp_path: Path) -> None:
+    """Before: --prefix docs put a.md at docsa.md."""
+    (tmp_path / "a.md").write_text("# A")
+    result = upload(aws, s3, str(tmp_path / "a.md"), "--prefix", "docs")
+    assert result.exit_code == 0, result.output
+    assert keys(s3) == ["docs/a.md"] and f"to s3://{BUCKET}/docs/" in result.output
+
+
 def test_upload_prefix_is_text_and_a_name_not_utf8_is_one_line_before_any_upload(
     aws: Clients, s3: Any, tmp_path: Path
 ) -> None:

@@ -41,7 +41,9 @@ def upload(
         list[Path],
         typer.Argument(help="Files or folders (recursively) to upload.", exists=True, metavar="PATH"),
     ],
-    prefix: Annotated[str, typer.Option(help="Key prefix in the source bucket.", metavar="PREFIX")] = "",
+    prefix: Annotated[
+        str, typer.Option(help="Folder in the source bucket (a trailing / is added).", metavar="PREFIX")
+    ] = "",
     include_hidden: Annotated[
         bool,
         typer.Option(
@@ -65,6 +67,8 @@ def upload(
     given are skipped unless asked for."""
     from contextual_kb.query import uploads
 
+    # A prefix names a folder: --prefix docs puts a.md at docs/a.md, not docsa.md.
+    prefix = prefix if not prefix or prefix.endswith("/") else f"{prefix}/"
     try:  # every refusal before any upload, and before the stack is looked up
         found = uploads.plan(paths, prefix, include_hidden=include_hidden, follow_links=follow_links)
     except uploads.UploadError as exc:
