@@ -1028,3 +1028,36 @@ def test_start_errors_other_than_a_busy_one_are_one_line_and_not_waited_for() ->
             IngestionError, match="StartIngestionJob failed: AccessDeniedException: not allowed"
         ):
             Ingestion(KB, DS, REGION, client).start(sleep=lambda _: pytest.fail("waited"))
+
+
+def test_another_accounts_bucket_is_asked_for_by_its_owner_and_the_files_left_the_owners() -> None:
+    """A data source naming bucketOwnerAccountId reads another account's bucket: every request carries
+    ExpectedBucketOwner (S3 refuses it if the bucket is no longer that account's, say deleted and taken by
+    someone else), and each metadata file is written bucket-owner-full-control (where objects belong to
+    their writer, the Knowledge Base could not read one the operator's account owned)."""
+    from moto import mock_aws
+
+    from contextual_kb.query.reprocess import mark, plan
+
+    source = data_source_response()["dataSource"]
+    source["dataSourceConfiguration"]["s3Configuration"]["bucketOwnerAccountId"] = "123456789012"
+    seen: list[tuple[str, dict[str, Any]]] = []
+    with mock_aws():
+        s3 = boto3.client("s3", region_name=REGION)
+        s3.create_bucket(Bucket=BUCKET)
+        for key in ("a.md", "b.md"):
+            s3.put_object(Bucket=BUCKET, Key=key, Body=b"text")
+        s3.put_object(Bucket=BUCKET, Key="b.md.metadata.json", Body=b"{}", Tagging="k=v")
+        watched = boto3.client("s3", region_name=REGION)
+        watched.meta.events.register(
+            "before-parameter-build.s3",
+            lambda params, model, **_: seen.append((model.name, dict(params))),
+        )
+        marked = mark(watched, plan(watched, source), "T")
+    assert marked.done == 2, marked.skipped
+    names = {name for name, _ in seen}
+    assert {"ListObjectsV2", "GetObject", "GetObjectTagging", "PutObject"} <= names
+    assert all(params.get("ExpectedBucketOwner") == "123456789012" for _, params in seen)
+    assert all(
+        params.get("ACL") == "bucket-owner-full-control" for name, params in seen if name == "PutObject"
+    )

@@ -85,6 +85,12 @@ class Plan:
     documents: list[tuple[str, int]]  # (key, bytes)
     prefixes: list[str]
     archived: list[tuple[str, str]] = field(default_factory=list)  # (key, storage class): left alone
+    owner: str = ""  # the bucket's account when the data source names one (another account's bucket)
+
+    @property
+    def guard(self) -> dict[str, str]:
+        """Every request's ExpectedBucketOwner: S3 refuses it if the bucket is no longer that account's."""
+        return {"ExpectedBucketOwner": self.owner} if self.owner else {}
 
     @property
     def total_bytes(self) -> int:
@@ -154,11 +160,18 @@ def plan(s3: Any, data_source: dict[str, Any], prefix: str = "") -> Plan:
     """Every document of the data source under ``prefix`` (metadata files and folder markers left out), the
     archived ones apart."""
     bucket, prefixes = scope(data_source, prefix)
+    owner = str(
+        ((data_source.get("dataSourceConfiguration") or {}).get("s3Configuration") or {}).get(
+            "bucketOwnerAccountId"
+        )
+        or ""
+    )
+    guard = {"ExpectedBucketOwner": owner} if owner else {}
     documents: dict[str, int] = {}
     archived: dict[str, str] = {}
     tiered: list[str] = []
     for each in prefixes:
-        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=each):
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=each, **guard):
             for item in page.get("Contents", []):
                 key = item["Key"]
                 if key.endswith(METADATA_SUFFIX) or key.endswith("/"):
@@ -170,20 +183,22 @@ def plan(s3: Any, data_source: dict[str, Any], prefix: str = "") -> Plan:
                 if storage_class == TIERED:
                     tiered.append(key)
                 documents[key] = int(item.get("Size", 0))
-    for key, status in _archive_statuses(s3, bucket, tiered):
+    for key, status in _archive_statuses(s3, bucket, tiered, guard):
         if status:
             archived[key] = f"{TIERED} {status}"
             documents.pop(key, None)
-    return Plan(bucket, sorted(documents.items()), prefixes, sorted(archived.items()))
+    return Plan(bucket, sorted(documents.items()), prefixes, sorted(archived.items()), owner)
 
 
-def _archive_statuses(s3: Any, bucket: str, keys: list[str]) -> Iterator[tuple[str, str]]:
+def _archive_statuses(
+    s3: Any, bucket: str, keys: list[str], guard: dict[str, str]
+) -> Iterator[tuple[str, str]]:
     """(key, ArchiveStatus or "") of Intelligent-Tiering objects, by HeadObject, ``WORKERS`` at a time. A HEAD
     that fails says nothing here: marking reads the metadata file, not the document."""
 
     def status(key: str) -> tuple[str, str]:
         try:
-            return key, str(s3.head_object(Bucket=bucket, Key=key).get("ArchiveStatus") or "")
+            return key, str(s3.head_object(Bucket=bucket, Key=key, **guard).get("ArchiveStatus") or "")
         except (ClientError, BotoCoreError):
             return key, ""
 
@@ -249,11 +264,11 @@ def mark(s3: Any, plan_: Plan, stamp: str, *, progress: Callable[[int], None] | 
             # meanwhile is never overwritten with the older attributes.
             extra: dict[str, Any]  # the condition, and the settings carried over
             try:
-                got = s3.get_object(Bucket=plan_.bucket, Key=sidecar)
+                got = s3.get_object(Bucket=plan_.bucket, Key=sidecar, **plan_.guard)
                 existing: bytes | None = got["Body"].read()
                 extra = {"IfMatch": got["ETag"], **carried(got)}
                 if int(got.get("TagCount") or 0):
-                    extra["Tagging"] = _tags(s3, plan_.bucket, sidecar, got)
+                    extra["Tagging"] = _tags(s3, plan_, sidecar, got)
             except ClientError as exc:
                 if exc.response.get("Error", {}).get("Code") not in {"NoSuchKey", "404"}:
                     raise
@@ -261,7 +276,11 @@ def mark(s3: Any, plan_: Plan, stamp: str, *, progress: Callable[[int], None] | 
             body, why = marked_metadata(existing, stamp)
             if body is None:
                 return "skipped", why
-            s3.put_object(Bucket=plan_.bucket, Key=sidecar, Body=body, **extra)
+            if plan_.owner:
+                # Another account's bucket: the file stays the bucket owner's (where ACLs are enabled and
+                # objects belong to their writer, the Knowledge Base could not read it otherwise).
+                extra["ACL"] = "bucket-owner-full-control"
+            s3.put_object(Bucket=plan_.bucket, Key=sidecar, Body=body, **extra, **plan_.guard)
             return ("created" if existing is None else "updated"), ""
         except _NotMarkedError as exc:
             return "error", str(exc)
@@ -291,11 +310,11 @@ def mark(s3: Any, plan_: Plan, stamp: str, *, progress: Callable[[int], None] | 
     return result
 
 
-def _tags(s3: Any, bucket: str, key: str, got: dict[str, Any]) -> str:
+def _tags(s3: Any, plan_: Plan, key: str, got: dict[str, Any]) -> str:
     """The object's tags as PutObject's Tagging takes them (URL-encoded), read at the version read."""
     version = {"VersionId": got["VersionId"]} if got.get("VersionId") else {}
     try:
-        tags = s3.get_object_tagging(Bucket=bucket, Key=key, **version)["TagSet"]
+        tags = s3.get_object_tagging(Bucket=plan_.bucket, Key=key, **version, **plan_.guard)["TagSet"]
     except ClientError as exc:
         code = exc.response.get("Error", {}).get("Code", "")
         raise _NotMarkedError(
