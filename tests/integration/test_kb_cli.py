@@ -744,7 +744,7 @@ def test_reprocess_with_s3_refusing_every_document_exits_1_and_starts_no_job(
     assert result.exit_code == 1, result.output
     last = result.stderr.strip().splitlines()[-1]
     assert (
-        "3 of 3 document(s) not marked: S3 refused them (S3 AccessDenied, first): no ingestion job started"
+        "3 of 3 document(s) not marked for S3 errors (first: S3 AccessDenied): no ingestion job started"
         in last
     )
     assert "then run ckb sync --reprocess again" in last

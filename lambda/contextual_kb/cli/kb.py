@@ -260,8 +260,8 @@ def _reprocess(
         errors.print(f"... and {len(marked.skipped) - 20:,} more not marked")
     if marked.errors:
         raise CliError(
-            f"{len(marked.errors):,} of {len(plan.documents):,} document(s) not marked: S3 refused them "
-            f"({marked.errors[0][1]}, first)",
+            f"{len(marked.errors):,} of {len(plan.documents):,} document(s) not marked for S3 errors (first: "
+            f"{marked.errors[0][1]})",
             "no ingestion job started",
             "fix access to the bucket (s3:GetObject, s3:PutObject, s3:GetObjectTagging, s3:PutObjectTagging "
             "and the KMS key on the metadata files), then run ckb sync --reprocess again"
