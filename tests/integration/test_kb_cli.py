@@ -1061,3 +1061,31 @@ def test_another_accounts_bucket_is_asked_for_by_its_owner_and_the_files_left_th
     assert all(
         params.get("ACL") == "bucket-owner-full-control" for name, params in seen if name == "PutObject"
     )
+
+
+def test_contextualizes_reingestion_starts_its_job_after_one_that_started_while_it_marked(
+    aws: Clients,
+) -> None:
+    """ckb contextualize marks the documents that got contexts, then starts a job: one already running (an
+    auto-sync that began meanwhile) may have scanned before the marks, so it is waited for, not joined."""
+    from moto import mock_aws
+
+    from contextual_kb.cli.contextualize import _reingest
+
+    agent = aws.stubs["bedrock-agent"]
+    agent.add_response("list_ingestion_jobs", running_summary("JOBOTHER12"), ANY_LIST_REQUEST)
+    agent.add_response("get_ingestion_job", other_job("IN_PROGRESS"), OTHER_GET)
+    agent.add_response("list_ingestion_jobs", {"ingestionJobSummaries": []}, ANY_LIST_REQUEST)
+    agent.add_response("start_ingestion_job", job("STARTING"), START)
+    agent.add_response("get_ingestion_job", job("COMPLETE"), GET_REQUEST)
+    deployment = Deployment.from_stack("ContextualKb", REGION, aws.clients["cloudformation"])
+    logged: list[str] = []
+    with mock_aws():
+        s3 = boto3.client("s3", region_name=REGION)
+        s3.create_bucket(Bucket=BUCKET)
+        s3.put_object(Bucket=BUCKET, Key="a.md", Body=b"text")
+        ingestion_ = Ingestion(KB, DS, REGION, aws.clients["bedrock-agent"])
+        _reingest(deployment, ingestion_, s3, logged.append)([f"s3://{BUCKET}/a.md"])
+    assert any("waiting for another ingestion job: ingestion job JOBOTHER12" in line for line in logged)
+    assert "ingestion job JOB1234567 ended COMPLETE" in logged
+    agent.assert_no_pending_responses()

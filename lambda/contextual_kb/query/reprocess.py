@@ -190,9 +190,7 @@ def plan(s3: Any, data_source: dict[str, Any], prefix: str = "") -> Plan:
     return Plan(bucket, sorted(documents.items()), prefixes, sorted(archived.items()), owner)
 
 
-def _archive_statuses(
-    s3: Any, bucket: str, keys: list[str], guard: dict[str, str]
-) -> Iterator[tuple[str, str]]:
+def _archive_statuses(s3: Any, bucket: str, keys: list[str], guard: dict[str, str]) -> list[tuple[str, str]]:
     """(key, ArchiveStatus or "") of Intelligent-Tiering objects, by HeadObject, ``WORKERS`` at a time. A HEAD
     that fails says nothing here: marking reads the metadata file, not the document."""
 
@@ -203,9 +201,9 @@ def _archive_statuses(
             return key, ""
 
     if not keys:
-        return iter(())
+        return []
     with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="ckb-head") as pool:
-        return iter(list(pool.map(status, keys)))
+        return list(pool.map(status, keys))
 
 
 # PutObject's answers when the object changed since it was read (412), a concurrent write won (409), or it
@@ -214,7 +212,7 @@ CHANGED_MEANWHILE = {"PreconditionFailed", "ConditionalRequestConflict", "NoSuch
 
 
 class _NotMarkedError(Exception):
-    """This document cannot be marked (not an S3 error): the message says why."""
+    """This document's metadata file cannot be rewritten with all it has (its tags unreadable): why."""
 
 
 def carried(got: dict[str, Any]) -> dict[str, Any]:
