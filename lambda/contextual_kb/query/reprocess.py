@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -318,7 +318,8 @@ def _tags(s3: Any, plan_: Plan, key: str, got: dict[str, Any]) -> str:
         raise _NotMarkedError(
             f"S3 {code} reading its metadata file's tags (s3:GetObjectTagging): not rewritten without them"
         ) from None
-    return urlencode([(tag["Key"], tag["Value"]) for tag in tags])
+    # Percent-encoded (a space as %20, never "+"), as S3 reads the x-amz-tagging header
+    return urlencode([(tag["Key"], tag["Value"]) for tag in tags], quote_via=quote)
 
 
 def _keys(plan_: Plan) -> Iterator[str]:
