@@ -1090,3 +1090,21 @@ def test_contextualizes_reingestion_starts_its_job_after_one_that_started_while_
     assert any("waiting for another ingestion job: ingestion job JOBOTHER12" in line for line in logged)
     assert "ingestion job JOB1234567 ended COMPLETE" in logged
     agent.assert_no_pending_responses()
+
+
+def test_reprocess_with_no_document_markable_starts_no_job(aws: Clients) -> None:
+    """Every metadata file unreadable to the Knowledge Base too (not JSON): nothing to re-ingest, so no job
+    (it started one that re-ingested nothing), exit 1."""
+    from moto import mock_aws
+
+    marking_setup(aws)
+    with mock_aws():
+        s3 = boto3.client("s3", region_name=REGION)
+        s3.create_bucket(Bucket=BUCKET)
+        s3.put_object(Bucket=BUCKET, Key="a.md", Body=b"text")
+        s3.put_object(Bucket=BUCKET, Key="a.md.metadata.json", Body=b"{broken")
+        result = runner.invoke(app, ["sync", "--reprocess", "--yes", "--region", REGION])
+    assert result.exit_code == 1, result.output
+    last = " ".join(result.stderr.strip().splitlines()[-1].split())
+    assert last == "error: no document marked: every one was left out (above). No ingestion job started"
+    aws.stubs["bedrock-agent"].assert_no_pending_responses()
