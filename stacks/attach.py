@@ -117,6 +117,10 @@ class AttachStack(Stack):
                 "KnowledgeBaseId": kb_id,
                 "DataSourceId": ds_id,
                 "RoleArn": config.knowledge_base_role_arn,
+                # The chunk metadata the function adds, for an Aurora table's columns (none for the copy
+                # when CONTEXT_METADATA_MAX_BYTES is 0)
+                "ContextMetadataKey": config.context_metadata_key,
+                "RdsMetadataColumns": "true" if config.rds_metadata_columns else "false",
             },
         )
 
@@ -191,5 +195,6 @@ class AttachStack(Stack):
             ("KnowledgeBasePolicyName", self.kb_policy.policy_name),
             ("StackMode", "attach"),
             ("BatchRoleArn", self.batch.role.role_arn),
+            ("RdsMetadataColumns", self.inspection.get_att_string("MetadataColumns")),
         ):
             CfnOutput(self, name, value=value)

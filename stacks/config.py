@@ -104,6 +104,9 @@ class StackConfig(BaseModel):
     )
     # Replace a transformation the data source already runs (it is put back on destroy).
     replace_transformation: bool = Field(default=False, alias="replaceTransformation")
+    # An Aurora (RDS) vector table with no custom metadata field has a column for each metadata attribute we
+    # add (the deploy's refusal names them): the inspection refuses such a Knowledge Base until this is set.
+    rds_metadata_columns: bool = Field(default=False, alias="rdsMetadataColumns")
 
     @property
     def attach(self) -> bool:
@@ -277,6 +280,14 @@ class StackConfig(BaseModel):
             "CHUNK_OVERLAP_TOKENS": str(self.chunk_overlap_tokens),
         }
 
+    @property
+    def context_metadata_key(self) -> str:
+        """The chunk metadata key the function puts the context's copy under ("" when it puts none)."""
+        environment = self.function_environment
+        if environment.get("CONTEXT_METADATA_MAX_BYTES", "").strip() == "0":
+            return ""
+        return environment.get("CONTEXT_METADATA_KEY", "ckb_context")
+
     def _settings_are_the_functions(self) -> None:
         """``functionEnvironment`` read by the function's own settings model (one source of truth): a
         variable it does not know, or a value it refuses, fails synth naming the key, instead of deploying a
@@ -320,7 +331,9 @@ _NEW_KNOWLEDGE_BASE_ONLY = frozenset(
         "opensearchStandbyReplicas",
     }
 )
-_ATTACH_ONLY = frozenset({"intermediateBucketName", "intermediateKmsKeyArn", "replaceTransformation"})
+_ATTACH_ONLY = frozenset(
+    {"intermediateBucketName", "intermediateKmsKeyArn", "replaceTransformation", "rdsMetadataColumns"}
+)
 
 
 ATTACH_STACK_NAME = "ContextualKbAttached"

@@ -20,6 +20,8 @@ VARIANTS = {
         **ATTACH,
         "intermediateBucketName": "team-intermediate",
         "intermediateKmsKeyArn": "arn:aws:kms:us-east-1:123456789012:key/1234abcd",
+        "rdsMetadataColumns": "true",
+        "functionEnvironment": {"CONTEXT_METADATA_KEY": "team_context"},
     },
 }
 
@@ -166,6 +168,24 @@ def test_the_outputs_are_what_ckb_reads(attached: dict[str, tuple[Path, dict[str
         assert name in outputs, name
     assert outputs["StackMode"]["Value"] == "attach"
     assert outputs["SourceBucketName"]["Value"] == {"Fn::GetAtt": ["Inspection", "SourceBucketName"]}
+    assert outputs["RdsMetadataColumns"]["Value"] == {"Fn::GetAtt": ["Inspection", "MetadataColumns"]}
+
+
+def test_the_inspection_is_told_the_functions_metadata_key_and_whether_aurora_columns_were_added(
+    attached: dict[str, tuple[Path, dict[str, Any]]],
+) -> None:
+    """An Aurora table with no custom metadata field needs a column per attribute: the inspection names them
+    (the context's key as the function has it) and refuses until rdsMetadataColumns says they are there."""
+    for variant, key, confirmed in (
+        ("new-bucket", "ckb_context", "false"),
+        ("their-bucket", "team_context", "true"),
+    ):
+        _, template = attached[variant]
+        (inspection,) = [
+            r for r in template["Resources"].values() if r["Type"] == "Custom::DataSourceInspection"
+        ]
+        assert inspection["Properties"]["ContextMetadataKey"] == key
+        assert inspection["Properties"]["RdsMetadataColumns"] == confirmed
 
 
 @pytest.mark.parametrize(
@@ -183,6 +203,7 @@ def test_the_outputs_are_what_ckb_reads(attached: dict[str, tuple[Path, dict[str
             "without intermediateBucketName",
         ),
         ({"replaceTransformation": True}, "replaceTransformation applies only when attaching"),
+        ({"rdsMetadataColumns": True}, "rdsMetadataColumns applies only when attaching"),
         ({"intermediateBucketName": "b-1"}, "intermediateBucketName applies only when attaching"),
     ],
 )

@@ -4,7 +4,10 @@ transformation; refusals come before any write."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import json
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,6 +19,7 @@ from contextual_kb.resources.attach_data_source import (
     AttachError,
     DataSources,
     handle,
+    inspect,
     ours,
     parse_physical_id,
     physical_id,
@@ -339,17 +343,12 @@ def test_busy_and_custom_data_sources_are_refused(agent: Any, changes: dict[str,
         handle(event("Create", "Custom::DataSourceInspection"), DataSources(client))
 
 
-def test_fields_the_sdk_does_not_know_stop_the_attach_before_any_write() -> None:
-    """botocore leaves out of its reading what its model does not know: writing the data source back whole
-    would drop it. The raw answer is compared with the reading; an unknown field stops the attach."""
-    import json
+@contextlib.contextmanager
+def answering(body: bytes) -> Iterator[Any]:
+    """A bedrock-agent client whose every GET is answered with ``body`` by a server on 127.0.0.1 (the raw
+    JSON goes through botocore's own parser, as AWS's would)."""
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    answer = data_source(CHUNKINGS["fixed_size"])
-    answer["vectorIngestionConfiguration"]["futureSetting"] = {"enabled": True}
-    answer["createdAt"] = answer["updatedAt"] = "2026-11-01T00:00:00Z"
-    body = json.dumps({"dataSource": answer}).encode()
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -365,17 +364,46 @@ def test_fields_the_sdk_does_not_know_stop_the_attach_before_any_write() -> None
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        client = boto3.client(
+        yield boto3.client(
             "bedrock-agent", region_name=REGION, endpoint_url=f"http://127.0.0.1:{server.server_address[1]}"
         )
-        with pytest.raises(
-            AttachError,
-            match=r"settings this SDK does not know \(vectorIngestionConfiguration.futureSetting\)",
-        ):
-            DataSources(client).data_source(KB, DS)
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_fields_the_sdk_does_not_know_stop_the_attach_before_any_write() -> None:
+    """botocore leaves out of its reading what its model does not know: writing the data source back whole
+    would drop it. The raw answer is compared with the reading; an unknown field stops the attach."""
+    answer = data_source(CHUNKINGS["fixed_size"])
+    answer["vectorIngestionConfiguration"]["futureSetting"] = {"enabled": True}
+    answer["createdAt"] = answer["updatedAt"] = "2026-11-01T00:00:00Z"
+    with (
+        answering(json.dumps({"dataSource": answer}).encode()) as client,
+        pytest.raises(
+            AttachError,
+            match=r"settings this SDK does not know \(vectorIngestionConfiguration.futureSetting\)",
+        ),
+    ):
+        DataSources(client).data_source(KB, DS)
+
+
+def test_a_null_in_the_answer_is_taken_as_absent_not_as_an_unknown_field() -> None:
+    """GetDataSource may answer ``null`` for a field it has no value for; botocore leaves it out of its
+    reading, as it does an unknown field. A null is no setting to drop: the attach goes on (it was refused
+    as "settings this SDK does not know")."""
+    answer = data_source(CHUNKINGS["fixed_size"])
+    answer["createdAt"] = answer["updatedAt"] = "2026-11-01T00:00:00Z"
+    answer["description"] = None
+    answer["serverSideEncryptionConfiguration"] = None
+    answer["vectorIngestionConfiguration"]["contextEnrichmentConfiguration"] = None
+    answer["dataSourceConfiguration"]["s3Configuration"]["inclusionPrefixes"] = None
+    with answering(json.dumps({"dataSource": answer}).encode()) as client:
+        found = DataSources(client).data_source(KB, DS)
+    assert "description" not in found and "serverSideEncryptionConfiguration" not in found
+    data = inspect(knowledge_base()["knowledgeBase"], found, ROLE)
+    assert data["DataSourceKmsKeyArn"] == "arn:aws:kms:::key/none-on-the-data-source"
+    assert data["SourceBucketName"] == "team-docs-bucket"
 
 
 def test_unknown_fields_are_found_at_any_depth() -> None:
@@ -385,6 +413,7 @@ def test_unknown_fields_are_found_at_any_depth() -> None:
     parsed = {"a": 1, "b": {"c": 2, "d": [{"e": 1}]}}
     assert unknown_fields(raw, parsed) == ["b.d.f", "g"]
     assert unknown_fields(parsed, parsed) == []
+    assert unknown_fields({"a": None, "b": {"c": None, "d": [{"e": None}]}}, {"b": {"d": [{}]}}) == []
 
 
 def test_an_update_to_another_data_source_is_refused_before_any_call(agent: Any) -> None:
@@ -427,3 +456,83 @@ def test_the_inspection_gives_the_data_sources_kms_key_or_an_arn_of_no_key(agent
         )
         found = handle(event("Create", "Custom::DataSourceInspection"), DataSources(client))
         assert found["Data"]["DataSourceKmsKeyArn"] == expected
+
+
+def aurora(custom_field: str | None = None) -> dict[str, Any]:
+    mapping = {
+        "primaryKeyField": "id",
+        "vectorField": "embedding",
+        "textField": "chunks",
+        "metadataField": "meta",
+    }
+    if custom_field:
+        mapping["customMetadataField"] = custom_field
+    answer = knowledge_base()
+    answer["knowledgeBase"]["storageConfiguration"] = {
+        "type": "RDS",
+        "rdsConfiguration": {
+            "resourceArn": "arn:aws:rds:us-east-1:123456789012:cluster:kb",
+            "credentialsSecretArn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:kb-abc",
+            "databaseName": "kb",
+            "tableName": "bedrock_integration.bedrock_kb",
+            "fieldMapping": mapping,
+        },
+    }
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("chunking", "key", "columns"),
+    [
+        ("fixed_size", "ckb_context", "ckb_context (text), ckb_reprocessed (text)"),
+        (
+            "none",
+            "ckb_context",
+            "ckb_context (text), ckb_section (text), ckb_start (bigint), ckb_end (bigint), "
+            "ckb_reprocessed (text)",
+        ),
+        ("fixed_size", "", "ckb_reprocessed (text)"),  # CONTEXT_METADATA_MAX_BYTES=0: no copy
+        ("fixed_size", "team_context", "team_context (text), ckb_reprocessed (text)"),
+    ],
+)
+def test_an_aurora_table_without_a_custom_metadata_field_is_refused_naming_its_columns(
+    agent: Any, chunking: str, key: str, columns: str
+) -> None:
+    """An Aurora table needs a column for each metadata attribute unless the KB maps a custom metadata field:
+    the function's own chunk metadata (the context's copy; span and section when it chunks) and --reprocess's
+    stamp would fail every document. It was accepted; now refused in one line naming each column, before any
+    write, until the deploy confirms them."""
+    client, stub = agent
+    stub.add_response("get_knowledge_base", aurora())
+    stub.add_response("get_data_source", {"dataSource": data_source(CHUNKINGS[chunking])})
+    with pytest.raises(AttachError) as refused:
+        handle(
+            event("Create", "Custom::DataSourceInspection", properties={"ContextMetadataKey": key}),
+            DataSources(client),
+        )
+    message = str(refused.value)
+    assert (
+        "stores its vectors in Aurora table bedrock_integration.bedrock_kb with no custom metadata field"
+        in message
+    )
+    assert f"add {columns} to it, then deploy with -c rdsMetadataColumns=true" in message
+    assert "\n" not in message
+
+
+def test_an_aurora_table_with_a_custom_metadata_field_or_its_columns_confirmed_is_attached(
+    agent: Any,
+) -> None:
+    client, stub = agent
+    for kb, confirmed, expected in (
+        (aurora("custom_metadata"), "false", "none"),
+        (aurora(), "true", "ckb_context,ckb_reprocessed"),
+        (knowledge_base(), "false", "none"),
+    ):
+        stub.add_response("get_knowledge_base", kb)
+        stub.add_response("get_data_source", {"dataSource": data_source(CHUNKINGS["fixed_size"])})
+        found = handle(
+            event("Create", "Custom::DataSourceInspection", properties={"RdsMetadataColumns": confirmed}),
+            DataSources(client),
+        )
+        assert found["Data"]["MetadataColumns"] == expected
+    assert found["Data"]["VectorStoreType"] == "opensearch"

@@ -456,6 +456,22 @@ def test_document_text_is_shown_as_text_never_as_markup_or_terminal_codes(aws: C
     assert "[1] s3://b/[red]x.md" in asked.output
 
 
+def knowledge_base_response(storage: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "knowledgeBase": {
+            "knowledgeBaseId": KB,
+            "name": "team-kb",
+            "knowledgeBaseArn": f"arn:aws:bedrock:{REGION}:123456789012:knowledge-base/{KB}",
+            "roleArn": "arn:aws:iam::123456789012:role/kb",
+            "knowledgeBaseConfiguration": {"type": "VECTOR"},
+            "storageConfiguration": storage or {"type": "OPENSEARCH_SERVERLESS"},
+            "status": "ACTIVE",
+            "createdAt": "2026-11-22T00:00:00Z",
+            "updatedAt": "2026-11-22T00:00:00Z",
+        }
+    }
+
+
 def data_source_response(prefixes: list[str] | None = None, kind: str = "S3") -> dict[str, Any]:
     configuration: dict[str, Any] = {"type": kind}
     if kind == "S3":
@@ -482,6 +498,7 @@ def test_sync_reprocess_marks_every_document_then_syncs_and_says_how(aws: Client
 
     agent = aws.stubs["bedrock-agent"]
     agent.add_response("list_ingestion_jobs", {"ingestionJobSummaries": []}, ANY_LIST_REQUEST)  # none running
+    agent.add_response("get_knowledge_base", knowledge_base_response(), {"knowledgeBaseId": KB})
     agent.add_response(
         "get_data_source", data_source_response(["docs/"]), {"knowledgeBaseId": KB, "dataSourceId": DS}
     )
@@ -497,7 +514,7 @@ def test_sync_reprocess_marks_every_document_then_syncs_and_says_how(aws: Client
         mine = {"metadataAttributes": {"team": "payments"}}
         s3.put_object(Bucket=BUCKET, Key="docs/a.md.metadata.json", Body=json.dumps(mine).encode())
         s3.put_object(Bucket=BUCKET, Key="docs/c.txt.metadata.json", Body=b"{broken")
-        result = runner.invoke(app, ["sync", "--reprocess", "--region", REGION, "--interval", "0"])
+        result = runner.invoke(app, ["sync", "--reprocess", "--yes", "--region", REGION, "--interval", "0"])
         sidecars = {
             key: s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()
             for key in (o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"])
@@ -505,6 +522,7 @@ def test_sync_reprocess_marks_every_document_then_syncs_and_says_how(aws: Client
         }
     assert result.exit_code == 0, result.output
     assert "3 document(s), 12 bytes, under s3://ckb-source-bucket/docs/" in result.output
+    assert "paid: ingesting 3 document(s) again" in " ".join(result.stderr.split())
     assert "marked for re-ingestion: 2 document(s) (1 metadata file(s) made, 1 updated" in result.output
     assert "a metadata change is documented to re-ingest" in result.output
     assert "not marked: s3://ckb-source-bucket/docs/c.txt: its metadata file is not JSON" in result.stderr
@@ -524,6 +542,7 @@ def test_sync_reprocess_dry_run_counts_and_changes_nothing(aws: Clients) -> None
 
     agent = aws.stubs["bedrock-agent"]
     agent.add_response("list_ingestion_jobs", {"ingestionJobSummaries": []}, ANY_LIST_REQUEST)
+    agent.add_response("get_knowledge_base", knowledge_base_response())
     agent.add_response("get_data_source", data_source_response())
     with mock_aws():
         s3 = boto3.client("s3", region_name=REGION)
@@ -562,6 +581,7 @@ def test_sync_reprocess_refusals_are_one_line(aws: Clients, setup: str, message:
         agent.add_response("get_ingestion_job", job("IN_PROGRESS"), GET_REQUEST)
     else:
         agent.add_response("list_ingestion_jobs", {"ingestionJobSummaries": []}, ANY_LIST_REQUEST)
+        agent.add_response("get_knowledge_base", knowledge_base_response())
         agent.add_response("get_data_source", data_source_response(kind="WEB" if setup == "web" else "S3"))
     with mock_aws():
         boto3.client("s3", region_name=REGION).create_bucket(Bucket=BUCKET)
@@ -841,3 +861,587 @@ def test_upload_warns_before_uploading_what_the_knowledge_base_will_refuse(
     assert "neither uploaded nor in the bucket" in warned["ghost.md.metadata.json"]
     assert "at most 10 KB" in warned["huge.md.metadata.json"]
     assert len(keys(s3)) == len(files) + 2  # warned, not refused: a KB with another parser may read them
+
+
+# --- ckb sync --reprocess under attack (issue 35, items 10-15) and one ingestion job at a time (issue 40) ---
+
+RDS_TABLE = "bedrock_integration.bedrock_kb"
+
+
+def rds_storage(custom_field: str | None = None) -> dict[str, Any]:
+    mapping = {
+        "primaryKeyField": "id",
+        "vectorField": "embedding",
+        "textField": "chunks",
+        "metadataField": "metadata",
+    }
+    if custom_field:
+        mapping["customMetadataField"] = custom_field
+    return {
+        "type": "RDS",
+        "rdsConfiguration": {
+            "resourceArn": "arn:aws:rds:us-east-1:123456789012:cluster:kb",
+            "credentialsSecretArn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:kb-abc",
+            "databaseName": "kb",
+            "tableName": RDS_TABLE,
+            "fieldMapping": mapping,
+        },
+    }
+
+
+def running_summary(job_id: str = "JOB1234567", data_source: str = DS) -> dict[str, Any]:
+    return {
+        "ingestionJobSummaries": [
+            {
+                "knowledgeBaseId": KB,
+                "dataSourceId": data_source,
+                "ingestionJobId": job_id,
+                "status": "IN_PROGRESS",
+                "startedAt": "2026-11-22T00:00:00Z",
+                "updatedAt": "2026-11-22T00:00:00Z",
+            }
+        ]
+    }
+
+
+def other_job(status: str) -> dict[str, Any]:
+    answer = job(status)
+    answer["ingestionJob"]["ingestionJobId"] = "JOBOTHER12"
+    return answer
+
+
+OTHER_GET = {"knowledgeBaseId": KB, "dataSourceId": DS, "ingestionJobId": "JOBOTHER12"}
+START = {"knowledgeBaseId": KB, "dataSourceId": DS}
+
+
+def marking_setup(
+    aws: Clients, prefixes: list[str] | None = None, storage: dict[str, Any] | None = None
+) -> None:
+    """The calls --reprocess makes before marking: no job running, the KB's storage, the data source."""
+    agent = aws.stubs["bedrock-agent"]
+    agent.add_response("list_ingestion_jobs", {"ingestionJobSummaries": []}, ANY_LIST_REQUEST)
+    agent.add_response("get_knowledge_base", knowledge_base_response(storage), {"knowledgeBaseId": KB})
+    agent.add_response("get_data_source", data_source_response(prefixes), START)
+
+
+def refusing(s3: Any, operation: str, code: str = "AccessDenied") -> Any:
+    """``s3`` with every ``operation`` answered ``code`` (403), before it is sent: another account's bucket,
+    or a read-only operator."""
+    from types import SimpleNamespace
+
+    def refuse(**_: Any) -> Any:
+        return SimpleNamespace(status_code=403), {
+            "Error": {"Code": code, "Message": "denied"},
+            "ResponseMetadata": {"HTTPStatusCode": 403},
+        }
+
+    s3.meta.events.register(f"before-call.s3.{operation}", refuse)
+    return s3
+
+
+def sidecars_of(s3: Any) -> dict[str, bytes]:
+    return {
+        o["Key"]: s3.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read()
+        for o in s3.list_objects_v2(Bucket=BUCKET).get("Contents", [])
+        if o["Key"].endswith(".metadata.json")
+    }
+
+
+def test_reprocess_on_aurora_without_a_custom_metadata_field_is_refused_naming_the_column(
+    aws: Clients,
+) -> None:
+    """An Aurora table needs a column for each metadata attribute unless the KB maps a custom metadata field:
+    a new ckb_reprocessed attribute in every metadata file would fail every document. Refused in one line
+    naming the column, nothing written, no job (it marked every file before)."""
+    from moto import mock_aws
+
+    agent = aws.stubs["bedrock-agent"]
+    agent.add_response("list_ingestion_jobs", {"ingestionJobSummaries": []}, ANY_LIST_REQUEST)
+    agent.add_response("get_knowledge_base", knowledge_base_response(rds_storage()))
+    with mock_aws():
+        s3 = boto3.client("s3", region_name=REGION)
+        s3.create_bucket(Bucket=BUCKET)
+        s3.put_object(Bucket=BUCKET, Key="a.md", Body=b"text")
+        result = runner.invoke(app, ["sync", "--reprocess", "--yes", "--region", REGION])
+        sidecars = sidecars_of(s3)
+    assert result.exit_code == 1, result.output
+    line = " ".join(result.stderr.split())
+    assert f"stores its vectors in Aurora table {RDS_TABLE} with no custom metadata field" in line
+    assert "add a column ckb_reprocessed (text) to it" in line and "-c rdsMetadataColumns=true" in line
+    assert len(result.stderr.strip().splitlines()) == 1 and sidecars == {}
+    agent.assert_no_pending_responses()
+
+
+@pytest.mark.parametrize("how", ["custom field", "columns confirmed"])
+def test_reprocess_on_aurora_marks_with_a_custom_metadata_field_or_the_columns_confirmed(
+    aws: Clients, how: str
+) -> None:
+    from moto import mock_aws
+
+    if how == "columns confirmed":
+        confirmed = outputs()
+        confirmed["Stacks"][0]["Outputs"].append(
+            {"OutputKey": "RdsMetadataColumns", "OutputValue": "ckb_context,ckb_reprocessed"}
+        )
+        aws.stubs["cloudformation"].deactivate()
+        aws.stubs["cloudformation"] = Stubber(aws.clients["cloudformation"])
+        aws.stubs["cloudformation"].add_response("describe_stacks", confirmed, {"StackName": "ContextualKb"})
+        aws.stubs["cloudformation"].activate()
+    marking_setup(aws, storage=rds_storage("custom_metadata" if how == "custom field" else None))
+    agent = aws.stubs["bedrock-agent"]
+    agent.add_response("list_ingestion_jobs", {"ingestionJobSummaries": []}, ANY_LIST_REQUEST)
+    agent.add_response("start_ingestion_job", job("STARTING"), START)
+    agent.add_response("get_ingestion_job", job("COMPLETE", numberOfModifiedDocumentsIndexed=1), GET_REQUEST)
+    metrics(aws, fallbacks=0, chunks=3)
+    with mock_aws():
+        s3 = boto3.client("s3", region_name=REGION)
+        s3.create_bucket(Bucket=BUCKET)
+        s3.put_object(Bucket=BUCKET, Key="a.md", Body=b"text")
+        result = runner.invoke(app, ["sync", "--reprocess", "--yes", "--region", REGION, "--interval", "0"])
+        sidecars = sidecars_of(s3)
+    assert result.exit_code == 0, result.output
+    assert list(sidecars) == ["a.md.metadata.json"]
+    agent.assert_no_pending_responses()
+
+
+def test_rewriting_a_metadata_file_keeps_its_tags_user_metadata_storage_class_and_kms_key() -> None:
+    """A PUT replaces all of them with what it carries: a bare rewrite dropped the tags lifecycle rules and
+    access policies use, the x-amz-meta-* values, the storage class, and the SSE-KMS key (an encryption
+    downgrade to the bucket's default). Every one is carried over; a file whose tags cannot be read
+    (no s3:GetObjectTagging) is left as it is, skipped, not rewritten without them."""
+    from moto import mock_aws
+
+    from contextual_kb.query.reprocess import Plan, mark
+
+    with mock_aws():
+        s3 = boto3.client("s3", region_name=REGION)
+        s3.create_bucket(Bucket=BUCKET)
+        key_id = boto3.client("kms", region_name=REGION).create_key()["KeyMetadata"]["Arn"]
+        settings: dict[str, Any] = {
+            "Metadata": {"owner": "payments", "source-system": "wiki"},
+            "StorageClass": "STANDARD_IA",
+            "ServerSideEncryption": "aws:kms",
+            "SSEKMSKeyId": key_id,
+            "ContentType": "application/json; charset=utf-8",
+            "CacheControl": "no-cache",
+        }
+        mine = json.dumps({"metadataAttributes": {"team": "payments"}}).encode()
+        tags = [
+            {"Key": "classification", "Value": "internal"},
+            {"Key": "cost center", "Value": "a+b c=d/e@f"},  # a space and a "+" read back as they were
+        ]
+        for key in ("docs/a.md.metadata.json", "docs/b.md.metadata.json"):
+            s3.put_object(Bucket=BUCKET, Key=key, Body=mine, **settings)
+            s3.put_object_tagging(Bucket=BUCKET, Key=key, Tagging={"TagSet": tags})
+        marked = mark(s3, Plan(BUCKET, [("docs/a.md", 4)], ["docs/"]), "2026-11-27T09:00:00Z")
+        got = s3.get_object(Bucket=BUCKET, Key="docs/a.md.metadata.json")
+        kept = s3.get_object_tagging(Bucket=BUCKET, Key="docs/a.md.metadata.json")["TagSet"]
+        body = json.loads(got["Body"].read())
+        blind = mark(
+            refusing(boto3.client("s3", region_name=REGION), "GetObjectTagging"),
+            Plan(BUCKET, [("docs/b.md", 4)], ["docs/"]),
+            "2026-11-27T09:00:00Z",
+        )
+        untouched = s3.get_object(Bucket=BUCKET, Key="docs/b.md.metadata.json")["Body"].read()
+    assert (marked.updated, marked.skipped) == (1, [])
+    assert body["metadataAttributes"] == {"team": "payments", "ckb_reprocessed": "2026-11-27T09:00:00Z"}
+    assert got["Metadata"] == {"owner": "payments", "source-system": "wiki"}
+    assert got["StorageClass"] == "STANDARD_IA"
+    assert got["ServerSideEncryption"] == "aws:kms" and got["SSEKMSKeyId"] == key_id
+    assert got["ContentType"] == "application/json; charset=utf-8" and got["CacheControl"] == "no-cache"
+    assert sorted(kept, key=lambda t: t["Key"]) == tags
+    assert blind.done == 0 and blind.errors == blind.skipped
+    assert blind.skipped == [
+        (
+            "docs/b.md",
+            "S3 AccessDenied reading its metadata file's tags (s3:GetObjectTagging): not rewritten without "
+            "them",
+        )
+    ]
+    assert untouched == mine
+
+
+@pytest.mark.parametrize("refused", ["PutObject", "GetObject"])
+def test_reprocess_with_s3_refusing_every_document_exits_1_and_starts_no_job(
+    aws: Clients, refused: str
+) -> None:
+    """Another account's bucket, or an operator who may only read: nothing can be marked. It used to start a
+    job that re-ingests nothing and exit 0; now no job, exit 1, the first reason and what to do, one line."""
+    from moto import mock_aws
+
+    marking_setup(aws)
+    with mock_aws():
+        s3 = boto3.client("s3", region_name=REGION)
+        s3.create_bucket(Bucket=BUCKET)
+        for key in ("a.md", "b.md", "c.md"):
+            s3.put_object(Bucket=BUCKET, Key=key, Body=b"text")
+        s3.put_object(Bucket=BUCKET, Key="c.md.metadata.json", Body=b'{"metadataAttributes": {}}')
+        aws.clients["s3"] = refusing(boto3.client("s3", region_name=REGION), refused)
+        result = runner.invoke(app, ["sync", "--reprocess", "--yes", "--region", REGION, "--interval", "0"])
+        sidecars = sidecars_of(s3)
+    assert result.exit_code == 1, result.output
+    last = result.stderr.strip().splitlines()[-1]
+    assert (
+        "3 of 3 document(s) not marked for S3 errors (first: S3 AccessDenied): no ingestion job started"
+        in last
+    )
+    assert "then run ckb sync --reprocess again" in last
+    assert sidecars == {"c.md.metadata.json": b'{"metadataAttributes": {}}'}
+    aws.stubs[
+        "bedrock-agent"
+    ].assert_no_pending_responses()  # no ListIngestionJobs again, no StartIngestionJob
+
+
+def test_reprocess_with_some_documents_refused_starts_no_job_and_says_a_sync_ingests_the_marked(
+    aws: Clients,
+) -> None:
+    from moto import mock_aws
+
+    marking_setup(aws)
+    with mock_aws():
+        s3 = boto3.client("s3", region_name=REGION)
+        s3.create_bucket(Bucket=BUCKET)
+        for key in ("a.md", "locked/b.md"):
+            s3.put_object(Bucket=BUCKET, Key=key, Body=b"text")
+        partial = boto3.client("s3", region_name=REGION)
+
+        def refuse_locked(params: dict[str, Any], **_: Any) -> Any:
+            from types import SimpleNamespace
+
+            if "/locked/" in params["url_path"]:
+                return SimpleNamespace(status_code=403), {
+                    "Error": {"Code": "AccessDenied", "Message": "denied"},
+                    "ResponseMetadata": {"HTTPStatusCode": 403},
+                }
+            return None
+
+        partial.meta.events.register("before-call.s3.PutObject", refuse_locked)
+        aws.clients["s3"] = partial
+        result = runner.invoke(app, ["sync", "--reprocess", "--yes", "--region", REGION])
+        sidecars = sidecars_of(s3)
+    assert result.exit_code == 1, result.output
+    line = " ".join(result.stderr.split())
+    assert "not marked: s3://ckb-source-bucket/locked/b.md: S3 AccessDenied" in line
+    assert "1 of 2 document(s) not marked" in line and "ckb sync alone re-ingests the 1 marked" in line
+    assert list(sidecars) == ["a.md.metadata.json"]
+    aws.stubs["bedrock-agent"].assert_no_pending_responses()
+
+
+def test_a_job_started_by_someone_else_while_marking_is_waited_for_and_ours_started_after_it(
+    aws: Clients,
+) -> None:
+    """An auto-sync, a schedule or the console starts a job after the first marks: its scan may miss the
+    later ones. It used to be joined as if it were the reprocess (exit 0, documents missed); now ours starts
+    once it has ended, and the output says why."""
+    from moto import mock_aws
+
+    marking_setup(aws)
+    agent = aws.stubs["bedrock-agent"]
+    agent.add_response("list_ingestion_jobs", running_summary("JOBOTHER12"), ANY_LIST_REQUEST)
+    agent.add_response("get_ingestion_job", other_job("IN_PROGRESS"), OTHER_GET)
+    agent.add_response("list_ingestion_jobs", running_summary("JOBOTHER12"), ANY_LIST_REQUEST)
+    agent.add_response("get_ingestion_job", other_job("IN_PROGRESS"), OTHER_GET)
+    agent.add_response("list_ingestion_jobs", {"ingestionJobSummaries": []}, ANY_LIST_REQUEST)  # it ended
+    agent.add_response("start_ingestion_job", job("STARTING"), START)
+    agent.add_response("get_ingestion_job", job("COMPLETE", numberOfModifiedDocumentsIndexed=1), GET_REQUEST)
+    metrics(aws, fallbacks=0, chunks=3)
+    with mock_aws():
+        s3 = boto3.client("s3", region_name=REGION)
+        s3.create_bucket(Bucket=BUCKET)
+        s3.put_object(Bucket=BUCKET, Key="a.md", Body=b"text")
+        result = runner.invoke(app, ["sync", "--reprocess", "--yes", "--region", REGION, "--interval", "0"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert text.count("waiting for another ingestion job: ingestion job JOBOTHER12 on data source") == 1
+    assert "it may have scanned before the documents were marked: ours starts after it" in text
+    assert "started ingestion job JOB1234567" in text and "following it" not in text
+    agent.assert_no_pending_responses()
+
+
+def test_a_job_that_outlasts_the_wait_after_marking_exits_1_saying_what_to_run(aws: Clients) -> None:
+    from moto import mock_aws
+
+    marking_setup(aws)
+    agent = aws.stubs["bedrock-agent"]
+    for _ in range(3):  # at 0, 15 and 30 s of --max-wait 30
+        agent.add_response("list_ingestion_jobs", running_summary("JOBOTHER12"), ANY_LIST_REQUEST)
+        agent.add_response("get_ingestion_job", other_job("IN_PROGRESS"), OTHER_GET)
+    with mock_aws():
+        s3 = boto3.client("s3", region_name=REGION)
+        s3.create_bucket(Bucket=BUCKET)
+        s3.put_object(Bucket=BUCKET, Key="a.md", Body=b"text")
+        result = runner.invoke(
+            app, ["sync", "--reprocess", "--yes", "--region", REGION, "--interval", "15", "--max-wait", "30"]
+        )
+    assert result.exit_code == 1, result.output
+    last = " ".join(result.stderr.strip().splitlines()[-1].split())
+    assert "ingestion job JOBOTHER12 on data source DSID123456 is IN_PROGRESS" in last
+    assert "waited 30 s: run ckb sync again once it is free" in last
+    agent.assert_no_pending_responses()  # no StartIngestionJob
+
+
+def test_archived_documents_are_left_out_and_reported_and_glacier_ir_is_marked(aws: Clients) -> None:
+    """GLACIER and DEEP_ARCHIVE objects cannot be read until restored (InvalidObjectState): marked, they
+    would turn into failed documents on every sync. GLACIER_IR is read directly: marked. A metadata file
+    that is itself archived cannot be read either: that document is skipped with the reason."""
+    from moto import mock_aws
+
+    marking_setup(aws)
+    agent = aws.stubs["bedrock-agent"]
+    agent.add_response("list_ingestion_jobs", {"ingestionJobSummaries": []}, ANY_LIST_REQUEST)
+    agent.add_response("start_ingestion_job", job("STARTING"), START)
+    agent.add_response("get_ingestion_job", job("COMPLETE", numberOfModifiedDocumentsIndexed=1), GET_REQUEST)
+    metrics(aws, fallbacks=0, chunks=3)
+    with mock_aws():
+        s3 = boto3.client("s3", region_name=REGION)
+        s3.create_bucket(Bucket=BUCKET)
+        for key, storage_class in (
+            ("cold.md", "GLACIER"),
+            ("colder.md", "DEEP_ARCHIVE"),
+            ("instant.md", "GLACIER_IR"),
+            ("sidecar-archived.md", "STANDARD"),
+        ):
+            s3.put_object(Bucket=BUCKET, Key=key, Body=b"text", StorageClass=storage_class)
+        s3.put_object(
+            Bucket=BUCKET, Key="sidecar-archived.md.metadata.json", Body=b"{}", StorageClass="GLACIER"
+        )
+        result = runner.invoke(app, ["sync", "--reprocess", "--yes", "--region", REGION, "--interval", "0"])
+        made = [
+            o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"] if o["StorageClass"] != "GLACIER"
+        ]
+    assert result.exit_code == 0, result.output
+    err = " ".join(result.stderr.split())
+    assert "archived, not marked: s3://ckb-source-bucket/cold.md (GLACIER)" in err
+    assert "archived, not marked: s3://ckb-source-bucket/colder.md (DEEP_ARCHIVE)" in err
+    assert "not marked: s3://ckb-source-bucket/sidecar-archived.md: its metadata file is archived" in err
+    assert "not reprocessed: 3 document(s) (2 archived, 1 whose metadata file cannot be marked" in err
+    assert "2 document(s), 8 bytes, under s3://ckb-source-bucket/ (2 archived left out)" in result.output
+    assert "instant.md.metadata.json" in made
+    assert "cold.md.metadata.json" not in made and "colder.md.metadata.json" not in made
+    agent.assert_no_pending_responses()
+
+
+def test_reprocess_asks_before_paid_work_and_stops_without_a_yes(aws: Clients) -> None:
+    """A re-ingestion pays for every chunk's embedding and, with claude, its context: the estimate is printed
+    and, with no terminal to ask on and no --yes, nothing is marked and no job started."""
+    from moto import mock_aws
+
+    marking_setup(aws)
+    with mock_aws():
+        s3 = boto3.client("s3", region_name=REGION)
+        s3.create_bucket(Bucket=BUCKET)
+        s3.put_object(Bucket=BUCKET, Key="a.md", Body=b"x" * 4_000_000)
+        result = runner.invoke(app, ["sync", "--reprocess", "--region", REGION])
+        sidecars = sidecars_of(s3)
+    assert result.exit_code == 1, result.output
+    err = " ".join(result.stderr.split())
+    assert "paid: ingesting 1 document(s) again through the transformation and the embedding model" in err
+    assert "about $3.45-$12.34 for their contexts" in err
+    assert "paid work not started: standard input is not a terminal to ask for a yes. Pass --yes" in err
+    assert sidecars == {}
+    aws.stubs["bedrock-agent"].assert_no_pending_responses()
+
+
+def test_sync_waits_for_a_job_of_another_data_source_of_the_knowledge_base(aws: Clients) -> None:
+    """One ingestion job at a time per Knowledge Base: StartIngestionJob is refused while another of its data
+    sources ingests. The job in the way is named, waited for, and ours started after it."""
+    agent = aws.stubs["bedrock-agent"]
+    agent.add_response("list_ingestion_jobs", {"ingestionJobSummaries": []}, ANY_LIST_REQUEST)
+    agent.add_client_error("start_ingestion_job", "ConflictException", "a job is in progress", 409)
+    agent.add_response("list_ingestion_jobs", {"ingestionJobSummaries": []}, ANY_LIST_REQUEST)
+    agent.add_response(
+        "list_data_sources",
+        {
+            "dataSourceSummaries": [
+                {
+                    "knowledgeBaseId": KB,
+                    "dataSourceId": DS,
+                    "name": "docs",
+                    "status": "AVAILABLE",
+                    "updatedAt": "2026-11-22T00:00:00Z",
+                },
+                {
+                    "knowledgeBaseId": KB,
+                    "dataSourceId": "OTHERDS123",
+                    "name": "wiki",
+                    "status": "AVAILABLE",
+                    "updatedAt": "2026-11-22T00:00:00Z",
+                },
+            ]
+        },
+        {"knowledgeBaseId": KB, "maxResults": 100},
+    )
+    agent.add_response(
+        "list_ingestion_jobs",
+        running_summary("JOBOTHER12", "OTHERDS123"),
+        {"knowledgeBaseId": KB, "dataSourceId": "OTHERDS123", "filters": ANY, "maxResults": 1},
+    )
+    agent.add_response("list_ingestion_jobs", {"ingestionJobSummaries": []}, ANY_LIST_REQUEST)
+    agent.add_response("start_ingestion_job", job("STARTING"), START)
+    agent.add_response("get_ingestion_job", job("COMPLETE", numberOfDocumentsScanned=1), GET_REQUEST)
+    metrics(aws, fallbacks=0, chunks=3)
+    result = runner.invoke(app, ["sync", "--region", REGION, "--interval", "0"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert (
+        "waiting for another ingestion job: ingestion job JOBOTHER12 on data source OTHERDS123 of knowledge "
+        f"base {KB} is IN_PROGRESS (one job at a time per Knowledge Base)"
+    ) in text
+    assert "started ingestion job JOB1234567" in text
+    agent.assert_no_pending_responses()
+
+
+@pytest.mark.parametrize("code", ["ServiceQuotaExceededException", "ConflictException"])
+def test_sync_says_in_one_line_what_to_run_when_the_accounts_jobs_stay_busy(aws: Clients, code: str) -> None:
+    """Five ingestion jobs per account, not adjustable: with several stacks in one account StartIngestionJob
+    is refused though nothing runs on this Knowledge Base. Waited for up to --max-wait, then one line."""
+    agent = aws.stubs["bedrock-agent"]
+    for _ in range(2):  # at 0 and 20 s of --max-wait 20
+        agent.add_response("list_ingestion_jobs", {"ingestionJobSummaries": []}, ANY_LIST_REQUEST)
+        agent.add_client_error("start_ingestion_job", code, "Too many ingestion jobs", 402)
+        agent.add_response("list_ingestion_jobs", {"ingestionJobSummaries": []}, ANY_LIST_REQUEST)
+        agent.add_response(
+            "list_data_sources",
+            {
+                "dataSourceSummaries": [
+                    {
+                        "knowledgeBaseId": KB,
+                        "dataSourceId": DS,
+                        "name": "docs",
+                        "status": "AVAILABLE",
+                        "updatedAt": "2026-11-22T00:00:00Z",
+                    }
+                ]
+            },
+            {"knowledgeBaseId": KB, "maxResults": 100},
+        )
+    result = runner.invoke(app, ["sync", "--region", REGION, "--interval", "20", "--max-wait", "20"])
+    assert result.exit_code == 1, result.output
+    assert len(result.stderr.strip().splitlines()) == 1
+    line = " ".join(result.stderr.split())
+    assert f"StartIngestionJob answered {code} and no job runs on knowledge base {KB}" in line
+    assert (
+        "the account's 5 concurrent ingestion jobs (not adjustable) are in use by other Knowledge Bases"
+        in line
+    )
+    assert "waited 20 s: run ckb sync again once it is free" in line
+    assert result.output.count("waiting for another ingestion job") == 1  # said once, not every 20 s
+    agent.assert_no_pending_responses()
+
+
+def test_a_job_started_between_our_look_and_our_start_is_joined_by_a_sync_and_waited_for_after_marks() -> (
+    None
+):
+    """The race: nothing runs when we look, StartIngestionJob is refused because a job started since. A plain
+    sync joins it; after marking (fresh) it is waited for and ours started after it."""
+    client = boto3.client("bedrock-agent", region_name=REGION)
+    for fresh in (False, True):
+        with Stubber(client) as stub:
+            stub.add_response("list_ingestion_jobs", {"ingestionJobSummaries": []}, ANY_LIST_REQUEST)
+            stub.add_client_error("start_ingestion_job", "ConflictException", "busy", 409)
+            stub.add_response("list_ingestion_jobs", running_summary("JOBOTHER12"), ANY_LIST_REQUEST)
+            stub.add_response("get_ingestion_job", other_job("IN_PROGRESS"), OTHER_GET)
+            if fresh:
+                stub.add_response("list_ingestion_jobs", {"ingestionJobSummaries": []}, ANY_LIST_REQUEST)
+                stub.add_response("start_ingestion_job", job("STARTING"), START)
+            told: list[str] = []
+            slept: list[float] = []
+            started = Ingestion(KB, DS, REGION, client).start(
+                fresh=fresh, sleep=slept.append, notify=told.append
+            )
+            stub.assert_no_pending_responses()
+        if fresh:
+            assert started.job_id == "JOB1234567" and not started.joined and slept == [15.0]
+            assert len(told) == 1 and "started while we started ours: ours starts after it" in told[0]
+        else:
+            assert started.job_id == "JOBOTHER12" and started.joined and slept == [] and told == []
+
+
+def test_start_errors_other_than_a_busy_one_are_one_line_and_not_waited_for() -> None:
+    client = boto3.client("bedrock-agent", region_name=REGION)
+    with Stubber(client) as stub:
+        stub.add_response("list_ingestion_jobs", {"ingestionJobSummaries": []}, ANY_LIST_REQUEST)
+        stub.add_client_error("start_ingestion_job", "AccessDeniedException", "not allowed", 403)
+        with pytest.raises(
+            IngestionError, match="StartIngestionJob failed: AccessDeniedException: not allowed"
+        ):
+            Ingestion(KB, DS, REGION, client).start(sleep=lambda _: pytest.fail("waited"))
+
+
+def test_another_accounts_bucket_is_asked_for_by_its_owner_and_the_files_left_the_owners() -> None:
+    """A data source naming bucketOwnerAccountId reads another account's bucket: every request carries
+    ExpectedBucketOwner (S3 refuses it if the bucket is no longer that account's, say deleted and taken by
+    someone else), and each metadata file is written bucket-owner-full-control (where objects belong to
+    their writer, the Knowledge Base could not read one the operator's account owned)."""
+    from moto import mock_aws
+
+    from contextual_kb.query.reprocess import mark, plan
+
+    source = data_source_response()["dataSource"]
+    source["dataSourceConfiguration"]["s3Configuration"]["bucketOwnerAccountId"] = "123456789012"
+    seen: list[tuple[str, dict[str, Any]]] = []
+    with mock_aws():
+        s3 = boto3.client("s3", region_name=REGION)
+        s3.create_bucket(Bucket=BUCKET)
+        for key in ("a.md", "b.md"):
+            s3.put_object(Bucket=BUCKET, Key=key, Body=b"text")
+        s3.put_object(Bucket=BUCKET, Key="b.md.metadata.json", Body=b"{}", Tagging="k=v")
+        watched = boto3.client("s3", region_name=REGION)
+        watched.meta.events.register(
+            "before-parameter-build.s3",
+            lambda params, model, **_: seen.append((model.name, dict(params))),
+        )
+        marked = mark(watched, plan(watched, source), "T")
+    assert marked.done == 2, marked.skipped
+    names = {name for name, _ in seen}
+    assert {"ListObjectsV2", "GetObject", "GetObjectTagging", "PutObject"} <= names
+    assert all(params.get("ExpectedBucketOwner") == "123456789012" for _, params in seen)
+    assert all(
+        params.get("ACL") == "bucket-owner-full-control" for name, params in seen if name == "PutObject"
+    )
+
+
+def test_contextualizes_reingestion_starts_its_job_after_one_that_started_while_it_marked(
+    aws: Clients,
+) -> None:
+    """ckb contextualize marks the documents that got contexts, then starts a job: one already running (an
+    auto-sync that began meanwhile) may have scanned before the marks, so it is waited for, not joined."""
+    from moto import mock_aws
+
+    from contextual_kb.cli.contextualize import _reingest
+
+    agent = aws.stubs["bedrock-agent"]
+    agent.add_response("list_ingestion_jobs", running_summary("JOBOTHER12"), ANY_LIST_REQUEST)
+    agent.add_response("get_ingestion_job", other_job("IN_PROGRESS"), OTHER_GET)
+    agent.add_response("list_ingestion_jobs", {"ingestionJobSummaries": []}, ANY_LIST_REQUEST)
+    agent.add_response("start_ingestion_job", job("STARTING"), START)
+    agent.add_response("get_ingestion_job", job("COMPLETE"), GET_REQUEST)
+    deployment = Deployment.from_stack("ContextualKb", REGION, aws.clients["cloudformation"])
+    logged: list[str] = []
+    with mock_aws():
+        s3 = boto3.client("s3", region_name=REGION)
+        s3.create_bucket(Bucket=BUCKET)
+        s3.put_object(Bucket=BUCKET, Key="a.md", Body=b"text")
+        ingestion_ = Ingestion(KB, DS, REGION, aws.clients["bedrock-agent"])
+        _reingest(deployment, ingestion_, s3, logged.append)([f"s3://{BUCKET}/a.md"])
+    assert any("waiting for another ingestion job: ingestion job JOBOTHER12" in line for line in logged)
+    assert "ingestion job JOB1234567 ended COMPLETE" in logged
+    agent.assert_no_pending_responses()
+
+
+def test_reprocess_with_no_document_markable_starts_no_job(aws: Clients) -> None:
+    """Every metadata file unreadable to the Knowledge Base too (not JSON): nothing to re-ingest, so no job
+    (it started one that re-ingested nothing), exit 1."""
+    from moto import mock_aws
+
+    marking_setup(aws)
+    with mock_aws():
+        s3 = boto3.client("s3", region_name=REGION)
+        s3.create_bucket(Bucket=BUCKET)
+        s3.put_object(Bucket=BUCKET, Key="a.md", Body=b"text")
+        s3.put_object(Bucket=BUCKET, Key="a.md.metadata.json", Body=b"{broken")
+        result = runner.invoke(app, ["sync", "--reprocess", "--yes", "--region", REGION])
+    assert result.exit_code == 1, result.output
+    last = " ".join(result.stderr.strip().splitlines()[-1].split())
+    assert last == "error: no document marked: every one was left out (above). No ingestion job started"
+    aws.stubs["bedrock-agent"].assert_no_pending_responses()

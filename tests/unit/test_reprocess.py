@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from contextual_kb.query.reprocess import UnsupportedError, marked_metadata, scope
+from contextual_kb.query.reprocess import UnsupportedError, carried, check_store, marked_metadata, plan, scope
 
 
 def s3_source(*prefixes: str) -> dict:
@@ -75,3 +75,94 @@ def test_a_metadata_file_that_cannot_be_marked_is_left_alone_with_the_reason(
 ) -> None:
     body, reason = marked_metadata(existing, "T")
     assert body is None and why in reason
+
+
+def aurora_kb(custom_field: str | None = None) -> dict:
+    mapping = {"primaryKeyField": "id", "vectorField": "v", "textField": "t", "metadataField": "m"}
+    if custom_field:
+        mapping["customMetadataField"] = custom_field
+    return {
+        "knowledgeBaseId": "KB",
+        "storageConfiguration": {
+            "type": "RDS",
+            "rdsConfiguration": {"tableName": "kb.chunks", "fieldMapping": mapping},
+        },
+    }
+
+
+def test_the_stamp_is_refused_on_aurora_unless_a_custom_field_or_its_column_takes_it() -> None:
+    with pytest.raises(
+        UnsupportedError, match=r"Aurora table kb\.chunks .* add a column ckb_reprocessed \(text\)"
+    ):
+        check_store(aurora_kb())
+    with pytest.raises(UnsupportedError):
+        check_store(aurora_kb(), ["ckb_context"])  # confirmed columns, but not ours
+    check_store(aurora_kb("custom"))
+    check_store(aurora_kb(), ["ckb_context", "ckb_reprocessed"])
+    check_store({"storageConfiguration": {"type": "OPENSEARCH_SERVERLESS"}})
+    check_store({})
+
+
+def test_what_get_object_answered_of_the_objects_settings_is_put_back() -> None:
+    got = {
+        "Body": object(),
+        "ETag": '"e"',
+        "Metadata": {"owner": "a"},
+        "StorageClass": "STANDARD_IA",
+        "ServerSideEncryption": "aws:kms",
+        "SSEKMSKeyId": "arn:aws:kms:us-east-1:1:key/k",
+        "BucketKeyEnabled": True,
+        "ContentType": "application/json",
+        "TagCount": 2,
+        "VersionId": "v1",
+    }
+    assert carried(got) == {
+        "Metadata": {"owner": "a"},
+        "StorageClass": "STANDARD_IA",
+        "ServerSideEncryption": "aws:kms",
+        "SSEKMSKeyId": "arn:aws:kms:us-east-1:1:key/k",
+        "BucketKeyEnabled": True,
+        "ContentType": "application/json",
+    }
+    assert carried({"ServerSideEncryption": "AES256", "Metadata": {}}) == {"ServerSideEncryption": "AES256"}
+
+
+class Listing:
+    """An S3 client that lists the given objects and answers HeadObject with their ArchiveStatus."""
+
+    def __init__(self, objects: list[tuple[str, str, str]]) -> None:
+        self.objects = objects  # (key, storage class, archive status)
+        self.heads: list[str] = []
+
+    def get_paginator(self, _: str) -> Listing:
+        return self
+
+    def paginate(self, **_: object) -> list[dict]:
+        return [{"Contents": [{"Key": k, "Size": 1, "StorageClass": c} for k, c, _ in self.objects]}]
+
+    def head_object(self, Bucket: str, Key: str) -> dict:  # noqa: N803 (boto3's names)
+        self.heads.append(Key)
+        status = next(s for k, _, s in self.objects if k == Key)
+        return {"ArchiveStatus": status} if status else {}
+
+
+def test_archived_documents_are_planned_apart_and_glacier_ir_is_not() -> None:
+    s3 = Listing(
+        [
+            ("a.md", "STANDARD", ""),
+            ("b.md", "GLACIER", ""),
+            ("c.md", "DEEP_ARCHIVE", ""),
+            ("d.md", "GLACIER_IR", ""),
+            ("e.md", "INTELLIGENT_TIERING", "ARCHIVE_ACCESS"),
+            ("f.md", "INTELLIGENT_TIERING", ""),
+            ("g.md.metadata.json", "GLACIER", ""),
+        ]
+    )
+    planned = plan(s3, s3_source(), "")
+    assert [key for key, _ in planned.documents] == ["a.md", "d.md", "f.md"]
+    assert planned.archived == [
+        ("b.md", "GLACIER"),
+        ("c.md", "DEEP_ARCHIVE"),
+        ("e.md", "INTELLIGENT_TIERING ARCHIVE_ACCESS"),
+    ]
+    assert sorted(s3.heads) == ["e.md", "f.md"]  # only Intelligent-Tiering objects are asked

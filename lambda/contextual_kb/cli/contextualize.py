@@ -275,7 +275,7 @@ def _reingest(deployment: Any, ingestion: Any, s3: Any, log: Any) -> Any:
         for bucket, documents in by_bucket.items():
             marked = mark(s3, Plan(bucket, documents, []), now_iso())
             log(f"marked {marked.created + marked.updated} document(s) in s3://{bucket} for re-ingestion")
-        job = ingestion.start()
+        job = ingestion.start(fresh=True, notify=log)  # after any job that may have scanned before the marks
         log(f"ingestion job {job.job_id}: re-ingesting")
         for state in ingestion.follow(job):
             job = state

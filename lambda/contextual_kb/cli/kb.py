@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,10 +17,11 @@ from rich.table import Table
 from rich.text import Text
 
 from contextual_kb.cli.errors import CliError, choice, usage
+from contextual_kb.cli.paid import YES_HELP
 from contextual_kb.cli.terminal import console, error_console, plain, plain_line, write_json
 from contextual_kb.query import aws_clients
 from contextual_kb.query.deployment import DEFAULT_STACK, Deployment
-from contextual_kb.query.ingestion import Ingestion, Job
+from contextual_kb.query.ingestion import WAIT_SECONDS, Ingestion, Job
 from contextual_kb.query.retrieval import DEFAULT_RERANKER, RERANKERS, Result, Retriever
 
 MODEL_ACCESS_TODO = (
@@ -146,7 +148,7 @@ def sync(
         typer.Option(
             "--reprocess",
             help="Ingest again documents already ingested, so they go through the transformation (S3 data "
-            "sources: each document's .metadata.json gets ckb_reprocessed; README).",
+            "sources: each document's .metadata.json gets ckb_reprocessed; README). Paid: asks first.",
         ),
     ] = False,
     prefix: Annotated[
@@ -156,20 +158,46 @@ def sync(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="With --reprocess: count the documents, change nothing.")
     ] = False,
+    yes: Annotated[bool, typer.Option("--yes", help=f"With --reprocess: {YES_HELP}")] = False,
+    max_wait: Annotated[
+        float,
+        typer.Option(
+            help="Seconds to wait for another ingestion job in the way (AWS runs one at a time per data "
+            "source and per Knowledge Base, five per account) before exiting 1 saying what to run.",
+            min=0,
+            metavar="SECONDS",
+        ),
+    ] = WAIT_SECONDS,
     stack: Stack = DEFAULT_STACK,
     region: Region = None,
 ) -> None:
     """Start an ingestion job (or follow the one already running) until it ends; report what failed."""
-    if (prefix or dry_run) and not reprocess:
-        raise usage("--prefix" if prefix else "--dry-run", "applies only with --reprocess")
+    if (prefix or dry_run or yes) and not reprocess:
+        raise usage(
+            "--prefix" if prefix else "--dry-run" if dry_run else "--yes", "applies only with --reprocess"
+        )
     deployment = deployment_of(stack, region)
     ingestion = ingestion_of(deployment)
     out = console()
-    if reprocess and not _reprocess(deployment, ingestion, prefix, dry_run):
+    marked = _reprocess(deployment, ingestion, prefix, dry_run, yes) if reprocess else None
+    if reprocess and marked is None:
         return
-    job = ingestion.start()
+    # After marking, a job already running may have scanned before the marks: ours starts after it. Another
+    # job in the way (this Knowledge Base's, the account's five) is waited for; IngestionError past max_wait.
+    job = ingestion.start(
+        fresh=reprocess,
+        wait_seconds=max_wait,
+        interval=max(interval, 1.0),
+        notify=lambda line: out.print(line, markup=False),
+    )
     if job.joined:
         out.print(f"ingestion job {job.job_id} is already {job.status}: following it, not starting another")
+        if job.started_at is not None:
+            out.print(
+                f"documents changed after it started ({job.started_at}) may not be in it: "
+                "run ckb sync again when it ends",
+                markup=False,
+            )
     else:
         out.print(f"started ingestion job {job.job_id}")
     with out.status("ingesting…") as status:
@@ -185,20 +213,38 @@ def sync(
     out.print(table)
     errors = error_console()
     for reason in job.failure_reasons:
-        errors.print(Text.assemble(("job failure:", "red"), " ", plain(reason)))
+        errors.print(Text.assemble(("job failure:", "red"), " ", plain_line(reason)))
     for document in failed:
         # One line per document, whatever its key holds (a newline in a key would forge a line)
         errors.print(Text.assemble(("failed:", "red"), " ", plain_line(f"{document.uri}: {document.reason}")))
+    if marked is not None and (marked.skipped or marked.archived):
+        errors.print(
+            f"not reprocessed: {len(marked.archived) + len(marked.skipped):,} document(s) "
+            f"({len(marked.archived):,} archived, {len(marked.skipped):,} whose metadata file cannot be "
+            "marked; listed above)"
+        )
     if job.status != "COMPLETE" or failed or _many_fallbacks(deployment, job):
         errors.print("run `ckb doctor` to check the stack's setup: model access, quotas, the transformation")
     if job.status != "COMPLETE" or failed:
         raise typer.Exit(code=1)
 
 
-def _reprocess(deployment: Deployment, ingestion: Ingestion, prefix: str, dry_run: bool) -> bool:
-    """Mark the documents for the next job to ingest again; False when nothing more is to be done."""
+@dataclass(frozen=True)
+class _Reprocessed:
+    """What --reprocess left out, reported again once the job has ended."""
+
+    archived: list[tuple[str, str]]
+    skipped: list[tuple[str, str]]
+
+
+def _reprocess(
+    deployment: Deployment, ingestion: Ingestion, prefix: str, dry_run: bool, yes: bool
+) -> _Reprocessed | None:
+    """Mark the documents for the next job to ingest again; None when no job is to be started (a dry run).
+    Refused in one line, with no job, when S3 refused any document (its job would leave them out unsaid)."""
     from datetime import UTC, datetime
 
+    from contextual_kb.cli.paid import confirm
     from contextual_kb.query import reprocess
 
     running = ingestion.running()
@@ -210,39 +256,77 @@ def _reprocess(deployment: Deployment, ingestion: Ingestion, prefix: str, dry_ru
         )
     s3 = aws_clients.client("s3", deployment.region)
     try:
+        reprocess.check_store(ingestion.knowledge_base(), deployment.metadata_columns)
         plan = reprocess.plan(s3, ingestion.data_source(), prefix)
     except reprocess.UnsupportedError as exc:
         raise CliError(str(exc)) from None
     out = console()
+    errors = error_console()
     where = ", ".join(f"s3://{plan.bucket}/{p}" for p in plan.prefixes) or f"s3://{plan.bucket}/"
+    for key, storage_class in plan.archived[:20]:
+        errors.print(
+            Text.assemble(
+                ("archived, not marked:", "yellow"),
+                " ",
+                plain_line(f"s3://{plan.bucket}/{key} ({storage_class}): it cannot be read until restored"),
+            )
+        )
+    if len(plan.archived) > 20:
+        errors.print(f"... and {len(plan.archived) - 20:,} more archived")
     if not plan.documents:
-        raise CliError(f"no documents under {where}", "nothing to reprocess")
+        raise CliError(
+            f"no documents under {where}",
+            f"nothing to reprocess but {len(plan.archived):,} archived"
+            if plan.archived
+            else "nothing to reprocess",
+        )
     low, high = plan.estimated_usd()
+    estimate = (
+        f"about ${low:,.2f}-${high:,.2f} for their contexts if they are plain text (grouped-per-chunk, Haiku "
+        "4.5 list prices; contexts remembered from an earlier run cost nothing), plus the embedding model's "
+        "tokens for every chunk (README, Use your existing Knowledge Base)"
+    )
     out.print(
-        f"{len(plan.documents):,} document(s), {plan.total_bytes:,} bytes, under {where}. Ingesting them "
-        f"again costs their embeddings and, with claude, contexts: about ${low:,.2f}-${high:,.2f} if they "
-        "are plain text (grouped-per-chunk, Haiku 4.5; README, Use your existing Knowledge Base)"
+        f"{len(plan.documents):,} document(s), {plan.total_bytes:,} bytes, under {where}"
+        + (f" ({len(plan.archived):,} archived left out)" if plan.archived else "")
     )
     if dry_run:
-        out.print("dry run: nothing changed")
-        return False
+        out.print(f"dry run: nothing changed. Ingesting them again costs {estimate}", markup=False)
+        return None
+    confirm(
+        f"ingesting {len(plan.documents):,} document(s) again through the transformation and the embedding "
+        "model",
+        estimate,
+        yes=yes,
+    )
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     with Progress(TextColumn("{task.description}"), BarColumn(), console=out, transient=True) as progress:
         task = progress.add_task("marking", total=len(plan.documents))
         marked = reprocess.mark(s3, plan, stamp, progress=lambda n: progress.advance(task, n))
-    done = marked.created + marked.updated
     out.print(
-        f"marked for re-ingestion: {done:,} document(s) ({marked.created:,} metadata file(s) made, "
-        f"{marked.updated:,} updated with your attributes kept): {reprocess.ATTRIBUTE}={stamp}. Why "
-        "metadata: a metadata change is documented to re-ingest a document in full; direct ingestion is not "
-        "documented to run the transformation"
+        f"marked for re-ingestion: {marked.done:,} document(s) ({marked.created:,} metadata file(s) made, "
+        f"{marked.updated:,} updated with your attributes and the file's settings kept): "
+        f"{reprocess.ATTRIBUTE}={stamp}. Why metadata: a metadata change is documented to re-ingest a "
+        "document in full; direct ingestion is not documented to run the transformation"
     )
-    errors = error_console()
     for key, why in marked.skipped[:20]:
-        errors.print(Text.assemble(("not marked:", "yellow"), " ", plain(f"s3://{plan.bucket}/{key}: {why}")))
+        errors.print(
+            Text.assemble(("not marked:", "yellow"), " ", plain_line(f"s3://{plan.bucket}/{key}: {why}"))
+        )
     if len(marked.skipped) > 20:
         errors.print(f"... and {len(marked.skipped) - 20:,} more not marked")
-    return True
+    if marked.errors:
+        raise CliError(
+            f"{len(marked.errors):,} of {len(plan.documents):,} document(s) not marked for S3 errors (first: "
+            f"{marked.errors[0][1]})",
+            "no ingestion job started",
+            "fix access to the bucket (s3:GetObject, s3:PutObject, s3:GetObjectTagging, s3:PutObjectTagging "
+            "and the KMS key on the metadata files), then run ckb sync --reprocess again"
+            + (f"; ckb sync alone re-ingests the {marked.done:,} marked" if marked.done else ""),
+        )
+    if not marked.done:
+        raise CliError("no document marked", "every one was left out (above)", "no ingestion job started")
+    return _Reprocessed(plan.archived, marked.skipped)
 
 
 def _many_fallbacks(deployment: Deployment, job: Job) -> bool:

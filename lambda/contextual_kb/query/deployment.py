@@ -32,6 +32,8 @@ class Deployment:
     knowledge_base_role_arn: str = ""  # attach: the KB's own role, given the stack's policy
     knowledge_base_policy: str = ""  # attach: that policy's name
     batch_role_arn: str = ""  # the role batch inference jobs run as (ckb contextualize)
+    # attach on Aurora with no custom metadata field: the metadata columns the deploy confirmed its table has
+    metadata_columns: tuple[str, ...] = ()
 
     @property
     def attached(self) -> bool:
@@ -70,4 +72,7 @@ class Deployment:
             knowledge_base_role_arn=outputs.get("KnowledgeBaseRoleArn", ""),
             knowledge_base_policy=outputs.get("KnowledgeBasePolicyName", ""),
             batch_role_arn=outputs.get("BatchRoleArn", ""),
+            metadata_columns=tuple(
+                c for c in outputs.get("RdsMetadataColumns", "").split(",") if c and c != "none"
+            ),
         )

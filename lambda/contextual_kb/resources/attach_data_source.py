@@ -4,7 +4,10 @@ it (the attach mode of the stack: ``-c knowledgeBaseId=... -c dataSourceId=...``
 ``Custom::DataSourceInspection`` reads, never writes (GetKnowledgeBase, GetDataSource). It refuses, in one
 line and before anything is changed, a knowledge base or data source that does not exist here, a knowledge
 base that is not a vector one, a data source of a type that takes no transformation, one being deleted,
-and a knowledge base whose service role is not the ``knowledgeBaseRoleArn`` the stack grants. It answers
+a knowledge base whose service role is not the ``knowledgeBaseRoleArn`` the stack grants, and one whose
+vectors are in an Aurora (RDS) table with no custom metadata field, until the deploy confirms the table has
+a column for each metadata attribute the function and ``ckb sync --reprocess`` add
+(``RdsMetadataColumns``). A ``null`` in GetDataSource's answer is taken as absent. It answers
 the function's chunking (``structure`` when the data source's chunking is NONE: the function must chunk
 whole documents), the source bucket (S3 data sources) and the vector store's type.
 
@@ -55,6 +58,14 @@ UNSUPPORTED_TYPES = {"REDSHIFT_METADATA", "MANAGED_KNOWLEDGE_BASE_CONNECTOR", "C
 GONE = {"ResourceNotFoundException"}
 STORES = {"OPENSEARCH_SERVERLESS": "opensearch", "S3_VECTORS": "s3vectors"}
 NO_KEY = "none-on-the-data-source"
+# The chunk metadata the function adds, by name and the column type an Aurora table needs for it: the
+# context's copy (CONTEXT_METADATA_KEY, unless CONTEXT_METADATA_MAX_BYTES is 0), a chunk's span and section
+# when it chunks (runtime/transform.py), and ckb sync --reprocess's stamp in the metadata files
+# (query/reprocess.py).
+# The runtime and the query side are not imported here: this package runs alone in its own Lambda.
+STRUCTURE_COLUMNS = (("ckb_section", "text"), ("ckb_start", "bigint"), ("ckb_end", "bigint"))
+REPROCESS_COLUMN = ("ckb_reprocessed", "text")
+NO_COLUMNS = "none"
 
 
 class AttachError(Exception):
@@ -158,10 +169,13 @@ def parse_physical_id(value: str) -> tuple[str, str, dict[str, Any] | None] | No
 
 
 def unknown_fields(answered: Any, parsed: Any, path: str = "") -> list[str]:
-    """Paths of the fields in ``answered`` (the raw JSON) that ``parsed`` (the SDK's reading) lacks. Pure."""
+    """Paths of the fields in ``answered`` (the raw JSON) that ``parsed`` (the SDK's reading) lacks; a null
+    is taken as absent. Pure."""
     if isinstance(answered, dict) and isinstance(parsed, dict):
         out = []
         for key, value in answered.items():
+            if value is None:  # a null is no setting: botocore leaves it out of its reading, as AWS means
+                continue
             where = f"{path}.{key}" if path else key
             out += unknown_fields(value, parsed[key], where) if key in parsed else [where]
         return out
@@ -175,9 +189,16 @@ def role_name(arn: str) -> str:
 
 
 def inspect(
-    knowledge_base: dict[str, Any], data_source: dict[str, Any], expected_role_arn: str
+    knowledge_base: dict[str, Any],
+    data_source: dict[str, Any],
+    expected_role_arn: str,
+    *,
+    context_key: str = "ckb_context",
+    rds_confirmed: bool = False,
 ) -> dict[str, str]:
-    """What the stack needs to know of an existing knowledge base and data source, or AttachError. Pure."""
+    """What the stack needs to know of an existing knowledge base and data source, or AttachError.
+    ``context_key``: the chunk metadata key of the context's copy ("" when the function writes none);
+    ``rds_confirmed``: the deploy says an Aurora table has the columns for our metadata. Pure."""
     kb_id, ds_id = knowledge_base.get("knowledgeBaseId", "?"), data_source.get("dataSourceId", "?")
     kind = (knowledge_base.get("knowledgeBaseConfiguration") or {}).get("type", "")
     if kind != VECTOR:
@@ -210,6 +231,7 @@ def inspect(
     # the function is granted it. None: an ARN of no key, so that the grant is valid and grants nothing.
     key = str((data_source.get("serverSideEncryptionConfiguration") or {}).get("kmsKeyArn") or "")
     partition = role.split(":")[1] if role.count(":") >= 5 else "aws"
+    columns = rds_columns(knowledge_base, chunking, context_key, confirmed=rds_confirmed)
     return {
         "Chunking": "structure" if chunking == "NONE" else "kb",
         "ChunkingStrategy": chunking,
@@ -218,7 +240,35 @@ def inspect(
         "VectorStoreType": STORES.get(storage, storage.lower() or "unknown"),
         "RoleArn": role,
         "DataSourceKmsKeyArn": key or f"arn:{partition}:kms:::key/{NO_KEY}",
+        "MetadataColumns": ",".join(name for name, _ in columns) or NO_COLUMNS,
     }
+
+
+def rds_columns(
+    knowledge_base: dict[str, Any], chunking: str, context_key: str, *, confirmed: bool
+) -> list[tuple[str, str]]:
+    """The metadata columns an Aurora (RDS) table with no custom metadata field must have for the function's
+    chunk metadata and ckb sync --reprocess ([] for another store, or with a custom metadata field, where all
+    metadata goes into that one column); AttachError naming them until ``confirmed``. AWS: the table needs a
+    column for each metadata attribute unless the KB maps a custom metadata field (aws-facts.md). Pure."""
+    storage = knowledge_base.get("storageConfiguration") or {}
+    if storage.get("type") != "RDS":
+        return []
+    rds = storage.get("rdsConfiguration") or {}
+    if (rds.get("fieldMapping") or {}).get("customMetadataField"):
+        return []
+    needed = [(context_key, "text")] if context_key else []
+    if chunking == "NONE":
+        needed += STRUCTURE_COLUMNS
+    needed.append(REPROCESS_COLUMN)
+    if not confirmed:
+        columns = ", ".join(f"{name} ({kind})" for name, kind in needed)
+        raise AttachError(
+            f"knowledge base {knowledge_base.get('knowledgeBaseId', '?')} stores its vectors in Aurora table "
+            f"{rds.get('tableName', '?')} with no custom metadata field, where every metadata attribute "
+            f"needs a column: add {columns} to it, then deploy with -c rdsMetadataColumns=true"
+        )
+    return needed
 
 
 # --- with AWS -----------------------------------------------------------------------------------------------
@@ -320,7 +370,11 @@ def _inspection(event: dict[str, Any], sources: DataSources) -> dict[str, Any]:
     if event["RequestType"] == "Delete":
         return {"PhysicalResourceId": event.get("PhysicalResourceId", physical)}
     data = inspect(
-        sources.knowledge_base(kb_id), sources.data_source(kb_id, ds_id), str(properties.get("RoleArn", ""))
+        sources.knowledge_base(kb_id),
+        sources.data_source(kb_id, ds_id),
+        str(properties.get("RoleArn", "")),
+        context_key=str(properties.get("ContextMetadataKey", "ckb_context")),
+        rds_confirmed=str(properties.get("RdsMetadataColumns", "false")).lower() == "true",
     )
     logger.info("inspected %s", json.dumps({"knowledgeBaseId": kb_id, "dataSourceId": ds_id, **data}))
     return {"PhysicalResourceId": physical, "Data": data}
