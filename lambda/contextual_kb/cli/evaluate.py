@@ -459,7 +459,9 @@ def _deployed(
     if not skip_sync:
         ingestion = ingestion_of(deployment)
         with status_line("ingestion: starting") as progress:
-            for job in ingestion.follow(ingestion.start()):
+            # Fresh when something was uploaded: a job already running may have scanned before the upload.
+            started = ingestion.start(fresh=uploaded > 0, notify=lambda text: out.print(f"note: {text}"))
+            for job in ingestion.follow(started):
                 progress(f"ingestion job {job.job_id}: {job.status}")
         if job.status != "COMPLETE":
             raise CliError(
