@@ -23,7 +23,7 @@ from contextual_kb.query.retrieval import DEFAULT_RERANKER, RERANKERS, Result, R
 
 MODEL_ACCESS_TODO = (
     "On AccessDenied: submit Anthropic's use-case form once per account and allow aws-marketplace:Subscribe "
-    "and ViewSubscriptions (README, Before the first deploy)"
+    "and ViewSubscriptions (docs/OPERATIONS.md, Before the first deploy)"
 )
 
 Stack = Annotated[str, typer.Option(envvar="CKB_STACK", help="The deployed stack's name.", metavar="NAME")]
@@ -92,7 +92,7 @@ def sync(
         typer.Option(
             "--reprocess",
             help="Ingest again documents already ingested, so they go through the transformation (S3 data "
-            "sources: each document's .metadata.json gets ckb_reprocessed; README).",
+            "sources: each document's .metadata.json gets ckb_reprocessed; docs/ATTACH.md).",
         ),
     ] = False,
     prefix: Annotated[
@@ -166,7 +166,7 @@ def _reprocess(deployment: Deployment, ingestion: Ingestion, prefix: str, dry_ru
     out.print(
         f"{len(plan.documents):,} document(s), {plan.total_bytes:,} bytes, under {where}. Ingesting them "
         f"again costs their embeddings and, with claude, contexts: about ${low:,.2f}-${high:,.2f} if they "
-        "are plain text (grouped-per-chunk, Haiku 4.5; README, Use your existing Knowledge Base)"
+        "are plain text (grouped-per-chunk, Haiku 4.5; docs/ATTACH.md, What reprocessing costs)"
     )
     if dry_run:
         out.print("dry run: nothing changed")
