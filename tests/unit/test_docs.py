@@ -135,7 +135,7 @@ def _commands(page: Path) -> list[str]:
     an optional `[--flag value]` taken as given)."""
     found = []
     for shown in fenced(page.read_text()):
-        line = re.sub(r"^\$ |^(?:[A-Z_]+=\S+ )+", "", shown).removeprefix(".venv/bin/")
+        line = re.sub(r"^\$ |^(?:[A-Z_][A-Z0-9_]*=\S+ )+", "", shown).removeprefix(".venv/bin/")
         if line.startswith("ckb "):
             found.append(re.sub(r" \[(--[^\]]+)\]", r" \1", line))
     return found
