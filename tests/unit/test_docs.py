@@ -196,3 +196,38 @@ def test_operations_lists_every_output_of_the_full_stack() -> None:
     text = " ".join((ROOT / "docs" / "OPERATIONS.md").read_text().split())
     listed = text[text.index("Outputs: ") :].split(".", 1)[0]
     assert sorted(re.findall(r"`(\w+)`", listed)) == sorted(names)
+
+
+def test_the_retry_counts_docs_give_are_the_engines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HOW-IT-WORKS and OPERATIONS count a call's tries as the engine makes them: a call that keeps failing
+    (5xx, after the SDK's retries) is sent MAX_JOB_ATTEMPTS times in all; one that stays throttled is sent
+    MAX_THROTTLED_CALLS times, that is after one fewer waits."""
+    from contextual_kb.runtime.context.claude import engine
+    from tests.unit.test_claude_engine import FakeClient, chunk_of, document, error, reply, run, strategy
+
+    monkeypatch.setattr(engine, "_THROTTLE_PAUSE", 0.001)
+    monkeypatch.setattr(engine, "_MAX_THROTTLE_PAUSE", 0.002)
+    monkeypatch.setattr(engine, "_WAIT_SLICE", 0.01)
+
+    def script(request: dict[str, object], number: int) -> object:
+        chunk = chunk_of(request)
+        if chunk == "always throttled":
+            raise error("throttled", 429)
+        if chunk == "always failing":
+            raise error("transient", 503)
+        return reply()
+
+    client = FakeClient(script)  # type: ignore[arg-type]
+    documents = [document(f"{name}.md", [name]) for name in ("always throttled", "always failing", "fine")]
+    results, invocation = run(strategy(client, BREAKER_THRESHOLD="100"), documents, seconds=60.0)
+    assert results[2] == ["A context."] and all(results[:2])  # the other two: the structural context
+    sent = [chunk_of(request) for request in client.requests]
+    tries, waits = sent.count("always failing"), sent.count("always throttled") - 1
+    assert (tries, waits + 1) == (engine.MAX_JOB_ATTEMPTS, engine.MAX_THROTTLED_CALLS)
+    assert dict(invocation.accounting.fallbacks) == {"model_error": 1, "model_throttled": 1}
+    how = " ".join((ROOT / "docs" / "HOW-IT-WORKS.md").read_text().split())
+    assert f"at most {waits} times ({waits + 1} throttled tries in all)" in how
+    assert f"tried again up to {tries - 1} more times ({tries} tries in all)" in how
+    operations = " ".join((ROOT / "docs" / "OPERATIONS.md").read_text().split())
+    assert f"still throttled after {waits} waits ({waits + 1} tries)" in operations
+    assert f"then up to {tries - 1} more tries ({tries} in all)" in operations
