@@ -14,9 +14,9 @@ STAMP  := $(VENV)/.installed
 # Python (cdk.json's "app" names .venv's, for a CLI run by hand).
 CDK := npx --yes aws-cdk@2.1148.1 --app "$(BIN)/python app.py"
 VECTOR_STORE ?= opensearch
-# Attach to a Knowledge Base you already have (README): make deploy KNOWLEDGE_BASE_ID=... DATA_SOURCE_ID=...
+# Attach to a Knowledge Base you already have (docs/ATTACH.md): make deploy KNOWLEDGE_BASE_ID=... DATA_SOURCE_ID=...
 # KNOWLEDGE_BASE_ROLE_ARN=... (stack ContextualKbAttached); otherwise the full stack with VECTOR_STORE.
-# Any other setting (README, Settings) as CDK context: make deploy CDK_CONTEXT="-c chunking=none".
+# Any other setting (docs/SETTINGS.md) as CDK context: make deploy CDK_CONTEXT="-c chunking=none".
 CDK_CONTEXT ?=
 ifdef KNOWLEDGE_BASE_ID
 STACK_CONTEXT := -c knowledgeBaseId=$(KNOWLEDGE_BASE_ID) -c dataSourceId=$(DATA_SOURCE_ID) \
@@ -137,7 +137,7 @@ endif
 deploy: $(STAMP)  ## deploy with your AWS credentials; VECTOR_STORE=opensearch (default) or s3vectors; or attach (KNOWLEDGE_BASE_ID=...)
 	$(CDK) deploy $(STACK_CONTEXT) --require-approval broadening
 
-destroy: $(STAMP)  ## delete the stack (the buckets are kept: see README); attached: the data source is put back
+destroy: $(STAMP)  ## delete the stack (the buckets are kept: README, "What destroy keeps"); attached: the data source is put back
 	$(CDK) destroy $(STACK_CONTEXT)
 
 clean:

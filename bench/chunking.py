@@ -16,6 +16,7 @@ split (each row's fixed size matched to our average chunk length), as a markdown
 
 from __future__ import annotations
 
+import argparse
 import multiprocessing
 import os
 import resource
@@ -129,13 +130,25 @@ def quality(dataset: Path = DEFAULT_DATASET) -> None:
             )
 
 
+def _arguments(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parts = parser.add_subparsers(dest="part")
+    timed = parts.add_parser("speed", help="one document whole, by size (the default part)")
+    timed.add_argument(
+        "sizes", nargs="*", type=float, default=[1, 10, 50], metavar="MB", help="default: 1 10 50"
+    )
+    scored = parts.add_parser("quality", help="against fixed-size chunks, as a markdown table")
+    scored.add_argument(
+        "--dataset", type=Path, default=DEFAULT_DATASET, help="the codebase benchmark's folder"
+    )
+    return parser.parse_args(argv or ["speed"])
+
+
 if __name__ == "__main__":
-    part, *rest = sys.argv[1:] or ["speed"]
-    if part == "speed":
-        speed([float(a) for a in rest] or [1, 10, 50])
-    elif part == "quality" and not rest:
-        quality()
-    elif part == "quality" and len(rest) == 2 and rest[0] == "--dataset":
-        quality(Path(rest[1]))
+    arguments = _arguments(sys.argv[1:])
+    if arguments.part == "speed":
+        speed(arguments.sizes)
     else:
-        sys.exit(f"usage: {sys.argv[0]} speed [MB ...] | quality [--dataset PATH]")
+        quality(arguments.dataset)

@@ -14,6 +14,7 @@ measured on disk (bytes, files, ``.pyc`` files) and zipped (deflate, as CDK zips
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -111,5 +112,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args()
     os.chdir(ROOT)
     main()

@@ -8,8 +8,8 @@ Prints, per size: headings, chunks, the handler's seconds and MB/s. The issue's 
 
 from __future__ import annotations
 
+import argparse
 import os
-import sys
 
 os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
 os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
@@ -50,5 +50,15 @@ def main(sizes_mb: list[float]) -> None:
         print(f"| {size:g} MB | {headings:,} | {len(chunks):,} | {seconds:.1f} | {size / seconds:.1f} |")
 
 
+def _arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "sizes", nargs="*", type=float, default=[1, 4, 20], metavar="MB", help="the sizes (default: 1 4 20)"
+    )
+    return parser.parse_args(argv)
+
+
 if __name__ == "__main__":
-    main([float(a) for a in sys.argv[1:]] or [1, 4, 20])
+    main(_arguments().sizes)

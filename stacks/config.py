@@ -71,11 +71,11 @@ class StackConfig(BaseModel):
     kms_key: bool = Field(default=False, alias="kmsKey")
     function_memory_mb: int = Field(default=1024, alias="functionMemoryMb", ge=256, le=10240)
     function_timeout_seconds: int = Field(default=900, alias="functionTimeoutSeconds", ge=60, le=900)
-    # The function's CONTEXT_DEFER (README, "Contexts made later"); unset: the function's default (fallbacks).
+    # The function's CONTEXT_DEFER (docs/DEFERRED.md); unset: the function's default (fallbacks).
     context_defer: Literal["never", "fallbacks", "always"] | None = Field(default=None, alias="contextDefer")
-    # The function's CONTEXT_MODE (README, "Settings"); unset: the function's default (per_chunk).
+    # The function's CONTEXT_MODE (docs/SETTINGS.md); unset: the function's default (per_chunk).
     context_mode: Literal["per_chunk", "grouped", "auto"] | None = Field(default=None, alias="contextMode")
-    # Environment of the transformation function (README, "Settings"): every variable can be set here.
+    # Environment of the transformation function (docs/SETTINGS.md): every variable can be set here.
     function_environment: dict[str, str] = Field(default_factory=dict, alias="functionEnvironment")
     # The model quota every invocation shares (docs/OPERATIONS.md, "Many invocations, one quota"): what of
     # the account's quota for the model (Service Quotas) ingestion may use. Either set: a DynamoDB table keeps
@@ -88,7 +88,7 @@ class StackConfig(BaseModel):
     # OpenSearch Serverless standby replicas in a second AZ (AWS's default); off halves the idle OCUs.
     opensearch_standby_replicas: bool = Field(default=True, alias="opensearchStandbyReplicas")
 
-    # --- attach mode: contextual retrieval for a Knowledge Base the user already has (README) ---
+    # --- attach mode: contextual retrieval for a Knowledge Base the user already has (docs/ATTACH.md) ---
     knowledge_base_id: str | None = Field(default=None, alias="knowledgeBaseId", pattern=r"^[0-9a-zA-Z]{10}$")
     data_source_id: str | None = Field(default=None, alias="dataSourceId", pattern=r"^[0-9a-zA-Z]{10}$")
     # The KB's service role (synth is offline: it cannot be read), granted the function and the bucket.
@@ -183,8 +183,8 @@ class StackConfig(BaseModel):
         if given and given != set(trio):
             missing = ", ".join(sorted(set(trio) - given))
             raise ValueError(
-                f"attaching to an existing Knowledge Base needs {missing} too (README, Use your existing "
-                "Knowledge Base)"
+                f"attaching to an existing Knowledge Base needs {missing} too (docs/ATTACH.md, Use your "
+                "existing Knowledge Base)"
             )
         aliases = {name: field.alias for name, field in type(self).model_fields.items()}
         chosen = {aliases[name] for name in self.model_fields_set}
@@ -300,7 +300,7 @@ class StackConfig(BaseModel):
         for name in self.function_environment:
             if name not in known and not name.startswith("POWERTOOLS_"):
                 close = difflib.get_close_matches(name, sorted(known), n=1)
-                hint = f" (did you mean {close[0]}?)" if close else " (README, Settings, lists them)"
+                hint = f" (did you mean {close[0]}?)" if close else " (docs/SETTINGS.md lists them)"
                 raise ValueError(f"functionEnvironment.{name}: not a setting of the function{hint}")
         try:
             Settings.from_env({**self.function_environment, **self.function_chunking, **self.function_defer})
@@ -357,7 +357,7 @@ def check_context_keys(keys: Iterable[str]) -> None:
         close = difflib.get_close_matches(key, names, n=1, cutoff=0.6) or [
             n for n in names if n.lower() == key.lower()
         ]
-        hint = f"did you mean {close[0]}?" if close else "README, Settings, lists them"
+        hint = f"did you mean {close[0]}?" if close else "docs/SETTINGS.md lists them"
         raise ConfigError(f"CDK context {key}: not a setting of this stack ({hint})")
 
 

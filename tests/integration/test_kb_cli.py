@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -1445,3 +1446,92 @@ def test_reprocess_with_no_document_markable_starts_no_job(aws: Clients) -> None
     last = " ".join(result.stderr.strip().splitlines()[-1].split())
     assert last == "error: no document marked: every one was left out (above). No ingestion job started"
     aws.stubs["bedrock-agent"].assert_no_pending_responses()
+
+
+def _sample(command: str) -> tuple[list[str], list[str], int | None]:
+    """docs/CLI.md's sample of ``$ <command>``: the command's words, the lines printed after it (up to the
+    next `$ `), and the exit status an `echo $?` shows."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "CLI.md").read_text()
+    block = text[text.index(f"```\n$ {command}") + 4 :].split("\n```", 1)[0].splitlines()
+    shown, status = [], None
+    for line in block[1:]:
+        if line.startswith("$ "):
+            break
+        shown.append(line)
+    if "$ echo $?" in block:
+        status = int(block[block.index("$ echo $?") + 1])
+    return shlex.split(block[0].removeprefix("$ ")), shown, status
+
+
+def test_cli_md_shows_what_sync_prints_after_a_failed_document(aws: Clients) -> None:
+    """The sample, run: stdout, then stderr (the failed document and the `ckb doctor` suggestion)."""
+    words, shown, status = _sample("ckb sync")
+    agent = aws.stubs["bedrock-agent"]
+    agent.add_response("list_ingestion_jobs", {"ingestionJobSummaries": []}, ANY_LIST_REQUEST)
+    agent.add_response("start_ingestion_job", job("STARTING"), {"knowledgeBaseId": KB, "dataSourceId": DS})
+    names = (
+        "numberOfDocumentsDeleted numberOfMetadataDocumentsModified numberOfMetadataDocumentsScanned "
+        "numberOfModifiedDocumentsIndexed"
+    ).split()
+    done = job(
+        "COMPLETE",
+        numberOfDocumentsScanned=3,
+        numberOfNewDocumentsIndexed=2,
+        numberOfDocumentsFailed=1,
+        **dict.fromkeys(names, 0),
+    )
+    agent.add_response("get_ingestion_job", done, GET_REQUEST)
+    failed = document(
+        "s3://contextualkb-source/scans/contract.pdf", "FAILED", "The file is encrypted and cannot be parsed."
+    )
+    agent.add_response(
+        "list_knowledge_base_documents",
+        {"documentDetails": [failed]},
+        {"knowledgeBaseId": KB, "dataSourceId": DS, "maxResults": 100},
+    )
+    result = runner.invoke(app, [*words[1:], "--region", REGION, "--interval", "0"])
+    # Lines as printed, less the padding a terminal's width adds around the table's title.
+    printed = [line.strip() for line in (result.stdout + result.stderr).splitlines()]
+    assert printed == [line.strip() for line in shown]
+    assert result.exit_code == status == 1
+
+
+def test_cli_md_shows_what_query_prints(aws: Clients) -> None:
+    """The sample, run on a terminal as wide as the sample's table: each result's context and original
+    chunk apart, reranked."""
+    words, shown, _ = _sample('ckb query "how does the rate limiter refill tokens" --k 2')
+    bucket = "s3://contextualkb-source"
+    found = [
+        (
+            f"{bucket}/src/ratelimit/token_bucket.py",
+            "File src/ratelimit/token_bucket.py: Rate limiting for outbound API calls with a token bucket.\n"
+            "Within: class TokenBucket › def try_acquire(self, tokens: int = 1) -> bool",
+            "def try_acquire(self, tokens: int = 1) -> bool:\n    with self._lock:\n"
+            "        self._refill(self.clock())",
+        ),
+        (
+            f"{bucket}/runbooks/payments-runbook.md",
+            "Document runbooks/payments-runbook.md: Payments on-call runbook\n"
+            "Section: Retries › Provider timeouts",
+            "Retry provider calls at most three times with exponential backoff.",
+        ),
+    ]
+    hits = {
+        "retrievalResults": [
+            {
+                "content": {"text": f"{context}\n\n{chunk}", "type": "TEXT"},
+                "location": {"type": "S3", "s3Location": {"uri": uri}},
+                "score": 0.016,
+                "metadata": {"ckb_context": context},
+            }
+            for uri, context, chunk in found
+        ]
+    }
+    rt = aws.stubs["bedrock-agent-runtime"]
+    rt.add_response("retrieve", hits, ANY_RETRIEVE)
+    scores = [{"index": 0, "relevanceScore": 0.873}, {"index": 1, "relevanceScore": 0.21}]
+    rt.add_response("rerank", {"results": scores}, ANY_RERANK)
+    width = max(len(line) for line in shown)
+    result = runner.invoke(app, [*words[1:], "--region", REGION], env={"COLUMNS": str(width)})
+    assert result.exit_code == 0, result.output
+    assert [line.rstrip() for line in result.stdout.splitlines()] == [line.rstrip() for line in shown]

@@ -26,7 +26,7 @@ from contextual_kb.query.retrieval import DEFAULT_RERANKER, RERANKERS, Result, R
 
 MODEL_ACCESS_TODO = (
     "On AccessDenied: submit Anthropic's use-case form once per account and allow aws-marketplace:Subscribe "
-    "and ViewSubscriptions (README, Before the first deploy)"
+    "and ViewSubscriptions (docs/OPERATIONS.md, Before the first deploy)"
 )
 
 Stack = Annotated[str, typer.Option(envvar="CKB_STACK", help="The deployed stack's name.", metavar="NAME")]
@@ -148,7 +148,8 @@ def sync(
         typer.Option(
             "--reprocess",
             help="Ingest again documents already ingested, so they go through the transformation (S3 data "
-            "sources: each document's .metadata.json gets ckb_reprocessed; README). Paid: asks first.",
+            "sources: each document's .metadata.json gets ckb_reprocessed; docs/ATTACH.md). Paid: asks "
+            "first.",
         ),
     ] = False,
     prefix: Annotated[
@@ -284,7 +285,7 @@ def _reprocess(
     estimate = (
         f"about ${low:,.2f}-${high:,.2f} for their contexts if they are plain text (grouped-per-chunk, Haiku "
         "4.5 list prices; contexts remembered from an earlier run cost nothing), plus the embedding model's "
-        "tokens for every chunk (README, Use your existing Knowledge Base)"
+        "tokens for every chunk (docs/ATTACH.md, What reprocessing costs)"
     )
     out.print(
         f"{len(plan.documents):,} document(s), {plan.total_bytes:,} bytes, under {where}"

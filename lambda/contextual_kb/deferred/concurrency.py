@@ -1,6 +1,6 @@
 """Several S3 requests of ``ckb contextualize`` at a time: a run over many pending documents reads and writes
 each of them more than once, and every request is a network wait, so a run is bound by how many are in
-flight, not by the CPU (measured: docs/BENCHMARKS.md, "ckb contextualize at scale")."""
+flight, not by the CPU (measured: docs/BENCHMARKS.md, "At scale")."""
 
 from __future__ import annotations
 

@@ -330,7 +330,7 @@ def _model(
             f"{settings.model_id} answers (a 1-token call), but it is not in the model table: "
             + unknown_model_defaults(settings.model_prices, settings.min_cache_tokens),
             "set MODEL_PRICES (its prices, every field) and MIN_CACHE_TOKENS (its cache minimum) in "
-            "functionEnvironment, or use a model from the table (README, Settings)",
+            "functionEnvironment, or use a model from the table (docs/SETTINGS.md, Models and prices)",
         )
     return Check("model", "ok", f"{settings.model_id} answers (a 1-token call)")
 

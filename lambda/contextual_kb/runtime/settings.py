@@ -1,6 +1,6 @@
 """Settings of the transformation, read from the environment once per cold start.
 
-Every setting has a documented default (README, "Settings"). A bad value fails fast with a message that
+Every setting has a documented default (docs/SETTINGS.md). A bad value fails fast with a message that
 names the variable, instead of surfacing mid-ingestion.
 """
 
@@ -69,7 +69,7 @@ class Settings(BaseModel):
     # S3 reads (while validating) and writes of batch objects at once.
     s3_max_concurrency: int = Field(default=16, ge=1, le=64, alias="S3_MAX_CONCURRENCY")
 
-    # --- the claude strategy (README, "Settings") ---
+    # --- the claude strategy (docs/SETTINGS.md) ---
     model_id: str = Field(default=DEFAULT_MODEL_ID, min_length=1, alias="MODEL_ID")
     # Region of the Bedrock runtime endpoint; empty means the SDK's environment (AWS_REGION).
     model_region: str = Field(default="", alias="MODEL_REGION")
@@ -116,8 +116,8 @@ class Settings(BaseModel):
     context_memory_prefix: str = Field(default="contextual-kb/contexts/", alias="CONTEXT_MEMORY_PREFIX")
     # JSON price overrides in USD per million tokens, e.g. {"input": 1, "output": 5, "cache_read": 0.1}.
     model_prices: str = Field(default="", alias="MODEL_PRICES")
-    # What is left without a model context is recorded for `ckb contextualize` (README, "Contexts made
-    # later"): never; fallbacks (what fell back); always (no model call here at all: structural contexts
+    # What is left without a model context is recorded for `ckb contextualize` (docs/DEFERRED.md):
+    # never; fallbacks (what fell back); always (no model call here at all: structural contexts
     # now, every document pending, its contexts made later by Bedrock batch inference).
     context_defer: ContextDefer = Field(default="fallbacks", alias="CONTEXT_DEFER")
     # Pending documents are recorded in the intermediate bucket under this prefix.
