@@ -96,3 +96,18 @@ def test_answers_are_checked_like_the_lambdas_and_the_rest_stay_pending() -> Non
     result = accept(doc, normalize(text), [0, 1, 2], Output("R", text=answer))
     assert result.contexts == {0: "The guide opens."}
     assert result.rejected == {"empty": 1, "missing": 1}
+
+
+def test_an_answer_cut_at_max_tokens_keeps_its_closed_contexts_whole_as_the_function_does() -> None:
+    """The grouped mode's rule (engine.py): the parser keeps closed elements only, so a cut answer loses
+    the context it was writing (missing), and the closed ones are whole, never marked truncated."""
+    doc = document()
+    (_, _, text), *_ = list(unit_texts(doc))
+    cut = (
+        '<context chunk="1">The guide opens the manual.</context>\n'
+        '<context chunk="2">Installing it, run twice.</context>\n<context chunk="3">How to call'
+    )
+    output = Output("R", text=cut, stop_reason="max_tokens")
+    result = accept(doc, normalize(text), [0, 1, 2], output)
+    assert result.contexts == {0: "The guide opens the manual.", 1: "Installing it, run twice."}
+    assert result.rejected == {"missing": 1}

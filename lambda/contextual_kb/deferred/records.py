@@ -223,8 +223,9 @@ def accept(
     ``normalize`` of the unit's text as the record showed it); the rest rejected."""
     result = Accepted()
     normalized = normalized_unit
+    # The function's grouped mode's rule: the parser keeps only closed elements, so an answer cut at
+    # max_tokens loses only the context it was writing (counted missing); the closed ones are whole.
     answers = parse_grouped(output.text, [i + 1 for i in chunks])
-    truncated = output.stop_reason == "max_tokens"
     for index in chunks:
         answer = answers.get(index + 1)
         if answer is None:
@@ -235,7 +236,6 @@ def accept(
             chunk=document.chunk(index),
             normalized_document=normalized,
             max_chars=document.prompt.context_max_chars,
-            truncated=truncated,
         )
         if verdict.text is None:
             result.rejected[verdict.reason] = result.rejected.get(verdict.reason, 0) + 1
