@@ -564,6 +564,8 @@ def test_a_second_run_while_the_first_waits_at_its_confirmation_refuses_in_one_l
             with pytest.raises(ContextualizeError) as second:
                 world.contextualizer(group_size=2).run()
             refused.append(str(second.value))
+            quote = world.contextualizer(group_size=2, dry_run=True).run()  # a dry run says so
+            assert any("another ckb contextualize is planning a run" in note for note in quote.notes)
 
         first = world.contextualizer(group_size=2)
         first.confirm = meanwhile

@@ -228,11 +228,15 @@ class Contextualizer:
         them), and said so."""
         seen = self.claim.peek()
         state = self._load(seen[0]["run"]) if seen is not None else None
+        live = seen is not None and bool(seen[0].get("owner")) and seen[2] < LEASE_SECONDS
         if state is None or state["phase"] == "done":
-            return Summary(**self._plan(_new_run())["summary"])
-        assert seen is not None
-        body, _, age = seen
-        live = body.get("owner") and age < LEASE_SECONDS
+            summary = Summary(**self._plan(_new_run())["summary"])
+            if live and state is None:
+                summary.notes.append(
+                    "another ckb contextualize is planning a run (a confirmation may be waiting): what it "
+                    "plans is quoted here too"
+                )
+            return summary
         held = " (under way in another ckb contextualize)" if live else ""
         summary = Summary(**self._plan(_new_run(), leave_out=set(state["documents"]))["summary"])
         summary.notes.append(
@@ -626,7 +630,8 @@ class Contextualizer:
         """Each step's outputs stored, then the state saved with what it stored and what failed: a resume
         repeats at most the step it stopped in, whose writes are idempotent (remembered contexts merged by
         place; pending records settled only at the end, from the remembered contexts themselves), and
-        whose on-demand answers were kept in S3 first (never paid twice)."""
+        whose on-demand answers were kept in S3 a slice at a time (a resume asks again at most the slice
+        it stopped in)."""
         summary = Summary(**state["summary"])
         rejected: Counter[str] = Counter(summary.answers_rejected)
         on_demand = state["on_demand"]
