@@ -51,7 +51,8 @@ def contextualize(
         typer.Option(
             "--reingest/--no-reingest",
             help="End by ingesting the documents that got contexts again (S3 data sources: metadata files "
-            "marked, as ckb sync --reprocess).",
+            "marked, as ckb sync --reprocess). A document that cannot be marked is named, kept pending "
+            "(awaiting re-ingestion) and the command exits 1.",
         ),
     ] = True,
     min_records: Annotated[
