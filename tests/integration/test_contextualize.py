@@ -1011,3 +1011,12 @@ def test_one_text_chunked_two_ways_is_asked_for_each_and_both_stored_into_the_sh
         summary = world.contextualizer(group_size=2).run()
         assert summary.same_text == 0 and summary.documents == 2 and summary.contexts_stored == 9
         assert summary.pending_after == 0 and pending(world) == {}
+
+
+def test_the_quote_and_the_table_state_the_on_demand_assumption() -> None:
+    from contextual_kb.cli.contextualize import _assumed
+
+    assert _assumed([]) == ""
+    said = _assumed(["global.anthropic.claude-sonnet-4-6"])
+    assert "no batch prices known for global.anthropic.claude-sonnet-4-6" in said
+    assert "priced at on-demand prices, an upper bound" in said and "--batch-prices" in said

@@ -25,7 +25,8 @@ Phases, each resumable and idempotent:
    be.
 
 Nothing is lost: every pending chunk ends with a model context or still pending, and every document given
-contexts re-ingested or still recorded, counted.
+contexts re-ingested (marked) or still recorded, counted; without a ``reingest`` (``--no-reingest``) the
+caller re-ingests them, and the summary says how many.
 """
 
 from __future__ import annotations
