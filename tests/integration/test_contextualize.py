@@ -1020,3 +1020,40 @@ def test_the_quote_and_the_table_state_the_on_demand_assumption() -> None:
     said = _assumed(["global.anthropic.claude-sonnet-4-6"])
     assert "no batch prices known for global.anthropic.claude-sonnet-4-6" in said
     assert "priced at on-demand prices, an upper bound" in said and "--batch-prices" in said
+
+
+def test_a_run_that_slept_past_its_lease_while_another_took_it_over_stops_before_storing() -> None:
+    """A poll longer than the lease: the run is taken over meanwhile (the other stores the job's contexts,
+    then stops); the first, awake, is refused before it merges anything into the remembered contexts (two
+    merges could overwrite each other) or pays for anything; a third run finishes it."""
+    from contextual_kb.deferred.contextualize import ContextualizeError
+
+    class StoppedHereError(Exception):
+        pass
+
+    def stop(_state: Any) -> Any:
+        raise StoppedHereError
+
+    with LocalWorld(corpus(), BatchConfig(min_records=1, step_seconds=0.2)) as world:
+        world.ingest("always")
+        took: list[int] = []
+
+        def long_poll(_seconds: float) -> None:
+            if not took:
+                second = world.contextualizer(group_size=2)
+                second.claim.lease_seconds = 0  # the first's claim lapsed during its poll
+                second._settle = stop  # type: ignore[method-assign]  # stored, then stopped
+                with pytest.raises(StoppedHereError):
+                    second.run()
+                took.append(1)
+            time.sleep(0.3)
+
+        first = world.contextualizer(group_size=2)
+        first.sleep = long_poll
+        remember, merged = first._remember, []
+        first._remember = lambda *args: merged.append(1) or remember(*args)  # type: ignore[method-assign]
+        with pytest.raises(ContextualizeError, match="was taken over by another ckb contextualize"):
+            first.run()
+        assert took == [1] and merged == [] and creates(world) == 1
+        summary = world.contextualizer(group_size=2).run()
+        assert creates(world) == 1 and summary.contexts_stored == 20 and pending(world) == {}

@@ -4,7 +4,8 @@ bucket (``<batch prefix>current.json``), taken and renewed by S3 conditional wri
 A run is claimed before it plans (``PutObject`` with ``If-None-Match: *``: of two processes, one writes it,
 the other is refused), so two runs at once never plan, and so never pay for, the same pending chunks. The
 holder renews the claim as it works (``If-Match`` on the ETag it wrote), and always just before anything
-paid (a job created, records asked on demand) and before each write of the run's state. A claim not renewed
+paid (a job created, records asked on demand), before a job's contexts are stored and before each write of
+the run's state. A claim not renewed
 for ``LEASE_SECONDS`` (by S3's clock: the object's ``LastModified``) has lapsed: its process stopped without
 releasing it (killed, its machine gone), and the next run takes it over, again conditionally, and resumes
 the run. A holder that finds its claim taken over stops before its next paid step, in one line.

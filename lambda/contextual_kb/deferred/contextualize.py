@@ -686,6 +686,9 @@ class Contextualizer:
         self.progress(job["name"], int(described.get("processedRecordCount", 0)), len(job["records"]))
         if job["status"] not in ENDED:
             return
+        # Still this run's before its contexts are merged (a poll may have slept past the lease): two
+        # processes merging into one document's remembered contexts could each overwrite the other's.
+        self.claim.renew(force=True)
         if job["status"] in USABLE:
             model = state["records"][job["records"][0]]["model"]
             outputs = self._outputs(described, self._charge_line(state, summary, batch=True, model=model))
