@@ -686,9 +686,6 @@ class Contextualizer:
         self.progress(job["name"], int(described.get("processedRecordCount", 0)), len(job["records"]))
         if job["status"] not in ENDED:
             return
-        # Still this run's before its contexts are merged (a poll may have slept past the lease): two
-        # processes merging into one document's remembered contexts could each overwrite the other's.
-        self.claim.renew(force=True)
         if job["status"] in USABLE:
             model = state["records"][job["records"][0]]["model"]
             outputs = self._outputs(described, self._charge_line(state, summary, batch=True, model=model))
@@ -827,6 +824,10 @@ class Contextualizer:
     ) -> list[str]:
         """Contexts from ``outputs`` merged into the remembered contexts of their documents; the records that
         failed (or are missing), returned. Pending records are left to ``_settle``."""
+        # Still this run's before contexts are merged (a poll, or a slice of on-demand calls, may have
+        # outlasted the lease): two processes merging into one document's remembered contexts could each
+        # overwrite the other's.
+        self.claim.renew(force=True)
         failed: list[str] = []
         by_document: dict[str, list[tuple[str, Output | None]]] = {}
         for rid in record_ids_:
