@@ -55,6 +55,7 @@ EXCUSED = {
     "--analyzers index,code-aware,opensearch-builtin,plain --k 1,5,10": "no output quoted",
     "ckb eval --local --retrieval bm25,dense,hybrid": "needs the dense extra (torch); BM25 rows: eval_table",
     "python -m pytest -q tests/integration/test_security.py tests/infra/test_security_template.py": "tests",
+    "python -m pytest tests/integration/test_contextualize.py tests/unit/test_batch_records.py -q": "tests",
     "ckb eval --local --retrieval bm25,dense,hybrid --analyzers opensearch-builtin,code-aware": (
         "needs the dense extra (torch, make eval-dense); its BM25 rows are checked from eval_table"
     ),

@@ -56,7 +56,7 @@ def test_records_are_the_lambdas_grouped_requests_without_cache_and_with_11_char
 
 def test_jobs_stay_within_records_and_bytes_and_are_even() -> None:
     assert split_jobs([], Limits()) == []
-    limits = Limits(min_records=2, max_records=4, max_file_bytes=1000, max_job_bytes=1000)
+    limits = Limits(min_records=2, max_job_records=4, max_file_bytes=1000, max_job_bytes=1000)
     jobs = split_jobs([10] * 10, limits)
     assert [len(j) for j in jobs] == [4, 3, 3] or [len(j) for j in jobs] == [4, 4, 2]
     assert sorted(i for j in jobs for i in j) == list(range(10))
@@ -96,3 +96,29 @@ def test_answers_are_checked_like_the_lambdas_and_the_rest_stay_pending() -> Non
     result = accept(doc, normalize(text), [0, 1, 2], Output("R", text=answer))
     assert result.contexts == {0: "The guide opens."}
     assert result.rejected == {"empty": 1, "missing": 1}
+
+
+def test_an_answer_cut_at_max_tokens_keeps_its_closed_contexts_whole_as_the_function_does() -> None:
+    """The grouped mode's rule (engine.py): the parser keeps closed elements only, so a cut answer loses
+    the context it was writing (missing), and the closed ones are whole, never marked truncated."""
+    doc = document()
+    (_, _, text), *_ = list(unit_texts(doc))
+    cut = (
+        '<context chunk="1">The guide opens the manual.</context>\n'
+        '<context chunk="2">Installing it, run twice.</context>\n<context chunk="3">How to call'
+    )
+    output = Output("R", text=cut, stop_reason="max_tokens")
+    result = accept(doc, normalize(text), [0, 1, 2], output)
+    assert result.contexts == {0: "The guide opens the manual.", 1: "Installing it, run twice."}
+    assert result.rejected == {"missing": 1}
+
+
+@pytest.mark.parametrize(("job", "file"), [(4, 50_000), (50_000, 4), (4, 6), (6, 4)])
+def test_records_per_job_and_per_input_file_are_two_quotas_and_a_job_keeps_within_both(
+    job: int, file: int
+) -> None:
+    """One input file a job: a job holds at most the smaller of the two record quotas, whichever it is."""
+    limits = Limits(min_records=1, max_job_records=job, max_file_records=file)
+    jobs = split_jobs([10] * 10, limits)
+    assert max(len(j) for j in jobs) <= 4 and len(jobs) == 3
+    assert sorted(i for j in jobs for i in j) == list(range(10))

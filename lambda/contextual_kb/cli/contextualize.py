@@ -51,14 +51,16 @@ def contextualize(
         typer.Option(
             "--reingest/--no-reingest",
             help="End by ingesting the documents that got contexts again (S3 data sources: metadata files "
-            "marked, as ckb sync --reprocess).",
+            "marked, as ckb sync --reprocess). A document that cannot be marked is named, kept pending "
+            "(awaiting re-ingestion) and the command exits 1.",
         ),
     ] = True,
     min_records: Annotated[
         int | None,
         typer.Option(
             envvar="CKB_BATCH_MIN_RECORDS",
-            help="A job's minimum of records (quota; AWS's default 100, the local stand-in's 10).",
+            help="A job's minimum of records (the model's quota in Service Quotas; commonly 100, the local "
+            "stand-in's 10).",
             min=1,
             metavar="N",
         ),
@@ -66,14 +68,26 @@ def contextualize(
     max_records: Annotated[
         int,
         typer.Option(
-            envvar="CKB_BATCH_MAX_RECORDS", help="A job's maximum of records (quota).", min=1, metavar="N"
+            envvar="CKB_BATCH_MAX_RECORDS",
+            help="Records per batch inference job (the model's quota in Service Quotas).",
+            min=1,
+            metavar="N",
+        ),
+    ] = 50_000,
+    max_file_records: Annotated[
+        int,
+        typer.Option(
+            envvar="CKB_BATCH_MAX_FILE_RECORDS",
+            help="Records per input file (a quota of its own; a job here has one input file).",
+            min=1,
+            metavar="N",
         ),
     ] = 50_000,
     max_file_bytes: Annotated[
         int,
         typer.Option(
             envvar="CKB_BATCH_MAX_FILE_BYTES",
-            help="An input file's maximum size (quota).",
+            help="An input file's maximum size (the model's quota in Service Quotas).",
             min=1,
             metavar="BYTES",
         ),
@@ -82,7 +96,7 @@ def contextualize(
         int,
         typer.Option(
             envvar="CKB_BATCH_MAX_JOB_BYTES",
-            help="A job's maximum input size (quota).",
+            help="A job's maximum input size (the model's quota in Service Quotas).",
             min=1,
             metavar="BYTES",
         ),
@@ -148,7 +162,13 @@ def contextualize(
                 from contextual_kb.local.batch_standin import BatchConfig
 
                 config = BatchConfig()
-                limits = Limits(min_records or config.min_records, max_records, max_file_bytes, max_job_bytes)
+                limits = Limits(
+                    min_records or config.min_records,
+                    max_records,
+                    max_file_records,
+                    max_file_bytes,
+                    max_job_bytes,
+                )
                 run = run_local(
                     load_corpus(corpus),  # type: ignore[arg-type] # set above with --local
                     group_size=group_size,
@@ -161,7 +181,7 @@ def contextualize(
                 )
             result = run.as_dict()
         else:
-            limits = Limits(min_records or 100, max_records, max_file_bytes, max_job_bytes)
+            limits = Limits(min_records or 100, max_records, max_file_records, max_file_bytes, max_job_bytes)
             result = _on_aws(
                 stack,
                 region,
@@ -181,8 +201,15 @@ def contextualize(
             bar.stop()
     if as_json:
         write_json(result)
-        return
-    _print(result, local=local)
+    else:
+        _print(result, local=local)
+    if result.get("awaiting_reingestion") and reingest and not dry_run:
+        raise CliError(
+            f"{result['awaiting_reingestion']} document(s) got their contexts but were not re-ingested",
+            "they could not be marked (each named above with why); their records stay pending, awaiting "
+            "re-ingestion",
+            "fix what is said, then run ckb contextualize again (it marks them again, at no model cost)",
+        )
 
 
 def _on_aws(
@@ -244,7 +271,7 @@ def _on_aws(
         confirm=lambda quote: confirm(
             f"contexts for {quote.pending_before:,} pending chunk(s) of {quote.documents:,} document(s) by "
             f"Bedrock batch inference ({quote.records:,} records)",
-            f"about ${quote.cost_usd:,.2f}",
+            f"about ${quote.cost_usd:,.2f}" + _assumed(quote.priced_on_demand),
             yes=yes,
         ),
     )
@@ -253,43 +280,45 @@ def _on_aws(
 
 
 def _reingest(deployment: Any, ingestion: Any, s3: Any, log: Any) -> Any:
-    """Mark the documents that got contexts (their metadata files, as ckb sync --reprocess does), then one
-    ingestion job, followed; the model calls the function made meanwhile, from its metrics."""
+    """Mark the documents that got contexts (their metadata files, as ckb sync --reprocess does: those still
+    in S3 and writable), then, when any was marked, one ingestion job, followed; the model calls the
+    function made meanwhile, from its metrics. Every document not marked is said, with why."""
 
-    def run(sources: list[str]) -> int | None:
+    def start_job() -> tuple[str, int | None]:
         from contextual_kb.query import aws_clients
         from contextual_kb.query.doctor import model_calls_during
-        from contextual_kb.query.reprocess import Plan, mark
-        from contextual_kb.runtime.pending import now_iso
 
-        by_bucket: dict[str, list[tuple[str, int]]] = {}
-        others = 0
-        for uri in sources:
-            if not uri.startswith("s3://"):
-                others += 1
-                continue
-            bucket, _, key = uri.removeprefix("s3://").partition("/")
-            by_bucket.setdefault(bucket, []).append((key, 0))
-        if others:
-            log(f"{others} document(s) not in S3: ingest them again from their source (ckb sync)")
-        for bucket, documents in by_bucket.items():
-            marked = mark(s3, Plan(bucket, documents, []), now_iso())
-            log(f"marked {marked.created + marked.updated} document(s) in s3://{bucket} for re-ingestion")
         job = ingestion.start(fresh=True, notify=log)  # after any job that may have scanned before the marks
         log(f"ingestion job {job.job_id}: re-ingesting")
         for state in ingestion.follow(job):
             job = state
         log(f"ingestion job {job.job_id} ended {job.status}")
         if job.started_at is None or job.updated_at is None:
-            return None
+            return f"{job.job_id} {job.status}", None
         try:
-            return model_calls_during(
+            calls: int | None = model_calls_during(
                 lambda service: aws_clients.client(service, deployment.region), job.started_at, job.updated_at
             )
         except Exception:
-            return None
+            calls = None
+        return f"{job.job_id} {job.status}", calls
+
+    def run(sources: list[str]) -> Any:
+        from contextual_kb.deferred.reingest import reingest_s3
+
+        return reingest_s3(s3, sources, start_job, log)
 
     return run
+
+
+def _assumed(models: list[str]) -> str:
+    """What a quote or a cost assumes for models without batch prices ("" when nothing)."""
+    if not models:
+        return ""
+    return (
+        f" (no batch prices known for {', '.join(models)}: priced at on-demand prices, an upper bound; "
+        "batch is about half: --batch-prices gives them)"
+    )
 
 
 def _print(result: dict[str, Any], *, local: bool = False) -> None:
@@ -311,6 +340,8 @@ def _print(result: dict[str, Any], *, local: bool = False) -> None:
         ("contexts stored", result["contexts_stored"]),
         ("chunks with a model context", result["model_contexts"]),
         ("pending after", result["pending_after"]),
+        ("documents re-ingested", result["reingested_documents"]),
+        ("awaiting re-ingestion (not marked)", result["awaiting_reingestion"]),
         (
             "model calls during re-ingestion",
             "-" if result["model_calls_during_reingest"] is None else result["model_calls_during_reingest"],
@@ -330,6 +361,10 @@ def _print(result: dict[str, Any], *, local: bool = False) -> None:
         out.print(f"dropped {count} pending record(s): {reason}", markup=False)
     for note in result.get("notes") or []:
         out.print(note, markup=False)
+    for uri, why in sorted((result.get("not_reingested") or {}).items()):
+        out.print(f"not re-ingested: {uri}: {why}", markup=False)
+    if result.get("priced_on_demand"):
+        out.print(f"cost{_assumed(result['priced_on_demand'])}", markup=False)
     if local:
         out.print(
             "local: the contexts are the batch stand-in's (made by rule, not by a model); the model ID is "

@@ -91,6 +91,7 @@ def explain(exc: BaseException) -> CliError | None:
     if explained is not None:
         return explained
     # Imported here: these modules are heavier than the command line's start-up needs.
+    from contextual_kb.deferred.claim import ContextualizeError
     from contextual_kb.local.inputs import InputFileError
     from contextual_kb.local.runner import HandlerError
     from contextual_kb.query.deployment import DeploymentError
@@ -112,7 +113,7 @@ def explain(exc: BaseException) -> CliError | None:
         return CliError("transformation failed", str(exc))
     if isinstance(exc, InputFileError):  # a file the user named: a usage error
         return CliError(str(exc), code=2)
-    if isinstance(exc, DeploymentError | IngestionError | RetrievalError):
+    if isinstance(exc, DeploymentError | IngestionError | RetrievalError | ContextualizeError):
         return CliError(str(exc))
     if isinstance(exc, OSError) and exc.filename and exc.strerror:
         return CliError(str(exc.filename), exc.strerror.lower())

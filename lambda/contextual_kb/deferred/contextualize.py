@@ -1,25 +1,32 @@
 """``ckb contextualize``: the pending documents' missing contexts, made by Bedrock batch inference at half the
 on-demand price, stored where the Lambda reads them, then the documents ingested again.
 
-Phases, each resumable (the run's state is an object in the intermediate bucket; a second run picks up an
-unfinished one) and idempotent:
+The run is claimed before it plans (``claim.py``: an S3 conditional write), so two at once never pay for the
+same chunks; its state is an object in the intermediate bucket, and a run whose process stopped is resumed.
+Phases, each resumable and idempotent:
 
 1. **plan**: read the pending records; drop (and count) those that cannot be used: corrupt (their text no
    longer hashes to what was recorded), superseded (a newer record for the same source), or whose source
    was deleted or changed since (``source_state``); leave out chunks whose context is remembered by now;
-   build the records (``records.build``) and split them into jobs within the limits.
+   group the records of one text (each source of a copied file has its own), build the records
+   (``records.build``) once per text and split them into jobs within the limits.
 2. **submit**: write each job's JSONL input and create its model invocation job (idempotent by client
    token). Fewer records than a job's minimum: they are run on demand instead, and the summary says so.
-3. **collect**: follow the jobs to their end; read every output file; match output records by
-   ``recordId``; a failed, malformed, missing or duplicated record is counted, and its chunks stay
-   pending (or, with ``on_demand_retry``, are asked again on demand). A job that fails or expires leaves
-   all its chunks pending, with its error in one line.
+3. **collect**: follow the jobs to their end; read every output file, charging every line with usage;
+   match output records by ``recordId``; a failed, malformed, missing or duplicated record is counted, and
+   its chunks stay pending (or, with ``on_demand_retry``, are asked again on demand). A job that fails or
+   expires leaves all its chunks pending, with its error in one line.
 4. **store**: each accepted context is written to the document's remembered contexts (the key the Lambda
-   recorded), and the pending record keeps only what is still missing (deleted when nothing is).
+   recorded), and each pending record keeps only what is still missing; a record whose document got
+   contexts is kept, awaiting re-ingestion.
 5. **re-ingest**: the caller's ``reingest`` makes the Knowledge Base run the transformation again on the
-   documents that got contexts (``ckb sync --reprocess``'s mechanism, or the handler offline).
+   documents that got contexts (``reingest.py``: ``ckb sync --reprocess``'s mechanism, or the handler
+   offline); a record is dropped once its source is marked (or deleted), and kept, counted, when it cannot
+   be.
 
-Nothing is lost: every pending chunk ends with a model context or still pending, counted.
+Nothing is lost: every pending chunk ends with a model context or still pending, and every document given
+contexts re-ingested (marked) or still recorded, counted; without a ``reingest`` (``--no-reingest``) the
+caller re-ingests them, and the summary says how many.
 """
 
 from __future__ import annotations
@@ -30,13 +37,14 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import closing
+from contextlib import closing, suppress
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
 
+from contextual_kb.deferred.claim import LEASE_SECONDS, Claim, ContextualizeError
 from contextual_kb.deferred.concurrency import in_order
 from contextual_kb.deferred.records import (
     Accepted,
@@ -51,10 +59,11 @@ from contextual_kb.deferred.records import (
     split_jobs,
     unit_texts,
 )
+from contextual_kb.deferred.reingest import Reingested
 from contextual_kb.deferred.spool import Spool, Spooled
 from contextual_kb.runtime.context.claude.answers import normalize
 from contextual_kb.runtime.context.claude.memory import ContextMemory, place_key
-from contextual_kb.runtime.context.claude.pricing import batch_prices_for, prices_for
+from contextual_kb.runtime.context.claude.pricing import BatchPrices, Prices, batch_prices_for, prices_for
 from contextual_kb.runtime.pending import PendingDocument
 
 ENDED = {"Completed", "PartiallyCompleted", "Failed", "Stopped", "Expired"}
@@ -70,10 +79,6 @@ GONE, BROKEN = "gone", "broken"
 # When nothing is known of a document's context length, an output's estimate (dry run): measured on the
 # codebase corpus, 74 output tokens a chunk (docs/BENCHMARKS.md, "Contextualizing with Claude").
 ESTIMATED_OUTPUT_TOKENS_PER_CHUNK = 74
-
-
-class ContextualizeError(Exception):
-    """The run cannot go on; the message says why and what to do."""
 
 
 @dataclass
@@ -110,6 +115,11 @@ class Summary:
     failed_records: int = 0
     answers_rejected: dict[str, int] = field(default_factory=dict)
     dropped: dict[str, int] = field(default_factory=dict)  # pending records not used, by reason
+    same_text: int = 0  # records of a text another record has (a copied file): asked once, each re-ingested
+    # Documents with contexts made but not re-ingested (not marked: why, by source); records kept.
+    awaiting_reingestion: int = 0
+    not_reingested: dict[str, str] = field(default_factory=dict)
+    reingest_missing: int = 0  # sources deleted since recorded: not marked, records dropped
     model_calls_during_reingest: int | None = None
     reingested_documents: int = 0
     input_tokens: int = 0
@@ -117,6 +127,9 @@ class Summary:
     cost_usd: float = 0.0
     floor_usd: float = 0.0
     estimated: bool = False  # a dry run: tokens and costs are estimates
+    # Models without batch prices (not in the table, none given): priced at their on-demand prices, an upper
+    # bound (Bedrock's batch is about half), never at $0.
+    priced_on_demand: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -136,6 +149,9 @@ class _Glance:
     key: str
     source: str
     recorded_at: str
+    text: tuple[
+        str, str
+    ]  # the remembered-contexts key and the spans' hash: records of one text, chunked alike
 
 
 @dataclass
@@ -149,7 +165,8 @@ class _Stored:
 
 SourceState = Callable[[str, str], str]  # (source URI, recorded at) -> ok | deleted | changed | unknown
 OnDemand = Callable[[list[Planned]], dict[str, Output]]
-Reingest = Callable[[list[str]], int | None]  # source URIs -> model calls made while re-ingesting
+# Source URIs -> what was re-ingested (an int or None: every source was, with that many model calls made).
+Reingest = Callable[[list[str]], Reingested | int | None]
 
 
 class Contextualizer:
@@ -177,17 +194,73 @@ class Contextualizer:
         self.progress = progress
         self.sleep = sleep
         self.memory = ContextMemory(s3)
+        # Which run is under way, held by this process while it works (``claim.py``).
+        self.claim = Claim(s3, options.bucket, options.batch_prefix + CURRENT)
+
+    @property
+    def s3(self) -> Any:
+        return self._s3
+
+    @s3.setter
+    def s3(self, client: Any) -> None:  # tests swap the client: the claim and memory follow it
+        self._s3 = client
+        if hasattr(self, "claim"):
+            self.claim.s3 = client
+            self.memory = ContextMemory(client)
 
     # --- the run ---
     def run(self, reingest: Reingest | None = None) -> Summary:
-        state = self._resume()
-        if state is None:
-            state = self._plan()
-            if self.options.dry_run or not state["records"]:
+        """The run: claimed first (``claim.py``), so that two at once never plan the same pending chunks;
+        an unfinished one whose process stopped is resumed. A dry run claims nothing and writes nothing."""
+        if self.options.dry_run:
+            return self._dry_run()
+        run = self.claim.take(_new_run())
+        try:
+            return self._run(run, reingest)
+        except BaseException:
+            # Stopped on an error or an interrupt: the next run resumes at once. A release that fails
+            # hides nothing: the claim then lapses, and the error raised is the run's own.
+            with suppress(Exception):
+                self.claim.release()
+            raise
+
+    def _dry_run(self) -> Summary:
+        """The plan's quote; an unfinished run's documents are left out of it (resuming it pays for
+        them), and said so."""
+        seen = self.claim.peek()
+        state = self._load(seen[0]["run"]) if seen is not None else None
+        live = seen is not None and bool(seen[0].get("owner")) and seen[2] < LEASE_SECONDS
+        if state is None or state["phase"] == "done":
+            summary = Summary(**self._plan(_new_run())["summary"])
+            if live and state is None:
+                summary.notes.append(
+                    "another ckb contextualize is planning a run (a confirmation may be waiting): what it "
+                    "plans is quoted here too"
+                )
+            return summary
+        held = " (under way in another ckb contextualize)" if live else ""
+        summary = Summary(**self._plan(_new_run(), leave_out=set(state["documents"]))["summary"])
+        summary.notes.append(
+            f"run {state['run']} is unfinished{held}: its {len(state['documents'])} document(s) and "
+            f"{len(state['records'])} record(s) are not quoted here; ckb contextualize resumes it"
+        )
+        return summary
+
+    def _run(self, run: str, reingest: Reingest | None) -> Summary:
+        state = self._load(run)
+        if state is None or state["phase"] == "done":
+            # A claim whose run never saved a plan (stopped while planning) or finished: planned anew, under
+            # a run of its own (what that one may have uploaded is never read).
+            run = _new_run()
+            self.claim.renew(run=run)
+            state = self._plan(run)
+            if not state["records"] and not state["touched"]:
                 summary = Summary(**state["summary"])
-                if not state["records"] and not self.options.dry_run:
-                    summary.notes.append("nothing pending: no job submitted")
+                summary.notes.append("nothing pending: no job submitted")
+                self.claim.release(finished=True)
                 return summary
+            if not state["records"]:  # only documents awaiting re-ingestion: nothing to ask
+                state["phase"] = "stored"
             self._save(state)
         else:
             self.log(f"resuming run {state['run']} ({state['phase']})")
@@ -201,56 +274,51 @@ class Contextualizer:
             self._save(state)
         summary = Summary(**state["summary"])
         if state["phase"] == "stored":
-            still = self._settle(state)
+            # Records keep what is still wanted, and those given contexts are kept, awaiting re-ingestion,
+            # until their source is marked: a run stopped from here re-ingests them when resumed.
+            state["still"] = self._settle(state)
+            state["phase"] = "settled"
+            self._save(state)
+        if state["phase"] == "settled":
             sources = sorted(set(state["touched"].values()))
+            summary.awaiting_reingestion, summary.not_reingested = 0, {}  # the plan's count, counted again
+            # Without a re-ingestion (--no-reingest) the caller ingests them again: settled as if marked.
+            reingested = Reingested(marked=sources)
             if reingest is not None and sources:
-                summary.model_calls_during_reingest = reingest(sources)
-                summary.reingested_documents = len(sources)
+                got = reingest(sources)
+                reingested = (
+                    got if isinstance(got, Reingested) else Reingested(marked=sources, model_calls=got)
+                )
+                summary.model_calls_during_reingest = reingested.model_calls
+                summary.reingested_documents = len(reingested.marked)
+            elif sources:
+                summary.notes.append(
+                    f"{len(sources)} document(s) got contexts and were not re-ingested (--no-reingest): "
+                    "ingest them again yourself (ckb sync --reprocess)"
+                )
+            self._after_reingestion(state, reingested, summary)
             summary.pending_after = self._pending_chunks()
             # Every chunk with text of these documents has a model context, but those still pending.
+            still = state["still"]
             summary.model_contexts = sum(
                 info["with_text"] - still.get(key, 0) for key, info in state["documents"].items()
             )
             state["summary"] = asdict(summary)
             state["phase"] = "done"
             self._save(state)
-            self._delete(self.options.batch_prefix + CURRENT)
+            self.claim.release(finished=True)
         return summary
 
     # --- plan ---
-    def _plan(self) -> dict[str, Any]:
+    def _plan(self, run: str, leave_out: set[str] | None = None) -> dict[str, Any]:
         """Two passes over the pending records, several at a time: the first picks the usable ones (keeping
         their keys alone), the second reads each again and spools its records to disk; no document's text
-        stays in memory after its records are built."""
+        stays in memory after its records are built. ``leave_out``: pending record keys not planned."""
         options = self.options
-        run = datetime.now().strftime("%Y%m%d%H%M%S") + uuid.uuid4().hex[:6]
         summary = Summary(run=run, estimated=options.dry_run)
-        usable, dropped = self._usable()
-        ids = record_ids()
-        documents: dict[str, int] = {}  # pending record key -> the document's tokens
-        known: dict[str, dict[str, Any]] = {}  # pending record key -> what the run must know of it
+        usable, dropped = self._usable(leave_out or set())
         with Spool() as spool:
-            for key, (document, wanted) in in_order(self._with_wanted, usable):
-                if isinstance(document, str):  # changed since the first pass read it
-                    if document == BROKEN:  # a deleted one (another run settled it) needs nothing more
-                        dropped["corrupt"] += 1
-                        self._drop(key)
-                    continue
-                if not wanted:
-                    dropped["resolved"] += 1
-                    self._drop(key)
-                    continue
-                for record in build(key, document, wanted, options.group_size, ids):
-                    spool.add(record)
-                documents[key] = count_tokens(document.text)
-                known[key] = {
-                    "source": document.source,
-                    "with_text": sum(1 for i in range(len(document.spans)) if document.chunk(i).strip()),
-                    "spans": _spans_hash(document),  # a record rewritten with other chunks is not stored into
-                }
-                summary.documents += 1
-                summary.chunks += len(document.spans)
-                summary.pending_before += len(wanted)
+            documents, known = self._build(usable, spool, summary, dropped)
             planned = spool.records
             summary.dropped = dict(dropped)
             summary.records = len(planned)
@@ -266,19 +334,98 @@ class Contextualizer:
             if options.dry_run:
                 self._estimate(summary, planned, on_demand)
             elif self.confirm is not None and planned:
-                quote = replace(summary, estimated=True, notes=list(summary.notes))
+                quote = replace(summary, estimated=True, notes=list(summary.notes), priced_on_demand=[])
                 self._estimate(quote, planned, on_demand)
                 self.confirm(quote)
+            if not options.dry_run:
+                # Still this run's (a prompt may have waited past the lease), before anything is uploaded.
+                self.claim.renew(force=True)
+            if summary.awaiting_reingestion:
+                summary.notes.append(
+                    f"{summary.awaiting_reingestion} document(s) with contexts made by an earlier run await "
+                    "re-ingestion: marked again at the end (no model cost)"
+                )
             state = self._new_state(run, summary, spool, jobs, on_demand)
         state["documents"] = known
+        # Re-ingested at the end whatever this run gives them: their earlier contexts are not in the index.
+        state["touched"].update({key: info["source"] for key, info in known.items() if info["awaiting"]})
         return state
 
-    def _usable(self) -> tuple[list[str], Counter[str]]:
-        """The keys of the pending records worth contextualizing, newest per source; the others dropped
-        (deleted, unless a dry run) and counted by reason."""
+    def _build(
+        self, usable: list[list[str]], spool: Spool, summary: Summary, dropped: Counter[str]
+    ) -> tuple[dict[str, int], dict[str, dict[str, Any]]]:
+        """The second pass: each group of records of one text read again, and records built (spooled) for
+        the chunks any of them still wants, from the first; every record of the group known to the run
+        (each source is re-ingested, each record settled). Returns (pending record key -> its document's
+        tokens, for the records built from; pending record key -> what the run must know of it)."""
+        options = self.options
+        ids = record_ids()
+        documents: dict[str, int] = {}
+        known: dict[str, dict[str, Any]] = {}
+        group_of = {key: n for n, keys in enumerate(usable) for key in keys}
+        first: PendingDocument | None = None  # the group's first record, to build from
+        members: list[tuple[str, dict[str, Any], list[int]]] = []
+
+        def plan_group() -> None:
+            wanted = sorted({i for _, _, asked in members for i in asked})
+            if first is None or not wanted:
+                for key, info, _ in members:
+                    if info["awaiting"]:  # its contexts are made: it is only to be re-ingested
+                        known[key] = info
+                        summary.awaiting_reingestion += 1
+                    else:
+                        dropped["resolved"] += 1
+                        self._drop(key)
+                return
+            builder = members[0][0]
+            for record in build(builder, first, wanted, options.group_size, ids):
+                spool.add(record)
+            documents[builder] = count_tokens(first.text)
+            for key, info, asked in members:
+                known[key] = {**info, **({"copy_of": builder} if key != builder else {})}
+                summary.documents += 1
+                summary.chunks += info["chunks"]
+                summary.pending_before += len(asked)
+                summary.awaiting_reingestion += info["awaiting"]
+            summary.same_text += len(members) - 1
+
+        ordered = (key for keys in usable for key in keys)
+        for key, (document, wanted) in in_order(self._with_wanted, ordered):
+            if not options.dry_run:
+                self.claim.renew()  # a quarter of the lease gone: a long plan keeps the run
+            if members and group_of[members[0][0]] != group_of[key]:
+                plan_group()
+                first, members = None, []
+            if isinstance(document, str):  # changed since the first pass read it
+                if document == BROKEN:  # a deleted one (another run settled it) needs nothing more
+                    dropped["corrupt"] += 1
+                    self._drop(key)
+                continue
+            info = {
+                "source": document.source,
+                "chunks": len(document.spans),
+                "with_text": sum(1 for i in range(len(document.spans)) if document.chunk(i).strip()),
+                "spans": _spans_hash(document),  # a record rewritten with other chunks is not stored into
+                "memory": document.memory_key,
+                "awaiting": bool(document.awaiting_reingestion),
+            }
+            if members and info["spans"] != members[0][1]["spans"]:
+                continue  # recorded again since the first pass, chunked otherwise: left to the next run
+            if first is None:
+                first = document
+            members.append((key, info, wanted))
+        if members:
+            plan_group()
+        return documents, known
+
+    def _usable(self, leave_out: set[str]) -> tuple[list[list[str]], Counter[str]]:
+        """The keys of the pending records worth contextualizing, newest per source, in groups of one text
+        (the same remembered contexts and chunks); the others dropped (deleted, unless a dry run) and
+        counted by reason."""
         dropped: Counter[str] = Counter()
         newest: dict[str, _Glance] = {}
-        for key, glance in in_order(self._glance, self._pending_keys()):
+        keys = (key for key in self._pending_keys() if key not in leave_out)
+        for key, glance in in_order(self._glance, keys):
             if glance is None:
                 dropped["corrupt"] += 1
                 self._drop(key)
@@ -292,21 +439,24 @@ class Contextualizer:
             self._drop(older.key)
             newest[glance.source] = newer
         chosen = sorted(newest.values(), key=lambda g: g.key)
-        usable = []
+        by_text: dict[tuple[str, str], list[str]] = {}
         for glance, state in in_order(lambda g: self.source_state(g.source, g.recorded_at), chosen):
             if state in {"deleted", "changed"}:
                 dropped[state] += 1  # never written under another text's key: that one is ingested anew
                 self._drop(glance.key)
             else:
-                usable.append(glance.key)
-        return usable, dropped
+                by_text.setdefault(glance.text, []).append(glance.key)
+        # Each source of one text has its record (a copied file): asked once, stored once, each re-ingested.
+        return list(by_text.values()), dropped
 
     def _glance(self, key: str) -> _Glance | None:
         """What choosing among the records needs of one (None: gone, or its text no longer hashes)."""
         document = self._read(key)
         if document is None or not document.intact():
             return None
-        return _Glance(key, document.source, document.recorded_at)
+        return _Glance(
+            key, document.source, document.recorded_at, (document.memory_key, _spans_hash(document))
+        )
 
     def _with_wanted(self, key: str) -> tuple[PendingDocument | str, list[int]]:
         """The record and its chunks still wanted; ``GONE`` or ``BROKEN`` in its place."""
@@ -411,25 +561,31 @@ class Contextualizer:
         for index, spooled in enumerate(planned):
             record = spooled.record
             output = ESTIMATED_OUTPUT_TOKENS_PER_CHUNK * len(record.chunks)
-            summary.input_tokens += record.input_tokens
-            summary.output_tokens += output
             self._charge(
                 summary, record.model_id, record.input_tokens, output, batch=index not in asked_on_demand
             )
+            self._floor_output(summary, record.model_id, output)
 
     def _charge(
         self, summary: Summary, model_id: str, input_tokens: int, output_tokens: int, *, batch: bool
     ) -> None:
+        """What an output line (or, estimating, a record) costs, at batch or on-demand prices. A model
+        without batch prices is charged its on-demand prices (an upper bound, named in the summary)."""
+        summary.input_tokens += input_tokens
+        summary.output_tokens += output_tokens
         options = self.options
-        on_demand = prices_for(model_id, options.model_prices)
-        if on_demand is not None:
-            summary.floor_usd += output_tokens * on_demand.output / 1e6
+        prices: BatchPrices | Prices | None = None
         if batch:
             prices = batch_prices_for(model_id, options.batch_prices)
-            if prices is not None:
-                summary.cost_usd += (input_tokens * prices.input + output_tokens * prices.output) / 1e6
-        elif on_demand is not None:
-            summary.cost_usd += (input_tokens * on_demand.input + output_tokens * on_demand.output) / 1e6
+            if prices is None and model_id not in summary.priced_on_demand:
+                summary.priced_on_demand.append(model_id)
+        if prices is None:
+            prices = prices_for(model_id, options.model_prices)
+        summary.cost_usd += (input_tokens * prices.input + output_tokens * prices.output) / 1e6
+
+    def _floor_output(self, summary: Summary, model_id: str, output_tokens: int) -> None:
+        """The floor's second part: the contexts used, written at the on-demand output price."""
+        summary.floor_usd += output_tokens * prices_for(model_id, self.options.model_prices).output / 1e6
 
     # --- submit ---
     def _submit(self, state: dict[str, Any]) -> None:
@@ -440,6 +596,7 @@ class Contextualizer:
                 continue
             key = job["input"]
             model_id = state["records"][job["records"][0]]["model"]
+            self.claim.renew(force=True)  # paid: only while this process holds the run
             try:
                 created = self.bedrock.create_model_invocation_job(
                     jobName=job["name"],
@@ -474,38 +631,25 @@ class Contextualizer:
         """Each step's outputs stored, then the state saved with what it stored and what failed: a resume
         repeats at most the step it stopped in, whose writes are idempotent (remembered contexts merged by
         place; pending records settled only at the end, from the remembered contexts themselves), and
-        whose on-demand answers were kept in S3 first (never paid twice)."""
+        whose on-demand answers were kept in S3 a slice at a time (a resume asks again at most the slice
+        it stopped in)."""
         summary = Summary(**state["summary"])
         rejected: Counter[str] = Counter(summary.answers_rejected)
         on_demand = state["on_demand"]
         if on_demand["records"] and not on_demand.get("stored"):
-            outputs = self._on_demand_outputs(state, on_demand["records"], "on-demand")
-            on_demand["failed"] = self._store(
-                state, on_demand["records"], outputs, summary, rejected, batch=False
+            outputs = self._on_demand_outputs(
+                state, on_demand["records"], "on-demand", self._charge_line(state, summary, batch=False)
             )
+            on_demand["failed"] = self._store(state, on_demand["records"], outputs, summary, rejected)
             on_demand["stored"] = True
             self._checkpoint(state, summary, rejected)
         pending_jobs = [job for job in state["jobs"] if job["arn"] and not job["stored"]]
         while pending_jobs:
             for job in pending_jobs:
-                described = self.bedrock.get_model_invocation_job(jobIdentifier=job["arn"])
-                job["status"] = described["status"]
-                self.progress(job["name"], int(described.get("processedRecordCount", 0)), len(job["records"]))
-                if job["status"] not in ENDED:
-                    continue
-                if job["status"] in USABLE:
-                    outputs = self._outputs(described)
-                else:
-                    job["message"] = str(described.get("message", ""))
-                    summary.jobs_failed += 1
-                    why = job["message"] or "no reason given"
-                    self.log(f"job {job['name']} {job['status']}: {why}; its chunks stay pending")
-                    outputs = {}
-                job["failed"] = self._store(state, job["records"], outputs, summary, rejected, batch=True)
-                job["stored"] = True
-                self._checkpoint(state, summary, rejected)
+                self._follow(state, job, summary, rejected)
             pending_jobs = [job for job in state["jobs"] if job["arn"] and not job["stored"]]
             if pending_jobs:
+                self.claim.renew()
                 self.sleep(self.options.poll_seconds)
         for job in state["jobs"]:  # never created: their chunks stay pending, counted
             if job.get("status") == "NotCreated" and not job["stored"]:
@@ -521,14 +665,38 @@ class Contextualizer:
             again = retry["records"]
             if again:
                 self.log(f"{len(again)} record(s) failed in batch: asked again on demand")
-                outputs = self._on_demand_outputs(state, again, "retry")
-                retry["failed"] = self._store(state, again, outputs, summary, rejected, batch=False)
+                outputs = self._on_demand_outputs(
+                    state, again, "retry", self._charge_line(state, summary, batch=False)
+                )
+                retry["failed"] = self._store(state, again, outputs, summary, rejected)
             retry["stored"] = True
         # Failed for good: what the retry did not answer (or every failure, without one), and on demand's.
         final = (
             set(retry["failed"]) | (set(failed) - set(retry["records"])) | set(on_demand.get("failed", []))
         )
         summary.failed_records = len(final)
+        self._checkpoint(state, summary, rejected)
+
+    def _follow(
+        self, state: dict[str, Any], job: dict[str, Any], summary: Summary, rejected: Counter[str]
+    ) -> None:
+        """One look at a job; once it has ended, its outputs charged (every line) and stored."""
+        described = self.bedrock.get_model_invocation_job(jobIdentifier=job["arn"])
+        job["status"] = described["status"]
+        self.progress(job["name"], int(described.get("processedRecordCount", 0)), len(job["records"]))
+        if job["status"] not in ENDED:
+            return
+        if job["status"] in USABLE:
+            model = state["records"][job["records"][0]]["model"]
+            outputs = self._outputs(described, self._charge_line(state, summary, batch=True, model=model))
+        else:
+            job["message"] = str(described.get("message", ""))
+            summary.jobs_failed += 1
+            why = job["message"] or "no reason given"
+            self.log(f"job {job['name']} {job['status']}: {why}; its chunks stay pending")
+            outputs = {}
+        job["failed"] = self._store(state, job["records"], outputs, summary, rejected)
+        job["stored"] = True
         self._checkpoint(state, summary, rejected)
 
     def _still_fitting(self, state: dict[str, Any], record_ids_: list[str]) -> list[str]:
@@ -544,16 +712,30 @@ class Contextualizer:
         fitting = {key: ok for key, ok in in_order(fits, keys)}
         return [rid for rid in record_ids_ if fitting.get(state["records"][rid]["document"], False)]
 
+    def _charge_line(
+        self, state: dict[str, Any], summary: Summary, *, batch: bool, model: str = ""
+    ) -> Callable[[Output], None]:
+        """Charges an output line with usage: its record's model (``model`` for an id the run never asked)."""
+
+        def charge(output: Output) -> None:
+            if output.input_tokens or output.output_tokens:
+                asked = state["records"].get(output.record_id, {}).get("model") or model
+                self._charge(summary, asked, output.input_tokens, output.output_tokens, batch=batch)
+
+        return charge
+
     def _checkpoint(self, state: dict[str, Any], summary: Summary, rejected: Counter[str]) -> None:
         summary.answers_rejected = dict(rejected)
         state["summary"] = asdict(summary)
         self._save(state)
 
     def _on_demand_outputs(
-        self, state: dict[str, Any], record_ids_: list[str], name: str
+        self, state: dict[str, Any], record_ids_: list[str], name: str, charge: Callable[[Output], None]
     ) -> dict[str, Output]:
         """The records' answers on demand, kept in S3 (as job output files, ``ON_DEMAND_SLICE`` records
-        each) as they come: a resume reads back the slices answered and pays only for the others."""
+        each) as they come: a resume reads back the slices answered and asks only for the others (a slice
+        answered but not yet kept when the run stopped is asked again). Every answer is charged, read back
+        or new: the step's summary is saved with the step, so none is counted twice."""
         prefix = f"{self.options.batch_prefix}{state['run']}/output/{name}-"
         slices = [
             record_ids_[at : at + ON_DEMAND_SLICE] for at in range(0, len(record_ids_), ON_DEMAND_SLICE)
@@ -566,19 +748,23 @@ class Contextualizer:
             if kept is None:
                 missing.append((key, ids))
             else:
-                outputs.update(_parse_outputs(kept.split(b"\n")))
+                outputs.update(_parse_outputs(kept.split(b"\n"), charge=charge))
         if not missing or self.on_demand is None:
             return outputs
         planned = self._planned(state, {rid for _, ids in missing for rid in ids})
         for key, ids in missing:
+            self.claim.renew(force=True)  # paid: only while this process holds the run
             answered = self.on_demand([planned[rid] for rid in ids if rid in planned])
             lines = [json.dumps(_as_output_line(output), ensure_ascii=True) for output in answered.values()]
             self._put(key, ("\n".join(lines) + "\n").encode("ascii"))
+            for output in answered.values():
+                charge(output)
             outputs.update(answered)
         return outputs
 
-    def _outputs(self, described: dict[str, Any]) -> dict[str, Output]:
-        """Every output record of a job, by record id (the first valid one where one is repeated)."""
+    def _outputs(self, described: dict[str, Any], charge: Callable[[Output], None]) -> dict[str, Output]:
+        """Every output record of a job, by record id (the first valid one where one is repeated); every
+        line charged as it is read."""
         job_id = str(described["jobArn"]).rsplit("/", 1)[-1]
         uri = described["outputDataConfig"]["s3OutputDataConfig"]["s3Uri"].rstrip("/") + f"/{job_id}/"
         bucket, _, prefix = uri.removeprefix("s3://").partition("/")
@@ -589,7 +775,7 @@ class Contextualizer:
                     continue
                 # Streamed: an output file holds its records' inputs too, as large as the input file.
                 with closing(self.s3.get_object(Bucket=bucket, Key=item["Key"])["Body"]) as body:
-                    _parse_outputs(_lines(body), into=found)
+                    _parse_outputs(_lines(body), into=found, charge=charge)
         return found
 
     def _planned(self, state: dict[str, Any], wanted: set[str]) -> dict[str, Planned]:
@@ -635,15 +821,32 @@ class Contextualizer:
         outputs: dict[str, Output],
         summary: Summary,
         rejected: Counter[str],
-        *,
-        batch: bool,
     ) -> list[str]:
         """Contexts from ``outputs`` merged into the remembered contexts of their documents; the records that
         failed (or are missing), returned. Pending records are left to ``_settle``."""
+        # Still this run's before contexts are merged (a poll, or a slice of on-demand calls, may have
+        # outlasted the lease): two processes merging into one document's remembered contexts could each
+        # overwrite the other's.
+        self.claim.renew(force=True)
         failed: list[str] = []
         by_document: dict[str, list[tuple[str, Output | None]]] = {}
         for rid in record_ids_:
             by_document.setdefault(state["records"][rid]["document"], []).append((rid, outputs.get(rid)))
+        # Documents that share remembered contexts (one text, chunked otherwise) are stored one after the
+        # other: each merge reads and writes the same object.
+        by_memory: dict[str, list[tuple[str, list[tuple[str, Output | None]]]]] = {}
+        for key, results in by_document.items():
+            memory = state["documents"].get(key, {}).get("memory", key)
+            by_memory.setdefault(memory, []).append((key, results))
+        copies: dict[str, list[str]] = {}
+        for key, info in state["documents"].items():
+            if info.get("copy_of"):
+                copies.setdefault(info["copy_of"], []).append(key)
+
+        def store_shared(
+            items: list[tuple[str, list[tuple[str, Output | None]]]],
+        ) -> list[tuple[tuple[str, list[tuple[str, Output | None]]], _Stored | None]]:
+            return [(item, store_one(item)) for item in items]
 
         def store_one(item: tuple[str, list[tuple[str, Output | None]]]) -> _Stored | None:
             """One document's accepted contexts, remembered (None: the answers no longer fit it)."""
@@ -664,7 +867,8 @@ class Contextualizer:
                 self._remember(document, stored.contexts)
             return stored
 
-        for (key, results), stored in in_order(store_one, list(by_document.items())):
+        stored_all = (each for _, done in in_order(store_shared, list(by_memory.values())) for each in done)
+        for (key, results), stored in stored_all:
             if stored is None:
                 # Deleted meanwhile, or recorded again with other chunks (a sync during the run): these
                 # answers no longer fit it. Counted as failed, never asked again (stale); the new record's
@@ -676,23 +880,25 @@ class Contextualizer:
                 if output is None or output.error:
                     failed.append(rid)
                     continue
-                summary.input_tokens += output.input_tokens
-                summary.output_tokens += output.output_tokens
-                model = state["records"][rid]["model"]
-                self._charge(summary, model, output.input_tokens, output.output_tokens, batch=batch)
+                # Charged as read (``_charge_line``); the floor counts the contexts used.
+                self._floor_output(summary, state["records"][rid]["model"], output.output_tokens)
             rejected.update(stored.rejected)
             if stored.contexts:
                 summary.contexts_stored += len(stored.contexts)
                 state["touched"][key] = stored.source
+                for copy in copies.get(key, []):  # each source of the text is ingested again
+                    state["touched"][copy] = state["documents"][copy]["source"]
         return failed
 
     def _settle(self, state: dict[str, Any]) -> dict[str, int]:
-        """Each pending record of this run keeps only the chunks still without a remembered context (deleted
-        when none is left): read from the remembered contexts themselves, so it holds however the run went.
-        Written or deleted only over the version read (S3 conditional requests): a record the function
-        wrote again meanwhile (a sync) stands as it is. Returns, per record of this run, its chunks still
-        without a remembered context."""
+        """Each pending record of this run keeps only the chunks still without a remembered context: read
+        from the remembered contexts themselves, so it holds however the run went. A record whose document
+        got contexts (to be re-ingested) is kept, awaiting re-ingestion, until its source is marked
+        (``_after_reingestion``); any other is deleted when nothing is left. Written or deleted only over
+        the version read (S3 conditional requests): a record the function wrote again meanwhile (a sync)
+        stands as it is. Returns, per record of this run, its chunks still without a remembered context."""
         still: dict[str, int] = {}
+        touched = state["touched"]
 
         def settle_one(key: str) -> int:
             got = self._get_versioned(key)
@@ -701,11 +907,14 @@ class Contextualizer:
                 return 0
             etag = got[1]
             wanted = self._still_wanted(document)
+            update: dict[str, Any] = {"pending": wanted}
+            if key in touched:
+                update["awaiting_reingestion"] = document.awaiting_reingestion or state["run"]
             try:
-                if not wanted:
+                if not wanted and key not in touched:
                     self._drop(key, if_match=etag)
-                elif wanted != document.pending:
-                    self._write(key, document.model_copy(update={"pending": wanted}), if_match=etag)
+                elif any(getattr(document, name) != value for name, value in update.items()):
+                    self._write(key, document.model_copy(update=update), if_match=etag)
             except ClientError as exc:  # recorded again since it was read: the newer record stands as it is
                 if exc.response.get("Error", {}).get("Code") not in CHANGED_MEANWHILE:
                     raise
@@ -715,6 +924,47 @@ class Contextualizer:
             if left:
                 still[key] = left
         return still
+
+    def _after_reingestion(self, state: dict[str, Any], reingested: Reingested, summary: Summary) -> None:
+        """The records awaiting re-ingestion: a marked source's record no longer awaits (deleted when nothing
+        is left to ask); a deleted source's record is dropped (the Knowledge Base removes the document);
+        any other stays, counted, with why it was not marked."""
+        marked, missing = set(reingested.marked), set(reingested.missing)
+        touched = state["touched"]
+
+        def after_one(key: str) -> str:
+            got = self._get_versioned(key)
+            document = _parse_pending(got[0]) if got is not None else None
+            if got is None or document is None or not document.awaiting_reingestion:
+                return ""  # settled, or written again by the function since (a sync): as it stands
+            source = touched[key]
+            try:
+                if source in missing:
+                    self._drop(key, if_match=got[1])
+                    return "missing"
+                if source not in marked:
+                    return "awaiting"
+                if document.pending:
+                    update = {"awaiting_reingestion": ""}
+                    self._write(key, document.model_copy(update=update), if_match=got[1])
+                else:
+                    self._drop(key, if_match=got[1])
+            except ClientError as exc:  # recorded again since it was read: the newer record stands
+                if exc.response.get("Error", {}).get("Code") not in CHANGED_MEANWHILE:
+                    raise
+            return ""
+
+        for key, outcome in in_order(after_one, sorted(touched)):
+            if outcome == "missing":
+                summary.reingest_missing += 1
+            elif outcome == "awaiting":
+                summary.awaiting_reingestion += 1
+                summary.not_reingested[touched[key]] = reingested.skipped.get(touched[key], "not marked")
+        if summary.awaiting_reingestion:
+            summary.notes.append(
+                f"{summary.awaiting_reingestion} document(s) got their contexts but were not re-ingested: "
+                "their records stay pending, awaiting re-ingestion; ckb contextualize marks them again"
+            )
 
     def _remember(self, document: PendingDocument, learned: dict[int, str]) -> None:
         """``learned`` merged into what the document has remembered. A read that fails stops the run (it is
@@ -797,34 +1047,39 @@ class Contextualizer:
         condition = {"IfMatch": if_match} if if_match else {}
         self.s3.delete_object(Bucket=self.options.bucket, Key=key, **condition)
 
-    def _resume(self) -> dict[str, Any] | None:
-        if self.options.dry_run:
+    def _load(self, run: str) -> dict[str, Any] | None:
+        """Run ``run``'s state; None when it has none (it never saved a plan). Any other S3 error is raised
+        (after the SDK's retries), never taken as "no run"; a state that cannot be read stops in one line."""
+        key = f"{self.options.batch_prefix}{run}/state.json"
+        body = self._get(key)
+        if body is None:
             return None
         try:
-            pointer = json.loads(
-                self.s3.get_object(Bucket=self.options.bucket, Key=self.options.batch_prefix + CURRENT)[
-                    "Body"
-                ].read()
-            )
-            body = self.s3.get_object(
-                Bucket=self.options.bucket, Key=f"{self.options.batch_prefix}{pointer['run']}/state.json"
-            )["Body"].read()
-        except ClientError:
-            return None
-        state = json.loads(body)
-        return state if state.get("phase") != "done" else None
+            state = json.loads(body)
+            if not isinstance(state, dict) or not {"run", "phase", "records", "documents"} <= set(state):
+                raise ValueError("not a run's state")
+        except ValueError as exc:
+            where = f"s3://{self.options.bucket}/"
+            raise ContextualizeError(
+                f"run {run}'s state {where}{key} cannot be read ({exc}): restore an earlier version of it, "
+                f"or delete {where}{self.options.batch_prefix}{CURRENT} to plan a new run (what run {run} "
+                "submitted is then not collected: its chunks stay pending and are planned again)"
+            ) from None
+        return state
 
     def _save(self, state: dict[str, Any]) -> None:
         if self.options.dry_run:
             return
-        bucket, prefix = self.options.bucket, self.options.batch_prefix
+        self.claim.renew(force=True)  # never a state over the run of a process that took it over
         self.s3.put_object(
-            Bucket=bucket, Key=f"{prefix}{state['run']}/state.json", Body=json.dumps(state).encode("utf-8")
+            Bucket=self.options.bucket,
+            Key=f"{self.options.batch_prefix}{state['run']}/state.json",
+            Body=json.dumps(state).encode("utf-8"),
         )
-        if state["phase"] != "done":
-            self.s3.put_object(
-                Bucket=bucket, Key=prefix + CURRENT, Body=json.dumps({"run": state["run"]}).encode()
-            )
+
+
+def _new_run() -> str:
+    return datetime.now().strftime("%Y%m%d%H%M%S") + uuid.uuid4().hex[:6]
 
 
 def _parse_pending(body: bytes) -> PendingDocument | None:
@@ -850,14 +1105,21 @@ def _lines(body: Any, piece_bytes: int = 1 << 20) -> Iterator[bytes]:
         yield rest
 
 
-def _parse_outputs(lines: Iterable[bytes], into: dict[str, Output] | None = None) -> dict[str, Output]:
+def _parse_outputs(
+    lines: Iterable[bytes],
+    into: dict[str, Output] | None = None,
+    charge: Callable[[Output], None] | None = None,
+) -> dict[str, Output]:
     """Output records by id from JSONL lines (split at newlines only: a U+2028 in a context is text; added
-    to ``into``), the first valid one where an id repeats."""
+    to ``into``), the first valid one where an id repeats. ``charge`` is given every line read, used or
+    not: AWS bills the tokens of each."""
     found: dict[str, Output] = {} if into is None else into
     for raw in lines:
         if not raw.strip():
             continue
         output = parse_output(raw.decode("utf-8", "replace"))
+        if output is not None and charge is not None:
+            charge(output)
         if output is not None and (
             output.record_id not in found or (found[output.record_id].error and not output.error)
         ):

@@ -40,12 +40,26 @@ def count_tokens(text: str) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """Per-job limits of Bedrock batch inference (quotas, per model and account: AWS's defaults here)."""
+    """Per-job limits of Bedrock batch inference. Each is a Service Quota of its own, per model, account and
+    Region; the values here are common defaults, to check in Service Quotas for the chosen model. Records
+    per job and records per input file are two quotas, kept apart: a job here has one input file, so it
+    holds at most the smaller of each pair (records, bytes)."""
 
     min_records: int = 100  # "Minimum number of records per batch inference job"
-    max_records: int = 50_000  # "Records per batch inference job" (and per input file)
+    max_job_records: int = 50_000  # "Records per batch inference job"
+    max_file_records: int = 50_000  # "Records per input file per batch inference job"
     max_file_bytes: int = 1024**3  # "Batch inference input file size": 1 GB
     max_job_bytes: int = 5 * 1024**3  # "Batch inference job size": 5 GB
+
+    @property
+    def records_per_job(self) -> int:
+        """What one job (one input file) may hold, by both record quotas."""
+        return min(self.max_job_records, self.max_file_records)
+
+    @property
+    def bytes_per_job(self) -> int:
+        """What one job's input (one file) may weigh, by both size quotas."""
+        return min(self.max_file_bytes, self.max_job_bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,15 +159,16 @@ def record_ids() -> Iterator[str]:
 
 
 def split_jobs(sizes: Sequence[int], limits: Limits) -> list[list[int]]:
-    """Record indices per job: at most ``max_records`` and ``max_job_bytes`` (and one file of at most
-    ``max_file_bytes``: one file a job) each, as few jobs as that allows, of even size so that none falls
-    below ``min_records`` when the total is above it. Raises if one record alone passes the file limit."""
+    """Record indices per job, one input file a job: within both record quotas (per job, per input file) and
+    both size quotas (``Limits.records_per_job``, ``bytes_per_job``), as few jobs as that allows, of even
+    size so that none falls below ``min_records`` when the total is above it. Raises if one record alone
+    passes the size limit."""
     if not sizes:
         return []
-    if max(sizes) > min(limits.max_file_bytes, limits.max_job_bytes):
+    byte_cap = limits.bytes_per_job
+    if max(sizes) > byte_cap:
         raise ValueError(f"a record of {max(sizes):,} bytes passes the input file limit")
-    byte_cap = min(limits.max_file_bytes, limits.max_job_bytes)
-    count = max(math.ceil(len(sizes) / limits.max_records), math.ceil(sum(sizes) / byte_cap))
+    count = max(math.ceil(len(sizes) / limits.records_per_job), math.ceil(sum(sizes) / byte_cap))
     while True:
         target = math.ceil(len(sizes) / count)
         jobs: list[list[int]] = [[]]
@@ -223,8 +238,9 @@ def accept(
     ``normalize`` of the unit's text as the record showed it); the rest rejected."""
     result = Accepted()
     normalized = normalized_unit
+    # The function's grouped mode's rule: the parser keeps only closed elements, so an answer cut at
+    # max_tokens loses only the context it was writing (counted missing); the closed ones are whole.
     answers = parse_grouped(output.text, [i + 1 for i in chunks])
-    truncated = output.stop_reason == "max_tokens"
     for index in chunks:
         answer = answers.get(index + 1)
         if answer is None:
@@ -235,7 +251,6 @@ def accept(
             chunk=document.chunk(index),
             normalized_document=normalized,
             max_chars=document.prompt.context_max_chars,
-            truncated=truncated,
         )
         if verdict.text is None:
             result.rejected[verdict.reason] = result.rejected.get(verdict.reason, 0) + 1

@@ -3,11 +3,13 @@
 Whenever a chunk leaves with the structural context instead of the model's (deadline, throttling, model
 errors; or every chunk, with ``CONTEXT_DEFER=always``), its document is recorded in the intermediate bucket
 under ``PENDING_PREFIX``, keyed like the remembered contexts (a hash of the prompt fingerprint and the
-document's text): a retried call or a re-sync overwrites the same record (idempotent), and a changed document
-gets its own. The record holds what is needed to make the missing contexts later, the same way the Lambda
-would, and to store them exactly where the Lambda reads them: the rebuilt text, every chunk's span, the
-chunks still without a model context and why, the remembered-contexts key, the prompt settings, the source
-and the KB's ids. ``ckb contextualize`` reads, updates and deletes the records.
+document's text) and by its source: a retried call or a re-sync overwrites the same record (idempotent), a
+changed document gets its own, and so does each source of one text (a copied README, a LICENSE, vendored
+code): each source is re-ingested, and each record dropped, on its own, while they share the contexts.
+The record holds what is needed to make the missing contexts later, the same way the Lambda would, and to
+store them exactly where the Lambda reads them: the rebuilt text, every chunk's span, the chunks still
+without a model context and why, the remembered-contexts key, the prompt settings, the source and the KB's
+ids. ``ckb contextualize`` reads, updates and deletes the records.
 """
 
 from __future__ import annotations
@@ -57,6 +59,10 @@ class PendingDocument(BaseModel):
     ingestion_job_id: str = ""
     recorded_at: str = ""  # ISO 8601, UTC
     prompt: PromptSnapshot
+    # Set by ``ckb contextualize`` (its run) once contexts were made for the document and until it is marked
+    # for re-ingestion: the record is kept, so that a document that could not be marked is not forgotten.
+    # The function never sets it: a record it writes again (a re-sync) is pending as it says.
+    awaiting_reingestion: str = ""
 
     def chunk(self, index: int) -> str:
         start, end = self.spans[index]
@@ -79,10 +85,15 @@ class PendingDocument(BaseModel):
         return cls.model_validate(json.loads(body))
 
 
-def pending_key(prefix: str, memory_key: str, memory_prefix: str) -> str:
+def pending_key(prefix: str, memory_key: str, memory_prefix: str, source: str) -> str:
     """The record's key: the document's remembered-contexts key (its digest, already computed) moved from
-    the remembered contexts' prefix to the pending prefix."""
-    return prefix + memory_key.removeprefix(memory_prefix)
+    the remembered contexts' prefix to the pending prefix, then a hash of the source's URI (records written
+    before sources were keyed lack it: they are read the same way)."""
+    return (
+        prefix
+        + memory_key.removeprefix(memory_prefix).removesuffix(".json")
+        + f"/{sha256_hex(source)[:32]}.json"
+    )
 
 
 def text_hash(text: str) -> str:

@@ -538,7 +538,10 @@ class _Run:
             ids=self.ids,
         )
         key = pending_key(
-            self.settings.pending_prefix, opened.memory_key, self.settings.context_memory_prefix
+            self.settings.pending_prefix,
+            opened.memory_key,
+            self.settings.context_memory_prefix,
+            document.source,
         )
         self.s.pending.save(self.bucket, key, pending)
 

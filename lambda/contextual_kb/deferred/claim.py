@@ -1,0 +1,168 @@
+"""Which ``ckb contextualize`` run is under way, and which process holds it: one object in the intermediate
+bucket (``<batch prefix>current.json``), taken and renewed by S3 conditional writes.
+
+A run is claimed before it plans (``PutObject`` with ``If-None-Match: *``: of two processes, one writes it,
+the other is refused), so two runs at once never plan, and so never pay for, the same pending chunks. The
+holder renews the claim as it works (``If-Match`` on the ETag it wrote), and always just before anything
+paid (a job created, records asked on demand), before a job's contexts are stored and before each write of
+the run's state. A claim not renewed
+for ``LEASE_SECONDS`` (by S3's clock: the object's ``LastModified``) has lapsed: its process stopped without
+releasing it (killed, its machine gone), and the next run takes it over, again conditionally, and resumes
+the run. A holder that finds its claim taken over stops before its next paid step, in one line.
+A process that stops on an error or an interrupt releases its claim (the run is resumed at once).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+# A holder renews at least every quarter of this (and before each paid step); planning, an upload or one
+# slice of on-demand answers takes far less. A confirmation prompt may wait longer: then the claim lapses,
+# and the prompt's answer is refused if another run took the claim meanwhile.
+LEASE_SECONDS = 600.0
+RENEW_EVERY = LEASE_SECONDS / 4
+# A conditional write or delete refused: the object changed (412), a concurrent write won (409), or is gone.
+REFUSED = {"PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey"}
+
+
+class ContextualizeError(Exception):
+    """The run cannot go on; the message says why and what to do."""
+
+
+class Claim:
+    def __init__(
+        self,
+        s3: Any,
+        bucket: str,
+        key: str,
+        *,
+        lease_seconds: float = LEASE_SECONDS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.s3 = s3
+        self.bucket = bucket
+        self.key = key
+        self.lease_seconds = lease_seconds
+        self.clock = clock  # compared with S3's LastModified: a skew of seconds is nothing to a lease
+        self.owner = uuid.uuid4().hex
+        self.run = ""
+        self.etag = ""  # of the claim as this process last wrote it; "" when it holds none
+        self._renewed = 0.0
+        self._writes = 0
+
+    @property
+    def where(self) -> str:
+        return f"s3://{self.bucket}/{self.key}"
+
+    def peek(self) -> tuple[dict[str, Any], str, float] | None:
+        """The claim as it is (its body, ETag and age in seconds), or None when there is none. Only a
+        missing object means none: any other error is raised (after the SDK's retries), never taken as
+        "no run"; a body that is not a claim stops the run in one line."""
+        try:
+            got = self.s3.get_object(Bucket=self.bucket, Key=self.key)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
+                return None
+            raise
+        raw = got["Body"].read()
+        try:
+            body = json.loads(raw)
+            if not isinstance(body, dict) or not isinstance(body.get("run"), str) or not body["run"]:
+                raise ValueError("no run named")
+        except ValueError as exc:
+            raise ContextualizeError(
+                f"{self.where} does not name a run ({exc}): delete it to plan a new run (a run it named is "
+                "then not resumed: its pending records are planned again)"
+            ) from None
+        modified = got.get("LastModified")
+        age = self.clock() - modified.timestamp() if isinstance(modified, datetime) else float("inf")
+        return body, str(got.get("ETag", "")), age
+
+    def take(self, new_run: str) -> str:
+        """Hold the claim: ``new_run`` when none was held (a new run), or the run of a claim that was
+        released or has lapsed (to resume). Raises ``ContextualizeError`` when another process holds it."""
+        seen = self.peek()
+        if seen is None:
+            if self._write(new_run, {"IfNoneMatch": "*"}):
+                return new_run
+            seen = self.peek()  # another process claimed it at the same moment
+            if seen is None:
+                raise ContextualizeError(
+                    f"{self.where} was claimed and released while this run started: run it again"
+                )
+        body, etag, age = seen
+        if body.get("owner") and age < self.lease_seconds:
+            raise ContextualizeError(
+                f"run {body['run']} is under way in another ckb contextualize (its claim renewed "
+                f"{max(age, 0):.0f} s ago; a claim lapses {self.lease_seconds:.0f} s after its last "
+                "renewal): wait for it to end, then run again to see its result"
+            )
+        if not self._write(body["run"], {"IfMatch": etag}):
+            raise ContextualizeError(
+                f"another ckb contextualize took over run {body['run']} at the same moment: wait for it to "
+                "end, then run again"
+            )
+        return body["run"]
+
+    def renew(self, *, force: bool = False, run: str = "") -> None:
+        """Renew the claim (``run``: now naming that run): when forced (before a paid step or a write of
+        the run's state), or once a quarter of the lease has passed. Raises when it was taken over."""
+        if not force and not run and self.clock() - self._renewed < RENEW_EVERY:
+            return
+        if not self._write(run or self.run, {"IfMatch": self.etag}):
+            taken, self.etag = self.run, ""
+            raise ContextualizeError(
+                f"run {taken} was taken over by another ckb contextualize (this one had not renewed its "
+                f"claim for {self.lease_seconds:.0f} s, e.g. at a confirmation prompt): this one stops "
+                "here, before anything more is paid for; the other goes on"
+            )
+
+    def release(self, *, finished: bool = False) -> None:
+        """Give the claim up: deleted when the run is finished (none under way), or kept naming the run with
+        no holder, for the next ``ckb contextualize`` to resume at once. Never over another's claim."""
+        if not self.etag:
+            return
+        condition = {"IfMatch": self.etag}
+        try:
+            if finished:
+                self.s3.delete_object(Bucket=self.bucket, Key=self.key, **condition)
+            else:
+                self._put({"run": self.run, "owner": "", "released_at": _now()}, condition)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") not in REFUSED:
+                raise
+        self.etag = ""
+
+    def _write(self, run: str, condition: dict[str, str]) -> bool:
+        """The claim written for this process over ``condition``; False when S3 refuses the condition."""
+        self._writes += 1  # a new body each time: S3's ETag is the body's hash, so each write's is its own
+        body = {"run": run, "owner": self.owner, "renewed_at": _now(), "write": self._writes}
+        try:
+            self.etag = self._put(body, condition)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in REFUSED:
+                return False
+            raise
+        self.run, self._renewed = run, self.clock()
+        return True
+
+    def _put(self, body: dict[str, Any], condition: dict[str, str]) -> str:
+        response = self.s3.put_object(
+            Bucket=self.bucket,
+            Key=self.key,
+            Body=json.dumps(body).encode(),
+            ContentType="application/json",
+            **condition,
+        )
+        return str(response.get("ETag", ""))
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
