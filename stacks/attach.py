@@ -24,10 +24,12 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
+from stacks.alarm_topic import AlarmTopic
 from stacks.batch import BatchRole
 from stacks.bundling import resources_code
 from stacks.config import StackConfig
 from stacks.function import TransformFunction
+from stacks.ingestion_logs import IngestionLogs
 from stacks.knowledge_base import transformation_statements
 from stacks.logs import month_of_logs
 from stacks.monitoring import Monitoring
@@ -169,12 +171,24 @@ class AttachStack(Stack):
         self.attachment.node.add_dependency(self.transform)
 
         self.batch = BatchRole(self, "Batch", intermediate=self.intermediate, model_id=config.model_id)
+        key = self.storage.key if self.storage else None
+        self.alarm_topic = AlarmTopic(self, "Alarms", config=config, key=key)
+        # The user's Knowledge Base's logs, delivered to a log group of this stack (what destroy removes).
+        self.ingestion_logs = (
+            IngestionLogs(self, "IngestionLogs", knowledge_base_arn=kb_arn, knowledge_base=kb_id)
+            if config.ingestion_logs
+            else None
+        )
+        if self.ingestion_logs is not None:  # a Knowledge Base the inspection refuses is left untouched
+            self.ingestion_logs.node.add_dependency(self.inspection)
         self.monitoring = Monitoring(
             self,
             "Monitoring",
             function=function,
             timeout_seconds=config.function_timeout_seconds,
+            topic=self.alarm_topic.topic,
             shares_quota=config.shares_quota,
+            ingestion=self.ingestion_logs,
         )
         # The data source is switched last: a failure of anything else rolls back before it is touched.
         self.attachment.node.add_dependency(self.batch)
@@ -191,5 +205,7 @@ class AttachStack(Stack):
             ("KnowledgeBasePolicyName", self.kb_policy.policy_name),
             ("StackMode", "attach"),
             ("BatchRoleArn", self.batch.role.role_arn),
+            ("AlarmTopicArn", self.alarm_topic.topic.topic_arn),
+            *([("IngestionLogGroupName", self.ingestion_logs.log_group_name)] if self.ingestion_logs else []),
         ):
             CfnOutput(self, name, value=value)
