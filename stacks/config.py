@@ -22,8 +22,9 @@ TITAN_V2 = "amazon.titan-embed-text-v2:0"
 TITAN_V2_DIMENSIONS = (256, 512, 1024)
 
 
-# An address SNS can deliver to: one @, a dotted domain, no spaces (SNS confirms it by mail).
-_EMAIL = re.compile(r"[^@\s]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+")
+# An address SNS can deliver to: a local part of RFC 5322's atom characters and dots, one @, a dotted domain
+# (no display name, no list, no spaces; SNS confirms it by mail).
+_EMAIL = re.compile(r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+")
 # A topic's ARN: partition, region, account, name (letters, digits, - and _, up to 256; .fifo for FIFO).
 _TOPIC_ARN = re.compile(r"arn:aws[a-z-]*:sns:[a-z]{2}(-[a-z]+)+-\d:\d{12}:[A-Za-z0-9_-]{1,256}(\.fifo)?")
 

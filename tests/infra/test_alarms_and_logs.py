@@ -300,7 +300,18 @@ def test_a_malformed_address_or_arn_fails_synth_in_one_line(
 
 @pytest.mark.parametrize(
     "value",
-    ["a@b", "a b@example.com", "@example.com", "a@@example.com", "a@example..com", "a@example.com\n"],
+    [
+        "a@b",
+        "a b@example.com",
+        "@example.com",
+        "a@@example.com",
+        "a@example..com",
+        "a@example.com\n",
+        "a@example.com,b@example.com",  # one address a setting
+        "On Call <oncall@example.com>",
+        "<oncall@example.com>",
+        "a,b@example.com",
+    ],
 )
 def test_addresses_sns_cannot_mail_are_refused(value: str) -> None:
     from stacks.config import ConfigError, load
@@ -335,3 +346,12 @@ def test_good_addresses_and_arns_are_taken() -> None:
         {"alarmTopicArn": "arn:aws-us-gov:sns:us-gov-west-1:123456789012:ops_alarms-1"}
     ).alarm_topic_arn
     assert load({"alarmTopicArn": "arn:aws-cn:sns:cn-north-1:123456789012:ops.fifo"}).alarm_topic_arn
+
+
+def test_delivery_names_fit_their_limit_for_any_stack_name() -> None:
+    """Delivery sources and destinations: ``[\\w-]``, 1-60 characters, unique in the account and region."""
+    from stacks import naming
+
+    long_a, long_b = "A" * 100 + "-one", "A" * 100 + "-two"
+    names = {naming.delivery_name(stack, "-kb-logs") for stack in (long_a, long_b, "ContextualKb")}
+    assert len(names) == 3 and all(re.fullmatch(r"[\w-]{1,60}", n) for n in names), names
