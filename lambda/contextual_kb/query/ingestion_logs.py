@@ -17,7 +17,7 @@ FINAL_FAILURE = "FAILED"
 
 def failed_documents_query(job_id: str | None = None) -> str:
     """Each failed document of a job (of every job without one): its URI, the status and the reasons."""
-    if job_id is not None and not job_id.isalnum():  # AWS's job ids are 10 letters and digits
+    if job_id and not job_id.isalnum():  # AWS's job ids are 10 letters and digits
         raise ValueError(f"not an ingestion job id: {job_id!r}")
     job = f' and event.ingestion_job_id = "{job_id}"' if job_id else ""
     return (
