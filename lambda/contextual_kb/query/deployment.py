@@ -33,6 +33,7 @@ class Deployment:
     knowledge_base_policy: str = ""  # attach: that policy's name
     batch_role_arn: str = ""  # the role batch inference jobs run as (ckb contextualize)
     ingestion_log_group: str = ""  # the Knowledge Base's own ingestion logs (none: not delivered)
+    alarm_topic_arn: str = ""  # the topic every alarm notifies (none: a stack from before it had one)
 
     @property
     def attached(self) -> bool:
@@ -72,4 +73,5 @@ class Deployment:
             knowledge_base_policy=outputs.get("KnowledgeBasePolicyName", ""),
             batch_role_arn=outputs.get("BatchRoleArn", ""),
             ingestion_log_group=outputs.get("IngestionLogGroupName", ""),
+            alarm_topic_arn=outputs.get("AlarmTopicArn", ""),
         )
