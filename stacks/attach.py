@@ -4,10 +4,11 @@
 Deployed: the transformation function and its role, an intermediate bucket (or the user's,
 ``intermediateBucketName``), a policy on the Knowledge Base's own service role (invoke the function and its
 versions; read and write the intermediate bucket; its KMS key when there is one), the function's dashboard
-and alarms, and two custom resources (``contextual_kb/resources/attach_data_source.py``): one reads the
-Knowledge Base and the data source and refuses what cannot be attached, before anything is changed; the
-other switches the data source to the function, and on destroy puts back what was there. No Knowledge
-Base, vector store or source bucket is made.
+and alarms (notifying the stack's SNS topic, or the user's), the delivery of the Knowledge Base's own
+ingestion logs to a log group of the stack (``stacks/ingestion_logs.py``), and two custom resources
+(``contextual_kb/resources/attach_data_source.py``): one reads the Knowledge Base and the data source and
+refuses what cannot be attached, before anything is changed; the other switches the data source to the
+function, and on destroy puts back what was there. No Knowledge Base, vector store or source bucket is made.
 
 Order: the inspection first (it gives the function its chunking: ``structure`` when the data source's is
 NONE), then the function and the policy on the Knowledge Base's role, and only then the data source is
@@ -193,6 +194,8 @@ class AttachStack(Stack):
         # The data source is switched last: a failure of anything else rolls back before it is touched.
         self.attachment.node.add_dependency(self.batch)
         self.attachment.node.add_dependency(self.monitoring)
+        if self.ingestion_logs is not None:
+            self.attachment.node.add_dependency(self.ingestion_logs)
         for name, value in (
             ("KnowledgeBaseId", kb_id),
             ("DataSourceId", ds_id),

@@ -259,14 +259,18 @@ def test_the_knowledge_bases_ingestion_logs_are_delivered_counted_and_graphed(
     assert template["Outputs"]["IngestionLogGroupName"]["Value"] == group_name
 
 
-def test_attach_mode_adds_the_delivery_only_after_the_inspection_accepts_the_knowledge_base(
+def test_attach_mode_adds_the_delivery_after_the_inspection_and_before_switching_the_data_source(
     templates: dict[str, tuple[Path, dict[str, Any]]],
 ) -> None:
+    """A Knowledge Base the inspection refuses gets no delivery; a delivery that fails rolls back before the
+    data source is touched."""
     template = templates["attach-email"][1]
     (inspection,) = resources(template, "Custom::DataSourceInspection")
+    (attachment,) = resources(template, "Custom::DataSourceAttachment").values()
     for kind in ("AWS::Logs::DeliverySource", "AWS::Logs::DeliveryDestination", "AWS::Logs::Delivery"):
-        (found,) = resources(template, kind).values()
+        ((logical, found),) = resources(template, kind).items()
         assert inspection in found["DependsOn"], kind
+        assert logical in attachment["DependsOn"], kind
 
 
 @pytest.mark.parametrize(
