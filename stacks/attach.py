@@ -4,10 +4,11 @@
 Deployed: the transformation function and its role, an intermediate bucket (or the user's,
 ``intermediateBucketName``), a policy on the Knowledge Base's own service role (invoke the function and its
 versions; read and write the intermediate bucket; its KMS key when there is one), the function's dashboard
-and alarms, and two custom resources (``contextual_kb/resources/attach_data_source.py``): one reads the
-Knowledge Base and the data source and refuses what cannot be attached, before anything is changed; the
-other switches the data source to the function, and on destroy puts back what was there. No Knowledge
-Base, vector store or source bucket is made.
+and alarms (notifying the stack's SNS topic, or the user's), the delivery of the Knowledge Base's own
+ingestion logs to a log group of the stack (``stacks/ingestion_logs.py``), and two custom resources
+(``contextual_kb/resources/attach_data_source.py``): one reads the Knowledge Base and the data source and
+refuses what cannot be attached, before anything is changed; the other switches the data source to the
+function, and on destroy puts back what was there. No Knowledge Base, vector store or source bucket is made.
 
 Order: the inspection first (it gives the function its chunking: ``structure`` when the data source's is
 NONE), then the function and the policy on the Knowledge Base's role, and only then the data source is
@@ -24,10 +25,12 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
+from stacks.alarm_topic import AlarmTopic
 from stacks.batch import BatchRole
 from stacks.bundling import resources_code
 from stacks.config import StackConfig
 from stacks.function import TransformFunction
+from stacks.ingestion_logs import IngestionLogs
 from stacks.knowledge_base import transformation_statements
 from stacks.logs import month_of_logs
 from stacks.monitoring import Monitoring
@@ -173,16 +176,30 @@ class AttachStack(Stack):
         self.attachment.node.add_dependency(self.transform)
 
         self.batch = BatchRole(self, "Batch", intermediate=self.intermediate, model_id=config.model_id)
+        key = self.storage.key if self.storage else None
+        self.alarm_topic = AlarmTopic(self, "Alarms", config=config, key=key)
+        # The user's Knowledge Base's logs, delivered to a log group of this stack (what destroy removes).
+        self.ingestion_logs = (
+            IngestionLogs(self, "IngestionLogs", knowledge_base_arn=kb_arn, knowledge_base=kb_id)
+            if config.ingestion_logs
+            else None
+        )
+        if self.ingestion_logs is not None:  # a Knowledge Base the inspection refuses is left untouched
+            self.ingestion_logs.node.add_dependency(self.inspection)
         self.monitoring = Monitoring(
             self,
             "Monitoring",
             function=function,
             timeout_seconds=config.function_timeout_seconds,
+            topic=self.alarm_topic.topic,
             shares_quota=config.shares_quota,
+            ingestion=self.ingestion_logs,
         )
         # The data source is switched last: a failure of anything else rolls back before it is touched.
         self.attachment.node.add_dependency(self.batch)
         self.attachment.node.add_dependency(self.monitoring)
+        if self.ingestion_logs is not None:
+            self.attachment.node.add_dependency(self.ingestion_logs)
         for name, value in (
             ("KnowledgeBaseId", kb_id),
             ("DataSourceId", ds_id),
@@ -196,5 +213,7 @@ class AttachStack(Stack):
             ("StackMode", "attach"),
             ("BatchRoleArn", self.batch.role.role_arn),
             ("RdsMetadataColumns", self.inspection.get_att_string("MetadataColumns")),
+            ("AlarmTopicArn", self.alarm_topic.topic.topic_arn),
+            *([("IngestionLogGroupName", self.ingestion_logs.log_group_name)] if self.ingestion_logs else []),
         ):
             CfnOutput(self, name, value=value)

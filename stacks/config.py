@@ -7,10 +7,11 @@ is deployed.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 VectorStore = Literal["opensearch", "s3vectors"]
 # none: the data source hands the function whole documents, which it chunks by their structure.
@@ -19,6 +20,13 @@ Chunking = Literal["fixed_size", "hierarchical", "semantic", "default", "none"]
 # Titan Text Embeddings V2 output sizes.
 TITAN_V2 = "amazon.titan-embed-text-v2:0"
 TITAN_V2_DIMENSIONS = (256, 512, 1024)
+
+
+# An address SNS can deliver to: a local part of RFC 5322's atom characters and dots, one @, a dotted domain
+# (no display name, no list, no spaces; SNS confirms it by mail).
+_EMAIL = re.compile(r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+")
+# A topic's ARN: partition, region, account, name (letters, digits, - and _, up to 256; .fifo for FIFO).
+_TOPIC_ARN = re.compile(r"arn:aws[a-z-]*:sns:[a-z]{2}(-[a-z]+)+-\d:\d{12}:[A-Za-z0-9_-]{1,256}(\.fifo)?")
 
 
 class ConfigError(ValueError):
@@ -87,6 +95,13 @@ class StackConfig(BaseModel):
     model_output_burndown: int | None = Field(default=None, alias="modelOutputBurndown", ge=1, le=10)
     # OpenSearch Serverless standby replicas in a second AZ (AWS's default); off halves the idle OCUs.
     opensearch_standby_replicas: bool = Field(default=True, alias="opensearchStandbyReplicas")
+    # Where the alarms go (docs/OPERATIONS.md, "Alarms"): an address subscribed to the stack's topic, or the
+    # user's own topic instead of one (same account and region as the stack).
+    alarm_email: str | None = Field(default=None, alias="alarmEmail")
+    alarm_topic_arn: str | None = Field(default=None, alias="alarmTopicArn")
+    # The Knowledge Base's own ingestion logs (APPLICATION_LOGS), delivered to a log group of the stack; off
+    # for a Knowledge Base whose logs are already delivered elsewhere.
+    ingestion_logs: bool = Field(default=True, alias="ingestionLogs")
 
     # --- attach mode: contextual retrieval for a Knowledge Base the user already has (docs/ATTACH.md) ---
     knowledge_base_id: str | None = Field(default=None, alias="knowledgeBaseId", pattern=r"^[0-9a-zA-Z]{10}$")
@@ -108,6 +123,22 @@ class StackConfig(BaseModel):
     # add (the deploy's refusal names them): the inspection refuses such a Knowledge Base until this is set.
     rds_metadata_columns: bool = Field(default=False, alias="rdsMetadataColumns")
 
+    @field_validator("alarm_email")
+    @classmethod
+    def _an_address(cls, value: str | None) -> str | None:
+        if value is not None and not _EMAIL.fullmatch(value):
+            raise ValueError(f"{value!r} is not an email address (name@example.com)")
+        return value
+
+    @field_validator("alarm_topic_arn")
+    @classmethod
+    def _a_topic(cls, value: str | None) -> str | None:
+        if value is not None and not _TOPIC_ARN.fullmatch(value):
+            raise ValueError(
+                f"{value!r} is not an SNS topic's ARN (arn:aws:sns:us-east-1:123456789012:alarms)"
+            )
+        return value
+
     @property
     def attach(self) -> bool:
         """The stack attaches to an existing Knowledge Base instead of making one."""
@@ -116,6 +147,10 @@ class StackConfig(BaseModel):
     @model_validator(mode="after")
     def _combinations(self) -> StackConfig:
         self._attach_is_whole()
+        if self.alarm_email and self.alarm_topic_arn:
+            raise ValueError(
+                "alarmEmail with alarmTopicArn: the alarms go to your topic; subscribe the address to it"
+            )
         if self.embedding_model_id == TITAN_V2 and self.embedding_dimension not in TITAN_V2_DIMENSIONS:
             raise ValueError(
                 f"embeddingDimension={self.embedding_dimension}: Titan Text Embeddings V2 gives "

@@ -11,7 +11,11 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 
-def month_of_logs(scope: Construct, construct_id: str) -> logs.LogGroup:
+def month_of_logs(scope: Construct, construct_id: str, *, name: str | None = None) -> logs.LogGroup:
     return logs.LogGroup(
-        scope, construct_id, retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
+        scope,
+        construct_id,
+        log_group_name=name,
+        retention=logs.RetentionDays.ONE_MONTH,
+        removal_policy=RemovalPolicy.DESTROY,
     )

@@ -1,16 +1,32 @@
 """A dashboard and alarms: the function's errors, duration near its timeout, throttles, and our own metrics
 (chunks given the fallback context, model throttles; with a shared model quota, attempts sent without
-turns)."""
+turns; with the Knowledge Base's ingestion logs, documents that failed). Every alarm notifies the alarm
+topic when it fires and when it clears, and its description links to its runbook entry."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cw
+from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sns as sns
 from constructs import Construct
+
+from contextual_kb.query.ingestion_logs import failed_documents_query
+
+if TYPE_CHECKING:
+    from stacks.ingestion_logs import IngestionLogs
 
 NAMESPACE = "ContextualKB"
 SERVICE = "contextual-kb"
+# Each alarm's entry in the runbook is the page's heading "Alarm: <its id>", whose anchor is alarm-<its id>.
+RUNBOOK_PAGE = "docs/OPERATIONS.md"
+
+
+def runbook(alarm_id: str) -> str:
+    return f"{RUNBOOK_PAGE}#alarm-{alarm_id.lower()}"
 
 
 def _ours(name: str, strategy: str = "claude") -> cw.Metric:
@@ -31,29 +47,35 @@ class Monitoring(Construct):
         *,
         function: lambda_.Function,
         timeout_seconds: int,
+        topic: sns.ITopic,
         shares_quota: bool = False,
+        ingestion: IngestionLogs | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         errors = function.metric_errors(period=Duration.minutes(5), statistic="Sum")
         duration = function.metric_duration(period=Duration.minutes(5), statistic="Maximum")
         throttles = function.metric_throttles(period=Duration.minutes(5), statistic="Sum")
         fallbacks, model_throttles = _ours("ContextFallbacks"), _ours("ModelThrottles")
+
+        def alarm(alarm_id: str, metric: cw.IMetric, threshold: float, description: str) -> cw.Alarm:
+            return cw.Alarm(
+                self,
+                alarm_id,
+                metric=metric,
+                threshold=threshold,
+                evaluation_periods=1,
+                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+                alarm_description=f"{description} Runbook: {runbook(alarm_id)}",
+            )
+
         self.alarms = [
-            cw.Alarm(self, "Errors", metric=errors, threshold=1, evaluation_periods=1,
-                     alarm_description="The transformation failed: the KB marks those files failed.",
-                     treat_missing_data=cw.TreatMissingData.NOT_BREACHING),
-            cw.Alarm(self, "DurationNearTimeout", metric=duration, threshold=0.9 * timeout_seconds * 1000,
-                     evaluation_periods=1, treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
-                     alarm_description="An invocation used over 90% of the timeout: chunks may fall back."),
-            cw.Alarm(self, "Throttles", metric=throttles, threshold=1, evaluation_periods=1,
-                     treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
-                     alarm_description="Lambda throttled the function."),
-            cw.Alarm(self, "Fallbacks", metric=fallbacks, threshold=1, evaluation_periods=1,
-                     treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
-                     alarm_description="Chunks got the structural context, not Claude's (Fallback_*)."),
-            cw.Alarm(self, "ModelThrottles", metric=model_throttles, threshold=100, evaluation_periods=1,
-                     treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
-                     alarm_description="Bedrock throttled many model calls: consider a quota increase."),
+            alarm("Errors", errors, 1, "The transformation failed: the KB marks those files failed."),
+            alarm("DurationNearTimeout", duration, 0.9 * timeout_seconds * 1000,
+                  "An invocation used over 90% of the timeout: chunks may fall back."),
+            alarm("Throttles", throttles, 1, "Lambda throttled the function."),
+            alarm("Fallbacks", fallbacks, 1, "Chunks got the structural context, not Claude's (Fallback_*)."),
+            alarm("ModelThrottles", model_throttles, 100,
+                  "Bedrock throttled many model calls: consider a quota increase."),
         ]  # fmt: skip
         quota: list[cw.IWidget] = []
         if shares_quota:  # the quota's table could not be used: calls went without turns (OPERATIONS.md)
@@ -61,17 +83,38 @@ class Monitoring(Construct):
             waits = _ours("QuotaWaitSeconds")
             quota = [cw.GraphWidget(title="Shared model quota", left=[without_turns], right=[waits])]
             self.alarms.append(
-                cw.Alarm(
-                    self,
+                alarm(
                     "AttemptsWithoutQuotaTurns",
-                    metric=without_turns,
-                    threshold=1,
-                    evaluation_periods=1,
-                    treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
-                    alarm_description="The shared quota's table could not be used (deleted, denied, slow): "
-                    "model calls went without turns. The function's log says why.",
+                    without_turns,
+                    1,
+                    "The shared quota's table could not be used (deleted, denied, slow): model calls went "
+                    "without turns. The function's log says why.",
                 )
             )
+        documents: list[cw.IWidget] = []
+        if ingestion is not None:  # the Knowledge Base's own logs: documents an ingestion job failed
+            self.alarms.append(
+                alarm(
+                    "IngestionDocumentsFailed",
+                    ingestion.failed_documents,
+                    1,
+                    "An ingestion job failed documents (the Knowledge Base's own logs, FAILED).",
+                )
+            )
+            documents = [
+                cw.GraphWidget(
+                    title="Documents failed (Knowledge Base logs)", left=[ingestion.failed_documents]
+                ),
+                cw.LogQueryWidget(
+                    title="Failed documents and their reasons",
+                    log_group_names=[ingestion.log_group_name],
+                    query_string=failed_documents_query(),
+                    width=24,
+                ),
+            ]
+        for each in self.alarms:  # someone hears it fire, and clear
+            each.add_alarm_action(actions.SnsAction(topic))
+            each.add_ok_action(actions.SnsAction(topic))
         self.dashboard = cw.Dashboard(self, "Dashboard")
         self.dashboard.add_widgets(
             cw.GraphWidget(title="Function", left=[errors, throttles], right=[duration]),
@@ -90,5 +133,6 @@ class Monitoring(Construct):
                 ],
             ),
             *quota,
+            *documents,
             cw.AlarmStatusWidget(title="Alarms", alarms=self.alarms),
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import aws_cdk as cdk
 from constructs import IConstruct
 
+from stacks.alarm_topic import AlarmTopic
 from stacks.attach import AttachStack
 from stacks.batch import BatchRole
 from stacks.function import TransformFunction
@@ -43,6 +44,19 @@ def acknowledge(stack: ContextualKbStack | AttachStack) -> None:
         _function(stack.transform, intermediate, stack.config.model_id)
         _full_stack(stack)
     _batch(stack.batch, intermediate, stack.config.model_id)
+    _alarm_topic(stack.alarm_topic)
+
+
+def _alarm_topic(alarms: AlarmTopic) -> None:
+    topic = alarms.created
+    if topic is not None and topic.master_key is None:
+        _ack(
+            topic,
+            "SNS2",
+            "Without kmsKey the stack has no key of its own, and SNS's AWS-managed key (alias/aws/sns) would "
+            "silence every alarm: its key policy cannot be changed to let CloudWatch publish. The topic "
+            "carries alarm names and states, no document; kmsKey=true encrypts it with the stack's key.",
+        )
 
 
 def _batch(batch: BatchRole, intermediate: str, model_id: str) -> None:

@@ -65,3 +65,12 @@ def bedrock_name(stack_name: str, suffix: str) -> str:
     """A knowledge base's or data source's name: letters and digits, single ``-`` between them."""
     base = re.sub(r"[-_]+", "-", re.sub(r"[^0-9A-Za-z_-]", "", stack_name)).strip("-_") or "ckb"
     return fit(base, suffix, BEDROCK_NAME_MAX, whole=stack_name)
+
+
+DELIVERY_NAME_MAX = 60
+
+
+def delivery_name(stack_name: str, suffix: str) -> str:
+    """A CloudWatch Logs delivery source's or destination's name: ``[\\w-]``, 1-60 characters, unique in the
+    account and region (the stack's name makes it so)."""
+    return fit(stack_name, suffix, DELIVERY_NAME_MAX)

@@ -6,10 +6,12 @@ from aws_cdk import CfnOutput, Stack
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
+from stacks.alarm_topic import AlarmTopic
 from stacks.batch import BatchRole
 from stacks.bundling import resources_code
 from stacks.config import StackConfig
 from stacks.function import TransformFunction
+from stacks.ingestion_logs import IngestionLogs
 from stacks.knowledge_base import KnowledgeBase, knowledge_base_role
 from stacks.monitoring import Monitoring
 from stacks.storage import Storage
@@ -62,14 +64,27 @@ class ContextualKbStack(Stack):
         self.batch = BatchRole(
             self, "Batch", intermediate=self.storage.intermediate, model_id=config.model_id
         )
+        kb = self.knowledge_base
+        self.alarm_topic = AlarmTopic(self, "Alarms", config=config, key=key)
+        self.ingestion_logs = (
+            IngestionLogs(
+                self,
+                "IngestionLogs",
+                knowledge_base_arn=kb.knowledge_base.attr_knowledge_base_arn,
+                knowledge_base=str(kb.knowledge_base.name),
+            )
+            if config.ingestion_logs
+            else None
+        )
         self.monitoring = Monitoring(
             self,
             "Monitoring",
             function=self.transform.function,
             timeout_seconds=config.function_timeout_seconds,
+            topic=self.alarm_topic.topic,
             shares_quota=config.shares_quota,
+            ingestion=self.ingestion_logs,
         )
-        kb = self.knowledge_base
         for name, value in (
             ("KnowledgeBaseId", kb.knowledge_base.attr_knowledge_base_id),
             ("DataSourceId", kb.data_source.attr_data_source_id),
@@ -79,5 +94,7 @@ class ContextualKbStack(Stack):
             ("TransformFunctionArn", self.transform.function.function_arn),
             ("VectorStoreType", config.vector_store),
             ("BatchRoleArn", self.batch.role.role_arn),
+            ("AlarmTopicArn", self.alarm_topic.topic.topic_arn),
+            *([("IngestionLogGroupName", self.ingestion_logs.log_group_name)] if self.ingestion_logs else []),
         ):
             CfnOutput(self, name, value=value)

@@ -164,6 +164,8 @@ def test_the_outputs_are_what_ckb_reads(attached: dict[str, tuple[Path, dict[str
         "KnowledgeBaseRoleArn",
         "KnowledgeBasePolicyName",
         "StackMode",
+        "AlarmTopicArn",
+        "IngestionLogGroupName",
     ):
         assert name in outputs, name
     assert outputs["StackMode"]["Value"] == "attach"

@@ -242,8 +242,13 @@ def test_alarms_watch_errors_time_throttles_fallbacks_and_model_throttles(
         ("AWS/Lambda", "Throttles"): ("Sum", 1),
         ("ContextualKB", "ContextFallbacks"): ("Sum", 1),
         ("ContextualKB", "ModelThrottles"): ("Sum", 100),
+        ("ContextualKB", "IngestionDocumentsFailed"): ("Sum", 1),  # the Knowledge Base's logs, filtered
     }
-    ours = [a for (namespace, _), a in alarms.items() if namespace == "ContextualKB"]
+    ours = [
+        a
+        for (namespace, name), a in alarms.items()
+        if namespace == "ContextualKB" and name != "IngestionDocumentsFailed"
+    ]
     # The dimensions Powertools emits (tests/integration/test_handler.py): Strategy and service.
     assert all(
         a["Dimensions"]

@@ -191,11 +191,13 @@ def test_outputs_alarms_and_dashboard(synthesized: dict[str, Any], store: str) -
         "SourceBucketName",
         "IntermediateBucketName",
         "TransformFunctionName",
+        "AlarmTopicArn",
+        "IngestionLogGroupName",
     } <= set(template["Outputs"])
     alarms = {
         a["Properties"]["AlarmDescription"] for a in resources(template, "AWS::CloudWatch::Alarm").values()
     }
-    assert len(alarms) == 5
+    assert len(alarms) == 6
     assert len(resources(template, "AWS::CloudWatch::Dashboard")) == 1
 
 

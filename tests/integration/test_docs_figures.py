@@ -45,6 +45,12 @@ CHECKED = {
     "make synth": "tests/infra/test_readme_commands.py (the README's same command)",
     "make deploy": "tests/infra/test_readme_commands.py (the README's same command)",
     "make destroy": "tests/infra/test_readme_commands.py (the README's same command)",
+    'make deploy CDK_CONTEXT="-c alarmEmail=oncall@example.com"': (
+        "tests/infra/test_readme_commands.py (the README's same command)"
+    ),
+    'make deploy CDK_CONTEXT="-c alarmTopicArn=arn:aws:sns:us-east-1:123456789012:oncall"': (
+        "tests/infra/test_alarms_and_logs.py (the user's topic, synthesized through the CDK CLI)"
+    ),
     'make deploy CDK_CONTEXT="-c modelRequestsPerMinute=900 -c modelTokensPerMinute=3600000"': (
         "tests/infra/test_readme_commands.py (the README's same command)"
     ),

@@ -33,6 +33,7 @@ SERVICES = (
     "s3",
     "cloudwatch",
     "iam",
+    "sns",
 )
 runner = CliRunner()
 
@@ -533,3 +534,55 @@ def test_invalid_settings_are_not_judged_either(aws: Clients) -> None:
     for name in ("chunking", "model", "quotas", "intermediate bucket"):
         assert found[name]["status"] == "warn", found[name]
         assert "the function's settings are invalid" in found[name]["detail"], found[name]
+
+
+TOPIC = f"arn:aws:sns:{REGION}:123456789012:ContextualKb-AlarmsTopic-abc"
+
+
+def subscriptions(*arns: str) -> dict[str, Any]:
+    return {
+        "Subscriptions": [
+            {"SubscriptionArn": arn, "Owner": "123456789012", "Protocol": "email",
+             "Endpoint": "a@example.com", "TopicArn": TOPIC}
+            for arn in arns
+        ]
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("answer", "status", "detail"),
+    [
+        (subscriptions(f"{TOPIC}:1111"), "ok", f"the alarms notify {TOPIC}: 1 confirmed subscription"),
+        (
+            subscriptions(f"{TOPIC}:1111", "PendingConfirmation"),
+            "ok",
+            f"the alarms notify {TOPIC}: 1 confirmed subscription, 1 waiting for its confirmation",
+        ),
+        (subscriptions(), "warn", f"nobody hears the alarms: {TOPIC} has no confirmed subscription"),
+        (
+            subscriptions("PendingConfirmation"),
+            "warn",
+            f"nobody hears the alarms: {TOPIC} has no confirmed subscription "
+            "(1 waiting for its confirmation)",
+        ),
+    ],
+)
+def test_the_alarms_are_heard_only_once_a_subscription_is_confirmed(
+    aws: Clients, answer: dict[str, Any], status: str, detail: str
+) -> None:
+    """The stack's AlarmTopicArn: an alarm reaches someone only through a confirmed subscription (SNS mails
+    the address a link first)."""
+    healthy(
+        aws,
+        stack=lambda: aws.stubs["cloudformation"].add_response(
+            "describe_stacks", stack_outputs(AlarmTopicArn=TOPIC)
+        ),
+    )
+    aws.stubs["sns"].add_response("list_subscriptions_by_topic", answer, {"TopicArn": TOPIC})
+    code, checks = doctor()
+    alarms = by_name(checks)["alarms"]
+    assert (alarms["status"], alarms["detail"]) == (status, detail)
+    assert code == 0  # a warning: the stack works, nobody is told
+    if status == "warn":
+        assert "alarmEmail" in alarms["todo"]
+    aws.stubs["sns"].assert_no_pending_responses()

@@ -25,7 +25,7 @@ KB, DS, BUCKET = "KBID123456", "DSID123456", "ckb-source-bucket"
 runner = CliRunner()
 
 
-def outputs(store: str = "opensearch") -> dict[str, Any]:
+def outputs(store: str = "opensearch", extra: dict[str, str] | None = None) -> dict[str, Any]:
     return {
         "Stacks": [
             {
@@ -37,6 +37,7 @@ def outputs(store: str = "opensearch") -> dict[str, Any]:
                     {"OutputKey": "DataSourceId", "OutputValue": DS},
                     {"OutputKey": "SourceBucketName", "OutputValue": BUCKET},
                     {"OutputKey": "VectorStoreType", "OutputValue": store},
+                    *({"OutputKey": k, "OutputValue": v} for k, v in (extra or {}).items()),
                 ],
             }
         ]
@@ -62,13 +63,17 @@ class Clients:
 
 
 @pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[Clients]:
+def aws(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[Clients]:
+    """``request.param`` (indirect parametrization): more stack outputs."""
     clients = Clients()
     monkeypatch.setattr(aws_clients, "client", clients.client)
     monkeypatch.setattr(ingestion.time, "sleep", lambda _: None)
     for stub in clients.stubs.values():
         stub.activate()
-    clients.stubs["cloudformation"].add_response("describe_stacks", outputs(), {"StackName": "ContextualKb"})
+    extra = getattr(request, "param", None)
+    clients.stubs["cloudformation"].add_response(
+        "describe_stacks", outputs(extra=extra), {"StackName": "ContextualKb"}
+    )
     yield clients
     for stub in clients.stubs.values():
         stub.deactivate()
@@ -113,6 +118,39 @@ def test_sync_starts_follows_and_reports_every_failed_document(aws: Clients) -> 
     assert "numberOfNewDocumentsIndexed" in result.output and "COMPLETE" in result.output
     assert "failed: s3://b/broken.pdf: the file is encrypted" in result.output
     assert "run `ckb doctor`" in result.stderr
+    assert "Logs Insights" not in result.stderr  # the Knowledge Base's logs not delivered: no query
+    agent.assert_no_pending_responses()
+
+
+LOG_GROUP = "/aws/vendedlogs/bedrock/knowledge-bases/ContextualKb"
+
+
+@pytest.mark.parametrize("aws", [{"IngestionLogGroupName": LOG_GROUP}], indirect=True)
+def test_sync_ends_the_failure_lines_with_the_query_of_each_failed_documents_reason(aws: Clients) -> None:
+    """With the Knowledge Base's ingestion logs delivered (the stack's IngestionLogGroupName), the last
+    failure line is the Logs Insights query of this job's failed documents, on that log group, whole."""
+    agent = aws.stubs["bedrock-agent"]
+    agent.add_response("list_ingestion_jobs", {"ingestionJobSummaries": []}, ANY_LIST_REQUEST)
+    agent.add_response("start_ingestion_job", job("STARTING"), {"knowledgeBaseId": KB, "dataSourceId": DS})
+    agent.add_response("get_ingestion_job", job("COMPLETE", numberOfDocumentsFailed=2), GET_REQUEST)
+    failed = [document(f"s3://b/{n}.pdf", "FAILED", "the file is encrypted") for n in ("a", "b")]
+    agent.add_response(
+        "list_knowledge_base_documents",
+        {"documentDetails": failed},
+        {"knowledgeBaseId": KB, "dataSourceId": DS, "maxResults": 100},
+    )
+    result = runner.invoke(app, ["sync", "--region", REGION, "--interval", "0"])
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.splitlines()
+    after = lines.index(next(line for line in lines if line.startswith("failed: s3://b/b.pdf")))
+    query = lines[after + 1]
+    assert query.startswith(f"each failed document's reason, in CloudWatch Logs Insights on {LOG_GROUP}: ")
+    assert query.endswith(
+        "fields @timestamp, event.document_location.s3_location.uri as document, event.status as status, "
+        "event.status_reasons.0 as reason, event.status_reasons.1 as more"
+        ' | filter event_type = "StartIngestionJob.ResourceStatusChanged"'
+        ' and event.ingestion_job_id = "JOB1234567" and event.status like /FAILED$/ | sort @timestamp asc'
+    )
     agent.assert_no_pending_responses()
 
 
@@ -1463,8 +1501,12 @@ def _sample(command: str) -> tuple[list[str], list[str], int | None]:
     return shlex.split(block[0].removeprefix("$ ")), shown, status
 
 
+@pytest.mark.parametrize(
+    "aws", [{"IngestionLogGroupName": "/aws/vendedlogs/bedrock/knowledge-bases/ContextualKb"}], indirect=True
+)
 def test_cli_md_shows_what_sync_prints_after_a_failed_document(aws: Clients) -> None:
-    """The sample, run: stdout, then stderr (the failed document and the `ckb doctor` suggestion)."""
+    """The sample, run: stdout, then stderr (the failed document, the Logs Insights query of the stack's
+    ingestion logs and the `ckb doctor` suggestion)."""
     words, shown, status = _sample("ckb sync")
     agent = aws.stubs["bedrock-agent"]
     agent.add_response("list_ingestion_jobs", {"ingestionJobSummaries": []}, ANY_LIST_REQUEST)

@@ -2,10 +2,11 @@
 the emulator on 127.0.0.1, adapt a synthesized cloud assembly to what it provisions, run the CLI.
 
 Where ministack differs from AWS, and what the adaptation does about it (each said where it is done):
-- Its CloudFormation has no provisioner for Bedrock, OpenSearch Serverless or S3 Vectors resources: a
-  template holding one is refused whole ("Template format error: Unrecognized resource types: [...]").
-  Those resources are left out by type; a reference to one becomes a placeholder, and the collection's
-  endpoint becomes our OpenSearch stand-in's URL (which checks every SigV4 signature).
+- Its CloudFormation has no provisioner for Bedrock, OpenSearch Serverless or S3 Vectors resources, nor
+  for CloudWatch Logs' vended-log delivery (the Knowledge Base's logs): a template holding one is refused
+  whole ("Template format error: Unrecognized resource types: [...]"). Those resources are left out by
+  type; a reference to one becomes a placeholder, and the collection's endpoint becomes our OpenSearch
+  stand-in's URL (which checks every SigV4 signature).
 - It runs a Python function with its own interpreter (``sys.executable``), on the host's architecture, and
   ignores ``Architectures``: the transformation's asset is rebuilt for the host (the same pinned
   dependencies, the same script), and ministack is started from a venv of the function's Python.
@@ -35,8 +36,14 @@ from typing import Any
 CDK = ["npx", "--yes", "aws-cdk@2.1148.1"]
 ACCOUNT, REGION = "000000000000", "us-east-1"
 SECRET = "lifecycle-secret"
-# Types ministack 1.5.33's CloudFormation does not provision (refused before anything is created).
-REJECTED_PREFIXES = ("AWS::Bedrock::", "AWS::OpenSearchServerless::", "AWS::S3Vectors::")
+# Types ministack 1.5.33's CloudFormation does not provision (refused before anything is created); among
+# them CloudWatch Logs' vended-log delivery (AWS::Logs::DeliverySource, DeliveryDestination, Delivery).
+REJECTED_PREFIXES = (
+    "AWS::Bedrock::",
+    "AWS::OpenSearchServerless::",
+    "AWS::S3Vectors::",
+    "AWS::Logs::Delivery",
+)
 START_SECONDS = 30.0
 STOP_SECONDS = 10.0
 

@@ -36,7 +36,8 @@ pytestmark = pytest.mark.lifecycle
 ROOT = Path(__file__).resolve().parents[2]
 STACK = "ContextualKb"
 EVENT = ROOT / "events" / "markdown"
-FIRST = ["-c", "vectorStore=opensearch"]
+EMAIL = "oncall@example.com"
+FIRST = ["-c", "vectorStore=opensearch", "-c", f"alarmEmail={EMAIL}"]
 # The update: the function's memory, and a new index dimension (a new index body: the index is replaced).
 SECOND = [*FIRST, "-c", "functionMemoryMb=2048", "-c", "embeddingDimension=512"]
 LEFT_OUT = {
@@ -45,6 +46,10 @@ LEFT_OUT = {
     "AWS::OpenSearchServerless::Collection",
     "AWS::OpenSearchServerless::SecurityPolicy",
     "AWS::OpenSearchServerless::AccessPolicy",
+    # The Knowledge Base's ingestion logs: their log group, metric filter and alarm are deployed.
+    "AWS::Logs::DeliverySource",
+    "AWS::Logs::DeliveryDestination",
+    "AWS::Logs::Delivery",
 }
 
 
@@ -146,6 +151,23 @@ def _invoke(engine: dict[str, Any], function: str, bucket: str) -> dict[str, Any
     return {"response": response, "chunks": chunks, "log": log}
 
 
+def _alarms_reach_the_topic(ministack: Ministack, outputs: dict[str, str]) -> None:
+    """Every alarm notifies the topic (its ARN an output) when it fires and when it clears; the address is
+    subscribed to it; the Knowledge Base's failed documents are counted in the ingestion log group."""
+    topic = outputs["AlarmTopicArn"]
+    alarms = ministack.client("cloudwatch").describe_alarms()["MetricAlarms"]
+    ours = [a for a in alarms if a["AlarmName"].startswith(f"{STACK}-")]
+    assert len(ours) == 6, [a["AlarmName"] for a in alarms]
+    assert all(a["AlarmActions"] == [topic] and a["OKActions"] == [topic] for a in ours)
+    subscriptions = ministack.client("sns").list_subscriptions_by_topic(TopicArn=topic)["Subscriptions"]
+    assert [(s["Protocol"], s["Endpoint"]) for s in subscriptions] == [("email", EMAIL)]
+    logs = ministack.client("logs")
+    (metric_filter,) = logs.describe_metric_filters(logGroupName=outputs["IngestionLogGroupName"])[
+        "metricFilters"
+    ]
+    assert metric_filter["metricTransformations"][0]["metricName"] == "IngestionDocumentsFailed"
+
+
 def test_bootstrap_deploy_invoke_update_and_destroy(engine: dict[str, Any]) -> None:
     ministack: Ministack = engine["ministack"]
     opensearch: OpenSearchStandIn = engine["opensearch"]
@@ -169,8 +191,10 @@ def test_bootstrap_deploy_invoke_update_and_destroy(engine: dict[str, Any]) -> N
     kinds = {kind for kind, _ in deployed.values()}
     for kind in ("AWS::S3::Bucket", "AWS::S3::BucketPolicy", "AWS::IAM::Role", "AWS::Lambda::Function",
                  "AWS::Logs::LogGroup", "AWS::CloudWatch::Alarm", "AWS::CloudWatch::Dashboard",
-                 "Custom::OpenSearchIndex"):  # fmt: skip
+                 "Custom::OpenSearchIndex", "AWS::SNS::Topic", "AWS::SNS::TopicPolicy",
+                 "AWS::SNS::Subscription", "AWS::Logs::MetricFilter"):  # fmt: skip
         assert kind in kinds, kind
+    _alarms_reach_the_topic(ministack, outputs)
 
     # The deployed function, from its deployed asset, on a sample event: every chunk back, with a context.
     function = outputs["TransformFunctionName"]
@@ -217,6 +241,7 @@ def test_bootstrap_deploy_invoke_update_and_destroy(engine: dict[str, Any]) -> N
         ("AWS::Logs::LogGroup", groups),
         ("AWS::Lambda::Function", functions),
         ("AWS::IAM::Role", roles),
+        ("AWS::SNS::Topic", {t["TopicArn"] for t in ministack.client("sns").list_topics()["Topics"]}),
     ):
         made = [physical for k, physical in before.values() if k == kind]
         assert made and not set(made) & live, (kind, set(made) & live)
@@ -265,6 +290,8 @@ def test_attach_mode_switches_the_data_source_and_puts_it_back(engine: dict[str,
         vectorIngestionConfiguration={"chunkingConfiguration": chunking},
     )["dataSource"]
     kb_id, ds_id = kb["knowledgeBaseId"], source["dataSourceId"]
+    sns = ministack.client("sns")
+    team_topic = sns.create_topic(Name="team-oncall")["TopicArn"]  # the user's own: the alarms go there
     context = [
         "-c",
         f"knowledgeBaseId={kb_id}",
@@ -272,6 +299,8 @@ def test_attach_mode_switches_the_data_source_and_puts_it_back(engine: dict[str,
         f"dataSourceId={ds_id}",
         "-c",
         f"knowledgeBaseRoleArn={role}",
+        "-c",
+        f"alarmTopicArn={team_topic}",
     ]
     work: Path = engine["work"]
     _synth(work / "attach", context)
@@ -279,16 +308,20 @@ def test_attach_mode_switches_the_data_source_and_puts_it_back(engine: dict[str,
     stack = template.name.removesuffix(".template.json")
     assert stack == "ContextualKbAttached"  # never the full stack's name
     assembly = work / "attach-ministack"
-    assert (
-        adapt_assembly(
-            work / "attach",
-            assembly,
-            stack,
-            attributes={},
-            function_environment={"ANTHROPIC_BEDROCK_BASE_URL": engine["bedrock"].url},
-        )
-        == []
-    )  # attach mode's types are all provisioned: nothing left out
+    removed = adapt_assembly(
+        work / "attach",
+        assembly,
+        stack,
+        attributes={},
+        function_environment={"ANTHROPIC_BEDROCK_BASE_URL": engine["bedrock"].url},
+    )
+    # attach mode's types are all provisioned but the delivery of the Knowledge Base's logs
+    resources = json.loads(template.read_text())["Resources"]
+    assert sorted(resources[r]["Type"] for r in removed) == [
+        "AWS::Logs::Delivery",
+        "AWS::Logs::DeliveryDestination",
+        "AWS::Logs::DeliverySource",
+    ]
     ran = cdk(["bootstrap", f"aws://{ACCOUNT}/{REGION}"], ministack.environment(), work)
     assert ran.returncode == 0, ran.stderr[-3000:]
     ran = cdk(
@@ -308,6 +341,12 @@ def test_attach_mode_switches_the_data_source_and_puts_it_back(engine: dict[str,
         "Environment"
     ]["Variables"]
     assert variables["VECTOR_STORE"] == "s3vectors" and variables["CHUNKING"] == "kb"  # from the inspection
+    alarms = ministack.client("cloudwatch").describe_alarms()["MetricAlarms"]
+    ours = [a for a in alarms if a["AlarmName"].startswith(f"{stack}-")]
+    assert len(ours) == 6 and all(a["AlarmActions"] == a["OKActions"] == [team_topic] for a in ours)
+    assert not [t for t in sns.list_topics()["Topics"] if t["TopicArn"] != team_topic]  # no topic of ours
+    groups = {g["logGroupName"] for g in ministack.client("logs").describe_log_groups()["logGroups"]}
+    assert f"/aws/vendedlogs/bedrock/knowledge-bases/{stack}" in groups
 
     ran = cdk(["destroy", stack, "--app", str(assembly), "--force"], ministack.environment(), work)
     assert ran.returncode == 0, ran.stderr[-3000:]
@@ -316,3 +355,9 @@ def test_attach_mode_switches_the_data_source_and_puts_it_back(engine: dict[str,
         "transformations"
     )
     assert detached["vectorIngestionConfiguration"]["chunkingConfiguration"] == chunking
+    # Destroy removes what it added and nothing of the user's: their topic stays, the log group goes.
+    assert [t["TopicArn"] for t in sns.list_topics()["Topics"]] == [team_topic]
+    groups = {g["logGroupName"] for g in ministack.client("logs").describe_log_groups()["logGroups"]}
+    assert f"/aws/vendedlogs/bedrock/knowledge-bases/{stack}" not in groups
+    assert not [a for a in ministack.client("cloudwatch").describe_alarms()["MetricAlarms"]
+                if a["AlarmName"].startswith(f"{stack}-")]  # fmt: skip

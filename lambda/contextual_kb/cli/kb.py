@@ -224,10 +224,22 @@ def sync(
             f"({len(marked.archived):,} archived, {len(marked.skipped):,} whose metadata file cannot be "
             "marked; listed above)"
         )
+    if (failed or job.status == "FAILED") and deployment.ingestion_log_group:
+        errors.print(plain(_reasons_query(deployment.ingestion_log_group, job.job_id)))
     if job.status != "COMPLETE" or failed or _many_fallbacks(deployment, job):
         errors.print("run `ckb doctor` to check the stack's setup: model access, quotas, the transformation")
     if job.status != "COMPLETE" or failed:
         raise typer.Exit(code=1)
+
+
+def _reasons_query(log_group: str, job_id: str) -> str:
+    """The line that ends the failure lines: the Logs Insights query of the job's failed documents."""
+    from contextual_kb.query.ingestion_logs import failed_documents_query
+
+    return (
+        f"each failed document's reason, in CloudWatch Logs Insights on {log_group}: "
+        f"{failed_documents_query(job_id)}"
+    )
 
 
 @dataclass(frozen=True)

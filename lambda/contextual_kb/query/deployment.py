@@ -34,6 +34,8 @@ class Deployment:
     batch_role_arn: str = ""  # the role batch inference jobs run as (ckb contextualize)
     # attach on Aurora with no custom metadata field: the metadata columns the deploy confirmed its table has
     metadata_columns: tuple[str, ...] = ()
+    ingestion_log_group: str = ""  # the Knowledge Base's own ingestion logs (none: not delivered)
+    alarm_topic_arn: str = ""  # the topic every alarm notifies (none: a stack from before it had one)
 
     @property
     def attached(self) -> bool:
@@ -75,4 +77,6 @@ class Deployment:
             metadata_columns=tuple(
                 c for c in outputs.get("RdsMetadataColumns", "").split(",") if c and c != "none"
             ),
+            ingestion_log_group=outputs.get("IngestionLogGroupName", ""),
+            alarm_topic_arn=outputs.get("AlarmTopicArn", ""),
         )

@@ -6,7 +6,8 @@ transformation; the function's settings (valid, and time enough for the claude s
 transformation model answers a 1-token call (AccessDenied explained: Anthropic's use-case form, the
 Marketplace permissions, SCPs that block ``global.`` profiles); the embedding model and the reranker; the
 account's Bedrock quotas for the model against the function's ``MAX_CONCURRENCY``; the intermediate bucket's
-lifecycle and the remembered contexts' prefix.
+lifecycle and the remembered contexts' prefix; that someone hears the alarms (a confirmed subscription to
+their topic).
 """
 
 from __future__ import annotations
@@ -92,6 +93,8 @@ def run(deployment: Deployment, clients: Clients) -> Iterator[Check]:
     yield _guarded(_chunking, deployment, clients, data_source, settings, unread)
     for check in (_model, _embedding, _reranker, _quotas, _lifecycle):
         yield _guarded(check, deployment, clients, environment, settings, unread)
+    if deployment.alarm_topic_arn:  # stacks from before alarms had a topic have none to check
+        yield _guarded(_alarms, deployment, clients)
 
 
 def _unread(function: Check, environment: dict[str, str], read: bool) -> str:
@@ -556,6 +559,33 @@ def _lifecycle(
 # Above this share of chunks given the structural context instead of the model's, `ckb sync` suggests the
 # doctor: the model is likely unreachable or throttled (ContextFallbacks against ChunksIn).
 FALLBACK_SHARE_TO_SUGGEST = 0.05
+
+
+def _alarms(deployment: Deployment, clients: Clients) -> Check:
+    """An alarm reaches someone only through a confirmed subscription: SNS mails an address a link first,
+    and until it is followed the subscription's ARN reads ``PendingConfirmation``."""
+    topic = deployment.alarm_topic_arn
+    pages = clients("sns").get_paginator("list_subscriptions_by_topic").paginate(TopicArn=topic)
+    arns = [s["SubscriptionArn"] for page in pages for s in page["Subscriptions"]]
+    confirmed = sum(arn.startswith("arn:") for arn in arns)
+    pending = sum(arn == "PendingConfirmation" for arn in arns)
+    waiting = f"{pending} waiting for its confirmation" if pending else ""
+    if not confirmed:
+        return Check(
+            "alarms",
+            "warn",
+            f"nobody hears the alarms: {topic} has no confirmed subscription"
+            + (f" ({waiting})" if waiting else ""),
+            "deploy with -c alarmEmail=you@example.com and follow the link SNS mails, or subscribe to the "
+            "topic (docs/OPERATIONS.md, Alarms: who hears them)",
+        )
+    plural = "s" if confirmed > 1 else ""
+    return Check(
+        "alarms",
+        "ok",
+        f"the alarms notify {topic}: {confirmed} confirmed subscription{plural}"
+        + (f", {waiting}" if waiting else ""),
+    )
 
 
 def fallbacks_during(clients: Clients, start: datetime, end: datetime) -> tuple[int, int]:

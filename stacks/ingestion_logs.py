@@ -1,0 +1,87 @@
+"""The Knowledge Base's own ingestion logs (APPLICATION_LOGS: an event for each document's every status
+change in an ingestion job), delivered by CloudWatch Logs vended-log delivery to a log group of the stack
+(a month of logs, deleted with it), and a metric of the documents that failed.
+
+Delivery: a source on the Knowledge Base's ARN, a destination on the log group, a delivery between them
+(AWS's "Monitor knowledge bases using CloudWatch Logs"). Creating the delivery, CloudWatch Logs gives its
+delivery service the right to write to the log group (a resource policy it writes itself, as the deploying
+role may: ``logs:PutResourcePolicy``); the group's name starts with ``/aws/vendedlogs/``, as AWS advises for
+such groups. In attach mode the three are added to the user's Knowledge Base, and destroy removes those
+three and the group, nothing else of it.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Aws, Duration, Stack
+from aws_cdk import aws_cloudwatch as cw
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from contextual_kb.query.ingestion_logs import DOCUMENT_EVENT, FINAL_FAILURE, LOG_TYPE
+from stacks import naming
+from stacks.logs import month_of_logs
+from stacks.monitoring import NAMESPACE
+
+FAILED_DOCUMENTS = "IngestionDocumentsFailed"
+# A document's final status FAILED: one event a failed document (the failing stage's own event comes first).
+FAILED_PATTERN = logs.FilterPattern.all(
+    logs.FilterPattern.string_value("$.event_type", "=", DOCUMENT_EVENT),
+    logs.FilterPattern.string_value("$.event.status", "=", FINAL_FAILURE),
+)
+
+
+class IngestionLogs(Construct):
+    def __init__(
+        self, scope: Construct, construct_id: str, *, knowledge_base_arn: str, knowledge_base: str
+    ) -> None:
+        """``knowledge_base``: what names the Knowledge Base at synth (its name, or its id when attached): the
+        delivery source's name changes with it, so a replaced Knowledge Base gets a new source beside the
+        old one, not a clash of names."""
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        name = f"/aws/vendedlogs/bedrock/knowledge-bases/{stack.stack_name}"
+        self.log_group = month_of_logs(self, "Logs", name=name)
+        self.log_group_name = name
+        source_name = naming.delivery_name(stack.stack_name, f"-kb-{naming.short_hash(knowledge_base)}")
+        self.source = logs.CfnDeliverySource(
+            self,
+            "Source",
+            name=source_name,
+            log_type=LOG_TYPE,
+            resource_arn=knowledge_base_arn,
+        )
+        # The log group's ARN without the ":*" that its GetAtt ends with.
+        group_arn = f"arn:{Aws.PARTITION}:logs:{Aws.REGION}:{Aws.ACCOUNT_ID}:log-group:{name}"
+        self.destination = logs.CfnDeliveryDestination(
+            self,
+            "Destination",
+            name=naming.delivery_name(stack.stack_name, "-kb-logs"),
+            destination_resource_arn=group_arn,
+            output_format="json",
+        )
+        self.destination.node.add_dependency(self.log_group)
+        self.delivery = logs.CfnDelivery(
+            self,
+            "Delivery",
+            delivery_source_name=source_name,
+            delivery_destination_arn=self.destination.attr_arn,
+        )
+        self.delivery.node.add_dependency(self.source)
+        # Counted by the Knowledge Base's ARN, so that two stacks in one account count apart.
+        logs.MetricFilter(
+            self,
+            "FailedDocuments",
+            log_group=self.log_group,
+            filter_pattern=FAILED_PATTERN,
+            metric_namespace=NAMESPACE,
+            metric_name=FAILED_DOCUMENTS,
+            metric_value="1",
+            dimensions={"KnowledgeBaseArn": "$.event.knowledge_base_arn"},
+        )
+        self.failed_documents = cw.Metric(
+            namespace=NAMESPACE,
+            metric_name=FAILED_DOCUMENTS,
+            dimensions_map={"KnowledgeBaseArn": knowledge_base_arn},
+            statistic="Sum",
+            period=Duration.minutes(5),
+        )
