@@ -388,10 +388,12 @@ def _demo_eval(out: Console, strategy: str, endpoint: object) -> None:
 from contextual_kb.cli.contextualize import register as register_contextualize  # noqa: E402
 from contextual_kb.cli.evaluate import register as register_eval  # noqa: E402
 from contextual_kb.cli.kb import register  # noqa: E402 - the commands that use the deployed stack
+from contextual_kb.cli.local import register as register_local  # noqa: E402
 
 register(app)
 register_eval(app)
 register_contextualize(app)
+register_local(app)
 
 
 def main() -> None:
