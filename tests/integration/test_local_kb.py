@@ -80,6 +80,8 @@ def test_upload_sync_query_ask_through_the_local_knowledge_base(stack: local.Loc
     asked = ckb("ask", "how does the token bucket refill?", "--k", "3")
     assert asked.exit_code == 0, asked.output + asked.stderr
     assert "[1] s3://contextual-kb-local-source/docs/token_bucket.py" in asked.output
+    assert "(An answer by the Bedrock stand-in's rule, not a model's.)" in asked.output
+    assert "[1]" in asked.output.split("\n\n")[0]  # the answer cites its source
     assert stack.knowledge_base.requests["Retrieve"] >= 3 and stack.knowledge_base.requests["Rerank"] >= 3
 
 
