@@ -292,3 +292,16 @@ def test_ckb_local_serves_a_stack_other_processes_use(tmp_path: Path) -> None:
         from contextual_kb.local.s3server import stop_child
 
         stop_child(child)
+
+
+def test_the_demo_ends_with_a_query_through_a_local_knowledge_base(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ANTHROPIC_BEDROCK_BASE_URL")  # the demo's own stand-in
+    result = runner.invoke(app, ["demo", "--show", "0", "--no-eval", "--strategy", "claude"])
+    assert result.exit_code == 0, result.output + result.stderr
+    query = result.output[result.output.index("query: a local Knowledge Base over HTTP") :]
+    # The sync ran the real handler again, which found every context remembered: no second model call.
+    assert "COMPLETE: 3 scanned, 3 indexed, 0 failed" in query
+    assert "made 0 model calls and found" in " ".join(query.split())
+    first = query[query.index("#1 · rerank") :]
+    assert "token_bucket.py" in first.splitlines()[0]
+    assert "context (the stand-in's" in first and "chunk:" in first

@@ -328,23 +328,9 @@ def query(
     if as_json:
         write_json([r.as_dict() for r in results])
         return
-    out = console()
-    if not results:
-        out.print("no results")
-        return
-    table = Table(show_lines=True)
-    for name in ("#", "rerank", "retrieval", "source", "context", "chunk"):
-        table.add_column(name, overflow="fold")
-    for r in results:
-        table.add_row(
-            str(r.rank),
-            "" if r.rerank_score is None else f"{r.rerank_score:.3f}",
-            f"{r.retrieval_score:.3f}",
-            plain(r.source),
-            plain(_short(r.context, 200)),
-            plain(_short(r.text, 300)),
-        )
-    out.print(table)
+    from contextual_kb.cli.render import print_results
+
+    print_results(console(), results)
 
 
 def ask(
@@ -392,11 +378,6 @@ def _progress_line(status: str, stats: dict[str, int]) -> str:
     indexed = stats.get("numberOfNewDocumentsIndexed", 0) + stats.get("numberOfModifiedDocumentsIndexed", 0)
     scanned, failed = stats.get("numberOfDocumentsScanned", 0), stats.get("numberOfDocumentsFailed", 0)
     return f"{status}: {scanned} scanned, {indexed} indexed, {failed} failed"
-
-
-def _short(text: str, limit: int) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def register(app: typer.Typer) -> None:

@@ -48,6 +48,7 @@ app = typer.Typer(
 )
 
 STRATEGIES = ("claude", "structural", "none")
+DEMO_QUESTION = "how does the token bucket refill"  # the demo's documents answer it (token_bucket.py)
 STRATEGY_HELP = (
     "Context strategy: claude, structural or none. claude calls the local Bedrock stand-in unless "
     "--bedrock (or ANTHROPIC_BEDROCK_BASE_URL) says otherwise."
@@ -300,9 +301,17 @@ def demo(
             help="End with retrieval quality on the codebase benchmark: raw, structural, and this strategy.",
         ),
     ] = True,
+    question: Annotated[
+        str,
+        typer.Option(
+            help="End with this query over the documents, through a local Knowledge Base ('' to skip).",
+            metavar="TEXT",
+        ),
+    ] = DEMO_QUESTION,
     yes: Annotated[bool, typer.Option("--yes", help=YES_HELP)] = False,
 ) -> None:
-    """Offline demo: local S3, KB-style chunking, the real handler, chunks before and after."""
+    """Offline demo: local S3, KB-style chunking, the real handler, chunks before and after; then a local
+    Knowledge Base syncs the documents and answers a query."""
 
     from contextual_kb.local.environment import offline_aws
 
@@ -311,7 +320,19 @@ def demo(
     # The user's AWS setup is not read offline (--bedrock keeps credentials), from before the runtime is
     # imported (its tracer builds an X-Ray client, which reads the profile).
     with offline_aws(keep_credentials=bedrock):
-        _demo(out, documents, max_tokens, overlap, chunks_per_batch, show, strategy, bedrock, evaluate, yes)
+        _demo(
+            out,
+            documents,
+            max_tokens,
+            overlap,
+            chunks_per_batch,
+            show,
+            strategy,
+            bedrock,
+            evaluate,
+            yes,
+            question,
+        )
 
 
 def _demo(
@@ -325,6 +346,7 @@ def _demo(
     bedrock: bool,
     evaluate: bool,
     yes: bool,
+    question: str = "",
 ) -> None:
     from contextlib import nullcontext
 
@@ -347,9 +369,9 @@ def _demo(
             chunks_per_batch=chunks_per_batch,
             show=show,
             endpoint=endpoint,
+            then=(lambda: _demo_eval(out, strategy, endpoint)) if evaluate else None,
+            question=question or None,
         )
-        if evaluate:
-            _demo_eval(out, strategy, endpoint)
 
 
 def _benchmark_sizes() -> list[tuple[int, int]]:
