@@ -407,6 +407,7 @@ def _demo_eval(out: Console, strategy: str, endpoint: object) -> None:
     print_table(out, rows, [5, 10, 20], title=f"codebase benchmark, dev split: {len(labelled)} queries")
 
 
+from contextual_kb.cli.agents import register as register_mcp  # noqa: E402
 from contextual_kb.cli.contextualize import register as register_contextualize  # noqa: E402
 from contextual_kb.cli.evaluate import register as register_eval  # noqa: E402
 from contextual_kb.cli.kb import register  # noqa: E402 - the commands that use the deployed stack
@@ -416,6 +417,7 @@ register(app)
 register_eval(app)
 register_contextualize(app)
 register_local(app)
+register_mcp(app)
 
 
 def main() -> None:
