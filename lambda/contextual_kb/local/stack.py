@@ -174,6 +174,7 @@ def local_stack(
     moto = ThreadedMotoServer(ip_address="127.0.0.1", port=moto_port, verbose=False)
     moto.start()
     moto_url = f"http://127.0.0.1:{moto_port}"
+    _reset(moto_url)  # moto's backends are this process's: start from nothing, whatever ran before
     model = BedrockStandIn(StandInConfig(latency_ms=model_latency_ms, per_token_ms=1.0)).start()
     spec = KnowledgeBaseSpec(
         KNOWLEDGE_BASE_ID,
@@ -231,5 +232,14 @@ def local_stack(
     finally:
         service.stop()
         model.stop()
+        _reset(moto_url)
         moto.stop()
         restore(saved)
+
+
+def _reset(moto_url: str) -> None:
+    """Empty every moto backend of this process (its server's reset endpoint)."""
+    from urllib.request import Request, urlopen
+
+    with urlopen(Request(f"{moto_url}/moto-api/reset", method="POST"), timeout=30) as answer:
+        answer.read()
