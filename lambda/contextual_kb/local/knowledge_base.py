@@ -597,6 +597,11 @@ class LocalKnowledgeBase:
         with self._lock:
             self._indexes[kb_id] = index  # swapped whole: a query never sees half an index
 
+    def indexed_chunks(self, kb_id: str) -> list[Any]:
+        """What the index of ``kb_id`` holds now, each with ``body`` and ``metadata`` (tests, benchmarks)."""
+        with self._lock:
+            return list(self._indexes[kb_id].chunks)
+
     # ---- bedrock-agent-runtime
 
     def retrieve(self, kb_id: str, body: dict[str, Any]) -> dict[str, Any]:
