@@ -167,3 +167,43 @@ def test_tag_discovery_lists_only_the_knowledge_bases_tagged(stack: local.LocalS
 
     assert run(listed(TAG)) == [local.KNOWLEDGE_BASE_ID]
     assert run(listed("another-key")) == []
+
+
+def test_streamable_http_binds_loopback_and_serves_the_same_tools(stack: local.LocalStack) -> None:
+    import os
+    import subprocess
+
+    from contextual_kb.local.s3server import free_port, stop_child
+    from tests.integration.test_security import _refused_from_outside
+
+    port = free_port()
+    ckb = shutil.which("ckb", path=str(Path(sys.executable).parent))
+    assert ckb is not None
+    child = subprocess.Popen(
+        [ckb, "mcp", "--transport", "streamable-http", "--port", str(port)],
+        env={**os.environ, **stack.environment()},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+
+    async def tools() -> set[str]:
+        async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+            return {t.name for t in (await client.list_tools()).tools}
+
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # bounded: the server has a minute to listen
+            try:
+                found = run(tools())
+                break
+            except Exception:
+                if time.monotonic() > deadline or child.poll() is not None:
+                    raise
+                time.sleep(0.2)
+        assert found == TOOLS
+        _refused_from_outside(port)  # bound to 127.0.0.1: the host's other address is refused
+        _refused_from_outside(stack.knowledge_base._server.address[1])  # type: ignore[union-attr]
+    finally:
+        stop_child(child)
