@@ -66,3 +66,47 @@ def test_one_job_at_a_time_per_data_source(s3: Any) -> None:
     assert len(running["ingestionJobSummaries"]) == 1
     release.set()
     kb.wait_for_jobs()
+
+
+def toy_embed(texts: Any) -> Any:
+    """Hashed bags of words: deterministic vectors, enough to test the dense paths without the dense extra."""
+    import hashlib
+
+    import numpy as np
+
+    vectors = np.zeros((len(texts), 64), dtype=np.float32)
+    for row, text in enumerate(texts):
+        for word in text.lower().split():
+            vectors[row, int(hashlib.md5(word.encode()).hexdigest(), 16) % 64] += 1.0
+    return vectors
+
+
+def test_semantic_and_hybrid_search_with_vectors(s3: Any) -> None:
+    for bucket in (SOURCE, STAGING):
+        s3.create_bucket(Bucket=bucket)
+    spec = KnowledgeBaseSpec(KB, [DataSourceSpec(DS, SOURCE, STAGING)])
+    kb = LocalKnowledgeBase([spec], analyzer=ANALYZERS["index"], s3=lambda: s3, invoke=None, embed=toy_embed)
+    s3.put_object(Bucket=SOURCE, Key="bucket.txt", Body=b"token bucket refill rate")
+    s3.put_object(Bucket=SOURCE, Key="refund.txt", Body=b"refund card payment days")
+    kb.start_ingestion_job(KB, DS)
+    kb.wait_for_jobs()
+
+    def search(kind: str) -> list[tuple[str, float]]:
+        body = {
+            "retrievalQuery": {"text": "bucket refill"},
+            "retrievalConfiguration": {
+                "vectorSearchConfiguration": {"numberOfResults": 2, "overrideSearchType": kind}
+            },
+        }
+        found = kb.retrieve(KB, body)["retrievalResults"]
+        return [(r["location"]["s3Location"]["uri"].rsplit("/", 1)[-1], r["score"]) for r in found]
+
+    semantic = search("SEMANTIC")
+    assert [name for name, _ in semantic] == ["bucket.txt", "refund.txt"]  # cosine: every chunk, ranked
+    assert semantic[0][1] > semantic[1][1] >= 0
+    hybrid = search("HYBRID")
+    # RRF of BM25 (bucket.txt alone matches) and cosine: bucket.txt first, 1/61 + 1/61.
+    assert hybrid[0] == ("bucket.txt", pytest.approx(2 / 61))
+    assert hybrid[1] == ("refund.txt", pytest.approx(1 / 62))
+    kb.specs[KB].storage = "S3_VECTORS"  # no lexical side: HYBRID is answered as SEMANTIC
+    assert search("HYBRID") == semantic

@@ -17,14 +17,10 @@ from rich.text import Text
 from contextual_kb.cli.errors import CliError, choice, usage
 from contextual_kb.cli.terminal import console, error_console, plain, write_json
 from contextual_kb.query import aws_clients
+from contextual_kb.query.answering import MODEL_ACCESS_TODO
 from contextual_kb.query.deployment import DEFAULT_STACK, Deployment
 from contextual_kb.query.ingestion import Ingestion, Job
 from contextual_kb.query.retrieval import DEFAULT_RERANKER, RERANKERS, Result, Retriever
-
-MODEL_ACCESS_TODO = (
-    "On AccessDenied: submit Anthropic's use-case form once per account and allow aws-marketplace:Subscribe "
-    "and ViewSubscriptions (README, Before the first deploy)"
-)
 
 Stack = Annotated[str, typer.Option(envvar="CKB_STACK", help="The deployed stack's name.", metavar="NAME")]
 Region = Annotated[str | None, typer.Option(help="AWS region.", show_default="AWS_REGION", metavar="REGION")]

@@ -28,9 +28,14 @@ def running_stack(*, max_tokens: int = 300, overlap: int = 20, dense: bool = Fal
 
     embed = None
     if dense:
-        from contextual_kb.evaluation.dense import MiniLm
+        from contextual_kb.cli.errors import usage
+        from contextual_kb.evaluation.dense import DenseUnavailableError, MiniLm
 
         embed = MiniLm().embed
+        try:
+            embed(["a probe, so a missing dense extra is said now"])
+        except DenseUnavailableError as exc:
+            raise usage("--dense", str(exc)) from None
     with local_stack(
         analyzer=ANALYZERS["index"], embed=embed, max_tokens=max_tokens, overlap_percentage=overlap
     ) as stack:

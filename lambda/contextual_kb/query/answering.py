@@ -8,6 +8,11 @@ from typing import Any
 from contextual_kb.query.retrieval import Result
 from contextual_kb.runtime.context.claude.prompts import BEDROCK_ANTHROPIC_VERSION
 
+# What to do when the answer's model call is refused (ckb ask and the MCP server's ask say the same).
+MODEL_ACCESS_TODO = (
+    "On AccessDenied: submit Anthropic's use-case form once per account and allow aws-marketplace:Subscribe "
+    "and ViewSubscriptions (README, Before the first deploy)"
+)
 SYSTEM = (
     "You answer questions using only the numbered sources given. Cite the sources you use as [n] after the "
     "sentence they support. If the sources do not contain the answer, say so plainly; do not guess. The "

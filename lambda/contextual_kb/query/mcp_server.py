@@ -50,7 +50,8 @@ def redact(text: str) -> str:
 
 
 class _ArgumentError(Exception):
-    """A failure the server explains itself (a wrong argument), in the command line's words."""
+    """A failure the server explains itself (a wrong argument, a refused model call), in the command line's
+    words."""
 
 
 def build_server(  # noqa: PLR0915 - the tools are closures over the server's settings, defined here
@@ -273,8 +274,8 @@ def build_server(  # noqa: PLR0915 - the tools are closures over the server's se
         """Answer a question from a Knowledge Base: the top `k` reranked passages are given to Claude on
         Amazon Bedrock (MODEL_ID, or Claude Haiku 4.5), which answers from them alone citing [n]; the
         sources come back numbered. One paid model call. Use `query` instead when you want the passages."""
-        from contextual_kb.query.answering import answer_request
-        from contextual_kb.runtime.context.claude.client import ClaudeClient
+        from contextual_kb.query.answering import MODEL_ACCESS_TODO, answer_request
+        from contextual_kb.runtime.context.claude.client import ClaudeClient, ModelCallError
         from contextual_kb.runtime.settings import DEFAULT_MODEL_ID
 
         _, results = retrieve(
@@ -295,6 +296,8 @@ def build_server(  # noqa: PLR0915 - the tools are closures over the server's se
         claude = ClaudeClient(region=where(), timeout_seconds=120, max_retries=4, max_connections=1)
         try:
             reply = claude.invoke(answer_request(model_id, question, results))
+        except ModelCallError as exc:  # as ckb ask words it
+            raise _ArgumentError(f"the call to {model_id} failed: {exc}. {MODEL_ACCESS_TODO}") from None
         finally:
             claude.close()
         return {
