@@ -147,7 +147,7 @@ def query_demo(
     remembered: list[int] = []
 
     def transform(event: dict[str, Any]) -> dict[str, Any]:
-        done = runner.invoke(event)
+        done = runner.invoke(event, capture_stdout=False)  # on the job's thread
         model = done.summary().get("model", {})
         calls.append(int(model.get("calls", 0)))
         remembered.append(int(model.get("chunks_remembered", 0)))

@@ -149,7 +149,8 @@ def _empty_zip() -> bytes:
 def _invoke(event: dict[str, Any]) -> dict[str, Any]:
     from contextual_kb.local import runner
 
-    return runner.invoke(event).response
+    # On the job's thread: standard output stays the main thread's (a CLI printing while a job runs).
+    return runner.invoke(event, capture_stdout=False).response
 
 
 @contextmanager
@@ -202,6 +203,10 @@ def local_stack(
         values = stack.environment()
         # This process is the function too: its model calls go to the stand-in, its settings are the user's.
         values.setdefault("MODEL_REGION", os.environ.get("MODEL_REGION") or REGION)
+        # Its metrics (EMF lines on standard output in Lambda) would land amid the caller's output.
+        values.setdefault(
+            "POWERTOOLS_METRICS_DISABLED", os.environ.get("POWERTOOLS_METRICS_DISABLED") or "true"
+        )
         for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
             saved[name] = os.environ.pop(name, None)
         for name in ("AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
