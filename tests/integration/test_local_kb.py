@@ -305,3 +305,19 @@ def test_the_demo_ends_with_a_query_through_a_local_knowledge_base(monkeypatch: 
     first = query[query.index("#1 · rerank") :]
     assert "token_bucket.py" in first.splitlines()[0]
     assert "context (the stand-in's" in first and "chunk:" in first
+
+
+def test_the_demo_never_pays_twice_for_its_query(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An endpoint that may bill (here a custom one) and remembering off: the query's sync would pay for every
+    context again, so the demo says so and ends without it."""
+    from contextual_kb.local.bedrock_standin import running_standin
+
+    with running_standin() as endpoint:
+        monkeypatch.setenv("ANTHROPIC_BEDROCK_BASE_URL", endpoint.url)
+        monkeypatch.setenv("CONTEXT_MEMORY_PREFIX", "")
+        result = runner.invoke(app, ["demo", "--show", "0", "--no-eval", "--strategy", "claude"])
+        calls = endpoint.stats.requests
+    assert result.exit_code == 0, result.output + result.stderr
+    assert "no query at the end: remembering is off" in " ".join(result.output.split())
+    assert "query: a local Knowledge Base" not in result.output
+    assert calls == 18  # the demo's own contexts, once

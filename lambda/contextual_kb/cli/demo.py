@@ -104,6 +104,15 @@ def run_demo(
         if show:
             standin = endpoint is not None and endpoint.kind == "stand-in"
             print_chunks(console, result, show, label=STANDIN_CONTEXT if standin else "context")
+        # The query's sync runs the handler again: free when its contexts are remembered or the model is the
+        # stand-in; with remembering off, a paid endpoint would bill every context a second time.
+        if question and _would_pay_again(endpoint):
+            console.print(
+                "note: no query at the end: remembering is off (CONTEXT_MEMORY_PREFIX is empty), so the "
+                "local Knowledge Base's sync would pay for every context again",
+                markup=False,
+            )
+            question = None
         # Queried before ``then`` runs, shown after it: the retrieval table's run resets moto's state (its
         # mock_aws shares moto's backends with this local S3), so the demo ends with the query.
         answered = (
@@ -122,6 +131,12 @@ def run_demo(
         if answered is not None:
             answered(console)
     return intact
+
+
+def _would_pay_again(endpoint: ModelEndpoint | None) -> bool:
+    settings = handler.runtime()[0]
+    paid = endpoint is not None and endpoint.kind != "stand-in"
+    return paid and settings.context_strategy == "claude" and not settings.context_memory_prefix
 
 
 def query_demo(
