@@ -81,7 +81,9 @@ def local(
         error_console().print(
             f"local stack {environment['CKB_STACK']} ready in {time.perf_counter() - started:.1f} s "
             f"(strategy {strategy}); in another shell, set the variables above, then: ckb upload DOCS; ckb "
-            "sync; ckb query TEXT. Ctrl-C stops it (and forgets everything)."
+            "sync; ckb query TEXT. Its Rerank is a deterministic stand-in (BM25 among the candidates), not "
+            "a model, and ckb ask's answers are the Bedrock stand-in's, made by rule. Ctrl-C stops it (and "
+            "forgets everything)."
         )
         try:
             if until_stdin_closes:
