@@ -152,6 +152,13 @@ def test_errors_are_the_services_own_in_one_line(stack: local.LocalStack) -> Non
         "error: Retrieve failed: ValidationException: in takes a list of values (the request was refused as "
         "invalid)"
     )
+    # botocore refuses an unknown operator before sending; its message spans lines, ckb's stays one.
+    unknown = ckb("query", "x", "--filter", '{"fuzzy": {"key": "a", "value": 1}}')
+    assert unknown.exit_code == 1 and len(unknown.stderr.strip().splitlines()) == 1, unknown.stderr
+    assert (
+        'Unknown parameter in retrievalConfiguration.vectorSearchConfiguration.filter: "fuzzy"'
+        in unknown.stderr
+    )
     semantic = ckb("query", "x", "--search", "semantic")
     assert "no embedding model" in semantic.stderr and semantic.exit_code == 1
     client = boto3.client("bedrock-agent")
