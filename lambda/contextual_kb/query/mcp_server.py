@@ -46,7 +46,9 @@ _ACCOUNT = re.compile(r"(?<![0-9])[0-9]{12}(?![0-9])")
 
 def redact(text: str) -> str:
     """``text`` without endpoint URLs or account ids (an agent's transcript is not the place for them)."""
-    return _ACCOUNT.sub("<account>", _URL.sub("<endpoint>", text))
+    # The punctuation after a URL is the sentence's, not the URL's: kept.
+    without = _URL.sub(lambda m: "<endpoint>" + m.group()[len(m.group().rstrip(".,:;")) :], text)
+    return _ACCOUNT.sub("<account>", without)
 
 
 class _ArgumentError(Exception):
