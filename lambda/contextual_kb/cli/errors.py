@@ -162,8 +162,8 @@ def _aws(exc: BaseException) -> CliError | None:
             f"{why} ({about})" if about else why,
             _CLIENT_ERROR_TODO.get(code, ""),
         )
-    if isinstance(exc, boto.BotoCoreError):
-        return CliError("AWS request failed", str(exc))
+    if isinstance(exc, boto.BotoCoreError):  # ParamValidationError's message spans lines: one here
+        return CliError("AWS request failed", " ".join(str(exc).split()))
     return None
 
 
