@@ -16,7 +16,7 @@ switched, so that its first sync finds everything it needs.
 
 from __future__ import annotations
 
-from aws_cdk import Aws, CfnOutput, CustomResource, Duration, Stack
+from aws_cdk import Aws, CfnOutput, CfnResource, CustomResource, Duration, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
@@ -91,6 +91,14 @@ class AttachStack(Stack):
                 resources=[kb_arn],
             )
         )
+        # The inspection reads the data source's key policy (which key is known only then): this account's
+        # keys in this region (a key policy cannot be read across accounts).
+        self.attach_role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["kms:GetKeyPolicy"],
+                resources=[f"arn:{Aws.PARTITION}:kms:{Aws.REGION}:{Aws.ACCOUNT_ID}:key/*"],
+            )
+        )
         self.attach_function = lambda_.Function(
             self,
             "AttachFunction",
@@ -134,9 +142,14 @@ class AttachStack(Stack):
             vector_store=self.inspection.get_att_string("VectorStoreType"),
         )
         function = self.transform.function
+        # The inspection says whether the key policy lets this role use the data source's key (its role
+        # exists before the inspection runs; the role's policy, which needs the inspection, comes after).
+        inspection = self.inspection.node.default_child
+        assert isinstance(inspection, CfnResource)
+        inspection.add_property_override("FunctionRoleArn", self.transform.role.role_arn)
         # The data source's KMS key (serverSideEncryptionConfiguration), which encrypts its ingestion's
-        # transient data: the function reads and writes the intermediate files it may encrypt. An ARN of no
-        # key when the data source has none (the inspection's answer).
+        # transient data: the function reads and writes the intermediate files it may encrypt (inferred, not
+        # documented: aws-facts.md). An ARN of no key when the data source has none (the inspection's answer).
         self.transform.role.add_to_policy(
             iam.PolicyStatement(
                 actions=["kms:Decrypt", "kms:GenerateDataKey"],
@@ -189,6 +202,9 @@ class AttachStack(Stack):
             ("VectorStoreType", self.inspection.get_att_string("VectorStoreType")),
             ("KnowledgeBaseRoleArn", config.knowledge_base_role_arn),
             ("KnowledgeBasePolicyName", self.kb_policy.policy_name),
+            # One line: whether the data source's key policy lets the function's role use the key, or what
+            # to add to it (printed by `cdk deploy`, checked by `ckb doctor`).
+            ("DataSourceKeyCheck", self.inspection.get_att_string("DataSourceKeyCheck")),
             ("StackMode", "attach"),
             ("BatchRoleArn", self.batch.role.role_arn),
         ):

@@ -32,6 +32,7 @@ class Deployment:
     knowledge_base_role_arn: str = ""  # attach: the KB's own role, given the stack's policy
     knowledge_base_policy: str = ""  # attach: that policy's name
     batch_role_arn: str = ""  # the role batch inference jobs run as (ckb contextualize)
+    data_source_key_check: str = ""  # attach: the inspection's line on the data source's KMS key
 
     @property
     def attached(self) -> bool:
@@ -70,4 +71,5 @@ class Deployment:
             knowledge_base_role_arn=outputs.get("KnowledgeBaseRoleArn", ""),
             knowledge_base_policy=outputs.get("KnowledgeBasePolicyName", ""),
             batch_role_arn=outputs.get("BatchRoleArn", ""),
+            data_source_key_check=outputs.get("DataSourceKeyCheck", ""),
         )
