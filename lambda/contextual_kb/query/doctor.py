@@ -6,7 +6,8 @@ transformation; the function's settings (valid, and time enough for the claude s
 transformation model answers a 1-token call (AccessDenied explained: Anthropic's use-case form, the
 Marketplace permissions, SCPs that block ``global.`` profiles); the embedding model and the reranker; the
 account's Bedrock quotas for the model against the function's ``MAX_CONCURRENCY``; the intermediate bucket's
-lifecycle and the remembered contexts' prefix.
+lifecycle and the remembered contexts' prefix. Attach mode also: the Knowledge Base's own role (IAM's policy
+simulator), and the deploy's one line on the data source's KMS key (the stack output DataSourceKeyCheck).
 """
 
 from __future__ import annotations
