@@ -327,7 +327,7 @@ class DataSources:
         except ClientError as exc:
             error = exc.response.get("Error", {})
             return None, f"GetKeyPolicy: {error.get('Code', 'Unknown')}"
-        except (BotoCoreError, ValueError) as exc:
+        except (BotoCoreError, ValueError, KeyError, TypeError) as exc:  # an answer without a policy in it
             return None, f"GetKeyPolicy: {exc}"
 
     @property
