@@ -104,9 +104,10 @@ class OpenSearchVectorStore(Construct):
             type="VECTORSEARCH",
             standby_replicas="ENABLED" if standby_replicas else "DISABLED",
         )
-        # No tags on the collection: its Tags are create-only (CloudFormation schema) and its name is ours, so
-        # a tag added after the deploy (Tags.of(app).add, an aspect) would ask CloudFormation to replace it
-        # under the same name, which fails the update. Every other resource takes the tags in place.
+        # No tags in the collection's template: its Tags are create-only (CloudFormation schema) and its name
+        # is ours, so a tag added after the deploy (Tags.of(app).add, an aspect) would ask CloudFormation to
+        # replace it under the same name, which fails the update. The tags it is given go on through the API
+        # instead (CollectionTags, below), in place.
         self.collection.add_property_deletion_override("Tags")
         self.collection.node.add_dependency(encryption_policy)
         self.collection.node.add_dependency(network_policy)
@@ -199,6 +200,26 @@ class OpenSearchVectorStore(Construct):
         )
         self.index.node.add_dependency(self.access)
         self.index.node.add_dependency(self.collection)
+        # The collection's tags (those Tags.of(app) gave it, read once the tag aspects have run), set through
+        # TagResource by the same function: in place, whatever changes (contextual_kb/resources/
+        # collection_tags.py).
+        self.index_role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["aoss:TagResource", "aoss:UntagResource"],
+                resources=[self.collection.attr_arn],
+            )
+        )
+        collection = self.collection
+        self.collection_tags = CustomResource(
+            self,
+            "CollectionTags",
+            service_token=self.provider.service_token,
+            resource_type="Custom::CollectionTags",
+            properties={
+                "CollectionArn": self.collection.attr_arn,
+                "Tags": collection.tags.rendered_tags,  # resolved at synth, after the tag aspects
+            },
+        )
         self.storage = StorageConfiguration(
             configuration={
                 "type": "OPENSEARCH_SERVERLESS",

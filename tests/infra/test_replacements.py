@@ -106,8 +106,8 @@ def test_tags_added_to_the_app_replace_nothing_and_stay_off_the_collection(
     tagged: dict[str, tuple[dict[str, Any], dict[str, Any]]], store: str
 ) -> None:
     """``Tags.of(app).add(...)`` after a deploy: every taggable resource takes the tags in place; the
-    collection, whose ``Tags`` CloudFormation can only set at creation, takes none (its template is the same
-    before and after)."""
+    collection, whose ``Tags`` CloudFormation can only set at creation, takes none in its template (the same
+    before and after) and gets them through TagResource."""
     before, after = tagged[store]
     assert replaced(before, after) == {}
     assert name_collisions(before, after) == {}
@@ -119,3 +119,14 @@ def test_tags_added_to_the_app_replace_nothing_and_stay_off_the_collection(
     for logical, resource in resources(after, "AWS::OpenSearchServerless::Collection").items():
         assert "Tags" not in resource["Properties"]
         assert resource == before["Resources"][logical]
+        # They reach it through TagResource (Custom::CollectionTags, updated in place), with its ARN.
+        (tagging,) = resources(after, "Custom::CollectionTags").values()
+        (untagged,) = resources(before, "Custom::CollectionTags").values()
+        assert tagging["Properties"]["CollectionArn"] == {"Fn::GetAtt": [logical, "Arn"]}
+        assert {t["key"]: t["value"] for t in tagging["Properties"]["Tags"]} == TAGS
+        assert "Tags" not in untagged["Properties"]
+        role = next(k for k in resources(after, "AWS::IAM::Policy") if k.startswith("VectorStoreIndexRole"))
+        statements = after["Resources"][role]["Properties"]["PolicyDocument"]["Statement"]
+        (tag_statement,) = [s for s in statements if "aoss:TagResource" in s["Action"]]
+        assert {"aoss:TagResource", "aoss:UntagResource"} <= set(tag_statement["Action"])
+        assert tag_statement["Resource"] == {"Fn::GetAtt": [logical, "Arn"]}  # this collection only
