@@ -5,8 +5,9 @@ Deployed: the transformation function and its role, an intermediate bucket (or t
 ``intermediateBucketName``), a policy on the Knowledge Base's own service role (invoke the function and its
 versions; read and write the intermediate bucket; its KMS key when there is one), the function's dashboard
 and alarms, and two custom resources (``contextual_kb/resources/attach_data_source.py``): one reads the
-Knowledge Base and the data source and refuses what cannot be attached, before anything is changed; the
-other switches the data source to the function, and on destroy puts back what was there. No Knowledge
+Knowledge Base and the data source and refuses what cannot be attached, before anything is changed, and
+says whether the data source's key policy lets the function's role use its key (output DataSourceKeyCheck);
+the other switches the data source to the function, and on destroy puts back what was there. No Knowledge
 Base, vector store or source bucket is made.
 
 Order: the inspection first (it gives the function its chunking: ``structure`` when the data source's is
