@@ -192,3 +192,52 @@ def test_a_call_failing_after_another_succeeded_deletes_none_of_its_outputs(
     after = {key: s3.get_object(Bucket=BUCKET, Key=key)["Body"].read() for key in named}
     assert after == before
     assert_every_chunk_back(s3, first, staged)
+
+
+def test_a_call_that_learned_less_does_not_erase_what_a_concurrent_call_remembered(
+    s3: Any, standin: BedrockStandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """B starts first and finds nothing remembered; A, the same event in another environment, runs to the
+    end and remembers the document's 4 contexts; then B ends with 2 (its model refused the others) and
+    writes the document's contexts. A's 4 stay remembered: a third call asks the model nothing."""
+    from contextual_kb.local.bedrock_standin import StandInConfig
+
+    event, staged = stage(s3, {"ledger.md": paragraphs("ledger", 4)})
+    b_calling, a_done = threading.Event(), threading.Event()
+
+    def refuse_half_after_a(seen: Any) -> int | None:
+        b_calling.set()
+        a_done.wait(60)
+        return 400 if ("section 2." in seen.question or "section 3." in seen.question) else None
+
+    other = BedrockStandIn(StandInConfig(latency_ms=2.0, per_token_ms=0.0, record=True)).start()
+    try:
+        other.configure(fault_for=refuse_half_after_a)
+        monkeypatch.setenv("ANTHROPIC_BEDROCK_BASE_URL", other.url)
+        b_settings, b_strategy, b_store = handler.runtime.__wrapped__()  # B's environment, B's model
+        monkeypatch.setenv("ANTHROPIC_BEDROCK_BASE_URL", standin.url)
+        handler.runtime.cache_clear()
+        b_errors: list[BaseException] = []
+
+        def call_b() -> None:
+            try:
+                Transformation(b_settings, b_strategy, b_store).run(
+                    parse_event(event), Deadline.from_remaining(300, reserve_seconds=10)
+                )
+            except BaseException as exc:  # re-raised below
+                b_errors.append(exc)
+
+        b = threading.Thread(target=call_b)
+        b.start()
+        assert b_calling.wait(60)  # B has read the remembered contexts (none) and is asking its model
+        assert_every_chunk_back(s3, run(event), staged)  # A, to the end: 4 contexts remembered
+        a_done.set()
+        b.join(timeout=120)
+        assert not b_errors, b_errors
+        asked = len(standin.seen)
+        handler.runtime.cache_clear()
+        assert_every_chunk_back(s3, run(event), staged)
+        assert len(standin.seen) == asked  # the third call found all 4 remembered
+    finally:
+        a_done.set()
+        other.stop()

@@ -516,7 +516,12 @@ class _Run:
         if opened.learned and opened.memory_key:
             merged = {**_by_place(opened), **opened.learned}
             saves.append(
-                (io.submit(self.s.memory.save, self.bucket, opened.memory_key, merged), len(opened.learned))
+                (
+                    io.submit(
+                        self.s.memory.save, self.bucket, opened.memory_key, merged, read=opened.remembered
+                    ),
+                    len(opened.learned),
+                )
             )
         self.planner.remove(opened.seq)
         del self.open[opened.seq]
