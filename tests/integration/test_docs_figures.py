@@ -63,11 +63,12 @@ EXCUSED = {
     "python -m pytest -q tests/integration/test_security.py tests/infra/test_security_template.py": "tests",
     "python -m pytest tests/integration/test_contextualize.py tests/unit/test_batch_records.py -q": "tests",
     "make bench-query": "timings of the query side on the local Knowledge Base: dated measurements",
-    'ckb ask "how does the token bucket refill?"': "test_local_kb.py runs upload, sync, query and ask as shown",
+    'ckb ask "how does the token bucket refill?"': "test_local_kb.py: upload, sync, query and ask as shown",
     "ckb local --strategy structural": "test_local_kb.py (ckb local used from other processes)",
-    'ckb upload events/documents --prefix docs/ && ckb sync && ckb query "how does the token bucket refill"': (
-        "test_local_kb.py runs upload, sync, query and ask as shown"
-    ),
+    (
+        "ckb upload events/documents --prefix docs/ && ckb sync && "
+        'ckb query "how does the token bucket refill"'
+    ): "test_local_kb.py: upload, sync, query and ask as shown",
     "ckb mcp": "test_mcp.py (every tool through the MCP SDK's stdio client)",
     "ckb mcp --stack ContextualKbAttached --region eu-central-1 --tag-key mcp-multirag-kb": (
         "needs AWS; the options are tested on the local stack in test_mcp.py"

@@ -104,7 +104,7 @@ def explain(exc: BaseException) -> CliError | None:
             return CliError(
                 "transformation failed",
                 str(exc.error),
-                "The Knowledge Base would mark the file(s) failed; --logs shows the handler's log",
+                "The Knowledge Base is expected to mark the file(s) failed; --logs shows the handler's log",
             )
         return explain(exc.error)
     if isinstance(exc, StorageError):  # outside a transformation: ckb contextualize's own reads and writes

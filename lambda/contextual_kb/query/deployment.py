@@ -36,6 +36,7 @@ class Deployment:
     metadata_columns: tuple[str, ...] = ()
     ingestion_log_group: str = ""  # the Knowledge Base's own ingestion logs (none: not delivered)
     alarm_topic_arn: str = ""  # the topic every alarm notifies (none: a stack from before it had one)
+    data_source_key_check: str = ""  # attach: the inspection's line on the data source's KMS key
 
     @property
     def attached(self) -> bool:
@@ -79,4 +80,5 @@ class Deployment:
             ),
             ingestion_log_group=outputs.get("IngestionLogGroupName", ""),
             alarm_topic_arn=outputs.get("AlarmTopicArn", ""),
+            data_source_key_check=outputs.get("DataSourceKeyCheck", ""),
         )

@@ -65,7 +65,9 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         response, stats = Transformation(settings, strategy, store).run(parse_event(event), deadline)
     except TransformationError:
         metrics.add_metric(name="TransformationErrors", unit=MetricUnit.Count, value=1)
-        logger.exception("transformation failed; the Knowledge Base will mark the file(s) as failed")
+        logger.exception(
+            "transformation failed; the Knowledge Base is expected to mark the file(s) as failed"
+        )
         raise
     record(strategy.name, stats)
     return response.dump()

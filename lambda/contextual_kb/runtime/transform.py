@@ -177,7 +177,7 @@ class Transformation:
                 raise RuntimeError(f"strategy returned no result for {len(loaded)} file(s)")
             writer.finish()
         except BaseException:
-            writer.take_back()
+            writer.abandon()
             raise
         return TransformationResponse(outputFiles=outputs), stats
 
