@@ -43,6 +43,7 @@ class WorkLeft:
         self._reads = _Latency()
         self._writes = _Latency()
         self._structural: list[float] = [0.0, 0.0]  # characters, seconds
+        self._steps: list[float] = [0.0, 0.0]  # characters, seconds of the user's steps (runtime.sdk)
         self._lock = threading.Lock()
 
     # --- what the event holds, then what got done ---
@@ -72,6 +73,13 @@ class WorkLeft:
             self._structural[0] += chars
             self._structural[1] += seconds
 
+    def note_steps(self, chars: int, seconds: float) -> None:
+        """The user's steps (``runtime.sdk``) took ``seconds`` on a document of ``chars``: every document
+        left will take them as long per character, besides its structural pass."""
+        with self._lock:
+            self._steps[0] += chars
+            self._steps[1] += seconds
+
     # --- the tail (deadline.Tail) ---
     def io_seconds(self) -> float:
         with self._lock:
@@ -88,4 +96,7 @@ class WorkLeft:
             measured = chars / spent if spent > 0.05 else DEFAULT_CHARS_PER_SECOND
             speed = min(DEFAULT_CHARS_PER_SECOND * 10, measured)
             compute = max(0, self.chars) / speed
+            stepped, step_seconds = self._steps
+            if stepped > 0:
+                compute += max(0, self.chars) * step_seconds / stepped
         return self.io_seconds() + compute
