@@ -147,6 +147,26 @@ def test_a_step_that_loses_or_duplicates_a_chunk_fails_the_call_and_leaves_nothi
     failing(s3, transformation(after_contexts=True)(step), raw, match)
 
 
+def test_a_step_that_returns_another_documents_chunk_fails_the_call(s3: Any) -> None:
+    """A step that keeps state between documents cannot write one document's text into another."""
+    first: list[Chunk] = []
+
+    @transformation
+    def leaky(document: Document) -> list[Chunk]:
+        first.extend(first or document.chunks)
+        return [*first[: len(document.chunks)]] if document.path == "docs/b.md" else list(document.chunks)
+
+    raw = staged(s3, BODIES)
+    s3.put_object(Bucket="inter", Key="job/b_1.JSON", Body=json.dumps({"fileContents": [text_item("b")]}))
+    raw["inputFiles"].append(file_entry("s3://src/docs/b.md", ["job/b_1.JSON"]))
+    failing(s3, leaky, raw, "on s3://src/docs/b.md: returned a chunk of another document")
+
+
+def test_a_step_may_read_the_knowledge_bases_keys_but_not_set_them() -> None:
+    with pytest.raises(ValueError, match="is the Knowledge Base's"):
+        Chunk("x").with_metadata({"x-amz-bedrock-kb-source-uri": "s3://elsewhere"})
+
+
 def test_a_step_that_raises_fails_the_call_naming_it_and_the_file_and_outputs_are_deleted(
     s3: Any, captured: pytest.CaptureFixture[str]
 ) -> None:

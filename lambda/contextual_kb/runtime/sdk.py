@@ -58,6 +58,8 @@ __all__ = [
 
 # A drop's reason is a label (logged, counted by reason), not a message: short and printable.
 MAX_REASON_CHARS = 64
+# The Knowledge Base's own metadata keys (source URI, page number, ...): a step reads them, never sets them.
+RESERVED_PREFIX = "x-amz-bedrock-"
 # Separates merged chunks' texts unless the step says otherwise.
 MERGE_SEPARATOR = "\n"
 
@@ -104,6 +106,7 @@ class Chunk:
     # written. Empty for a chunk a step made from nothing.
     origins: tuple[int, ...] = field(default=(), repr=False)
     _context: ChunkContext | None = field(default=None, repr=False)
+    _document: object = field(default=None, repr=False)  # the document it came from (None: made by a step)
     _added: tuple[str, ...] = field(default=(), repr=False)  # metadata keys the steps set, in order
     _rewritten: bool = field(default=False, repr=False)
 
@@ -131,6 +134,9 @@ class Chunk:
         added = {**(values or {}), **more}
         if not added:
             return self
+        reserved = [key for key in added if key.lower().startswith(RESERVED_PREFIX)]
+        if reserved:
+            raise ValueError(f"metadata key {reserved[0]!r} is the Knowledge Base's ({RESERVED_PREFIX}...)")
         fresh = _frozen_json(added, what="metadata")
         order = tuple(key for key in self._added if key not in fresh) + tuple(fresh)
         return replace(self, metadata=MappingProxyType({**self.metadata, **fresh}), _added=order)
@@ -260,8 +266,9 @@ class Pipeline:
         deadline: Deadline,
         stats: RunStats,
     ) -> tuple[SourceDocument, object]:
+        identity = object()  # this document's: a chunk of another document returned here is refused
         given = tuple(
-            Chunk(item.content_body, item.content_metadata or {}, origins=(origin,))
+            Chunk(item.content_body, item.content_metadata or {}, origins=(origin,), _document=identity)
             for origin, item in chunks
         )
         start = Document(document.source, document.path, _read_only(document.metadata), given, deadline)
@@ -359,12 +366,15 @@ def _checked(step: str, document: Document, returned: list[Any], stats: RunStats
     covered: set[int] = set()
     seen: set[int] = set()
     drops: Counter[str] = Counter()
+    identity = next((c._document for c in document.chunks if c._document is not None), None)
     for value in returned:
         chunk = value.chunk if isinstance(value, Dropped) else value
         if not isinstance(chunk, Chunk):
             raise StepError(
                 step, document.source, f"returned a {type(value).__name__}, not a Chunk or Dropped"
             )
+        if chunk._document is not None and chunk._document is not identity:
+            raise StepError(step, document.source, "returned a chunk of another document")
         if id(chunk) in seen:
             raise StepError(step, document.source, "returned the same chunk twice: each is written once")
         seen.add(id(chunk))
