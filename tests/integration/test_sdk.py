@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import time
 from typing import Any
 
@@ -367,3 +368,23 @@ def test_the_public_names_are_the_documented_ones() -> None:
         "transformation",
     ]
     assert dataclasses.is_dataclass(Chunk) and Chunk.__dataclass_params__.frozen  # type: ignore[attr-defined]
+
+
+def test_the_code_docs_sdk_shows_runs_as_written(s3: Any) -> None:
+    """docs/SDK.md's decorator, worked example and test of a step alone, run as the page shows them."""
+    from tests.conftest import ROOT
+
+    page = (ROOT / "docs" / "SDK.md").read_text()
+    simple, _pipeline, worked, alone = re.findall(r"```python\n(.*?)```", page, flags=re.DOTALL)
+    namespace: dict[str, Any] = {}
+    exec(simple, namespace)
+    raw = staged(s3, BODIES)
+    response = namespace["handler"](raw, LocalLambdaContext())
+    assert outputs(s3, raw, response)[0][0][0]["contentMetadata"]["folder"] == "docs"
+    namespace = {}
+    exec(worked, namespace)
+    exec(alone, namespace)  # its assert holds
+    response = namespace["handler"](raw, LocalLambdaContext())
+    first = outputs(s3, raw, response)[0][0][0]
+    assert first["contentBody"].endswith("Alpha one. Contact [email] now.")
+    assert first["contentMetadata"]["emails_redacted"] == 1
