@@ -303,14 +303,37 @@ def test_a_step_is_never_skipped_when_time_runs_out_the_call_fails_instead(s3: A
     failing(s3, slow, raw, r"on s3://src/docs/b.md: no time left to run it", context)
 
 
-def test_the_steps_time_is_taken_off_the_models(s3: Any) -> None:
+def test_the_steps_time_is_taken_off_the_models() -> None:
+    """Per character of what is left: the steps before the model on the files not loaded yet, the steps
+    after it on the files not written yet."""
     from contextual_kb.runtime.budget import WorkLeft
 
     work = WorkLeft(parallelism=1)
     work.expect(chars=1_000_000)
-    before = work.seconds()
-    work.note_steps(1000, 0.5)  # half a second per thousand characters: 500 s for the million left
-    assert work.seconds() == pytest.approx(before + 500)
+    work.expect(chars=1_000_000)
+    base = work.seconds()
+    work.note_steps(1000, 0.5, before=True)  # 0.5 ms a character: 1,000 s for the 2 MB not loaded
+    assert work.seconds() == pytest.approx(base + 1000)
+    work.file_loaded(1_000_000)  # its steps before the model have run
+    assert work.seconds() == pytest.approx(base + 500)
+    work.note_steps(1000, 0.1, before=False)  # 0.1 ms a character on the 2 MB not written
+    assert work.seconds() == pytest.approx(base + 500 + 200)
+
+
+def test_a_slow_step_after_the_model_is_counted_as_declared_until_measured() -> None:
+    from contextual_kb.runtime.budget import WorkLeft
+
+    work = WorkLeft(parallelism=1)
+    work.expect(chars=1000, files=8)
+    base = work.seconds()
+    work.after_steps_per_file = 0.4  # Pipeline(..., seconds_per_document=0.4)
+    assert work.seconds() == pytest.approx(base + 8 * 0.4)
+    work.file_done(100)  # one file written: 7 left
+    assert work.seconds() == pytest.approx(base - 100 / 1_000_000 + 7 * 0.4)
+    work.note_steps(100, 0.1, before=False)  # measured: 1 ms a character on the 900 left
+    assert work.seconds() == pytest.approx(base - 100 / 1_000_000 + 0.9)
+    with pytest.raises(ValueError, match="seconds a document"):
+        Pipeline(after=[identity], seconds_per_document=-1)
 
 
 @pytest.mark.parametrize("name", ["malformed-event", "malformed-batch"])
@@ -388,3 +411,63 @@ def test_the_code_docs_sdk_shows_runs_as_written(s3: Any) -> None:
     first = outputs(s3, raw, response)[0][0][0]
     assert first["contentBody"].endswith("Alpha one. Contact [email] now.")
     assert first["contentMetadata"]["emails_redacted"] == 1
+
+
+def test_unknown_fields_and_an_absent_metadata_travel_through_a_step(
+    s3: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the engine promises without steps (fields of an item it does not know travel untouched, nothing
+    invented) holds with them: a chunk written by a step is a copy of its item."""
+    monkeypatch.setenv("CONTEXT_STRATEGY", "none")
+    s3.create_bucket(Bucket="inter")
+    items = [
+        {"contentBody": "one", "contentType": "text", "x-future": {"a": 1}},
+        {"contentBody": "two", "contentType": "TEXT", "contentMetadata": {"k": 1}, "x-future": 2},
+    ]
+    s3.put_object(Bucket="inter", Key="j/a_1.JSON", Body=json.dumps({"fileContents": items, "x-batch": True}))
+    raw = event("inter", [file_entry("s3://src/a.md", ["j/a_1.JSON"])])
+    written = outputs(s3, raw, transformation(identity)(raw, LocalLambdaContext()))[0][0]
+    assert written == items
+    tagged = outputs(
+        s3, raw, transformation(lambda d: [c.with_metadata(t=1) for c in d.chunks])(raw, LocalLambdaContext())
+    )
+    assert tagged[0][0] == [
+        {**items[0], "contentMetadata": {"t": 1}},
+        {**items[1], "contentMetadata": {"k": 1, "t": 1}},
+    ]
+    key = transformation(identity)(raw, LocalLambdaContext())["outputFiles"][0]["contentBatches"][0]["key"]
+    assert read(s3, "inter", key)["x-batch"] is True
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("declared", [0.0, 0.4])
+def test_a_slow_step_after_a_slow_model_in_a_short_lambda(
+    s3: Any, standin: Any, monkeypatch: pytest.MonkeyPatch, declared: float
+) -> None:
+    """docs/RELIABILITY.md, "The SDK's steps, attacked": a step after the model sleeping 0.4 s a document,
+    8 documents, the model 1.5 s a call, 2 at once, 6 s after the reserve. Undeclared, the step is measured
+    too late and the call fails, leaving nothing; declared, the model stops early and every chunk is back
+    (structural contexts) before the Lambda's end."""
+    from tests.integration.test_claude import paragraphs
+    from tests.integration.test_claude import stage as stage_documents
+
+    standin.configure(latency_ms=1500.0)
+    monkeypatch.setenv("MAX_CONCURRENCY", "2")
+    monkeypatch.setenv("CONTEXT_MEMORY_PREFIX", "")
+    raw, _ = stage_documents(s3, {f"doc{i}.md": paragraphs(f"d{i}", 4) for i in range(8)})
+
+    def slow(document: Document) -> list[Chunk]:
+        time.sleep(0.4)
+        return list(document.chunks)
+
+    run = Pipeline(after=[slow], seconds_per_document=declared).handler()
+    started = time.monotonic()
+    if not declared:
+        with pytest.raises(StepError, match="no time left to run it"):
+            run(raw, LocalLambdaContext(timeout_seconds=16))
+        assert outputs_in(s3, raw["bucketName"]) == []
+        return
+    response = run(raw, LocalLambdaContext(timeout_seconds=16))
+    assert time.monotonic() - started < 16
+    written = outputs(s3, raw, response)
+    assert [sum(len(b) for b in f) for f in written] == [4] * 8

@@ -34,8 +34,8 @@ class Tail(Protocol):
         """A structural pass of ``chars`` took ``seconds``: its speed, measured."""
         ...
 
-    def note_steps(self, chars: int, seconds: float) -> None:
-        """The user's steps took ``seconds`` on a document of ``chars`` (``runtime.sdk``)."""
+    def note_steps(self, chars: int, seconds: float, *, before: bool) -> None:
+        """The user's steps before (or after) the model took ``seconds`` on a document of ``chars``."""
         ...
 
 
@@ -69,9 +69,9 @@ class Deadline:
         if self.tail is not None:
             self.tail.note_structural(chars, seconds)
 
-    def note_steps(self, chars: int, seconds: float) -> None:
+    def note_steps(self, chars: int, seconds: float, *, before: bool) -> None:
         if self.tail is not None:
-            self.tail.note_steps(chars, seconds)
+            self.tail.note_steps(chars, seconds, before=before)
 
     def passed(self) -> bool:
         return self.remaining() <= 0

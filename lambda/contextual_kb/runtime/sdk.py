@@ -107,6 +107,8 @@ class Chunk:
     origins: tuple[int, ...] = field(default=(), repr=False)
     _context: ChunkContext | None = field(default=None, repr=False)
     _document: object = field(default=None, repr=False)  # the document it came from (None: made by a step)
+    # The KB's item it was made from: written as a copy of it, so fields the engine does not know travel.
+    _item: ContentItem | None = field(default=None, repr=False)
     _added: tuple[str, ...] = field(default=(), repr=False)  # metadata keys the steps set, in order
     _rewritten: bool = field(default=False, repr=False)
 
@@ -245,7 +247,16 @@ class Pipeline:
     structural, none) with its settings; ``CHUNKING=structure`` chunks each document before the steps.
     """
 
-    def __init__(self, before: Sequence[Step] = (), after: Sequence[Step] = ()) -> None:
+    def __init__(
+        self, before: Sequence[Step] = (), after: Sequence[Step] = (), *, seconds_per_document: float = 0.0
+    ) -> None:
+        """``seconds_per_document``: what the ``after`` steps take on one document, at most, as far as you
+        know; until they are measured on the first document, the model's time is cut by that much for every
+        document left (their time is measured from then on). Set it for a slow step after the model (one
+        calling a service): without it, the model may take the time the step needs, and the call fails."""
+        if not 0 <= seconds_per_document <= 900:
+            raise ValueError("seconds_per_document is seconds a document: 0 to 900 (Lambda's limit)")
+        self.seconds_per_document = float(seconds_per_document)
         for step in (*before, *after):
             if not callable(step):
                 raise TypeError(f"a step must be a function of a Document, not {type(step).__name__}")
@@ -268,11 +279,17 @@ class Pipeline:
     ) -> tuple[SourceDocument, object]:
         identity = object()  # this document's: a chunk of another document returned here is refused
         given = tuple(
-            Chunk(item.content_body, item.content_metadata or {}, origins=(origin,), _document=identity)
+            Chunk(
+                item.content_body,
+                item.content_metadata or {},
+                origins=(origin,),
+                _document=identity,
+                _item=item,
+            )
             for origin, item in chunks
         )
         start = Document(document.source, document.path, _read_only(document.metadata), given, deadline)
-        shaped = self._run(self.before_steps, start, deadline, stats, len(document.document.text))
+        shaped = self._run(self.before_steps, start, deadline, stats, len(document.document.text), True)
         texts = [chunk.text for chunk in shaped.chunks]
         if texts == [item.content_body for _, item in chunks]:
             text = document.document  # unchanged: the document as the engine rebuilt it
@@ -311,16 +328,16 @@ class Pipeline:
         given = tuple(
             replace(chunk, _context=context) for chunk, context in zip(shaped.chunks, contexts, strict=True)
         )
-        done = self._run(self.after_steps, replace(shaped, chunks=given), deadline, stats, len(shaped.text))
+        done = self._run(
+            self.after_steps, replace(shaped, chunks=given), deadline, stats, len(shaped.text), False
+        )
         placed: Placed = {}
         left_out: Counter[str] = Counter()
         for chunk in done.chunks:
             stats.chunks_rewritten += int(chunk._rewritten)
             metadata, missing = _fit(chunk, done.file_metadata, limit)
             left_out.update(missing)
-            item = ContentItem.model_validate(
-                {"contentBody": chunk.text, "contentType": "TEXT", "contentMetadata": metadata}
-            )
+            item = _written(chunk, metadata)
             placed.setdefault(chunk.origins[0], []).append((item, chunk._context))
         if left_out:
             stats.step_metadata_left_out += sum(left_out.values())
@@ -331,7 +348,13 @@ class Pipeline:
         return placed
 
     def _run(
-        self, steps: Sequence[Step], document: Document, deadline: Deadline, stats: RunStats, chars: int
+        self,
+        steps: Sequence[Step],
+        document: Document,
+        deadline: Deadline,
+        stats: RunStats,
+        chars: int,
+        before: bool,
     ) -> Document:
         started = time.perf_counter()
         for step in steps:
@@ -351,7 +374,8 @@ class Pipeline:
             if returned is None:
                 raise StepError(name, document.source, "returned None: return the document's chunks")
             document = replace(document, chunks=_checked(name, document, returned, stats))
-        deadline.note_steps(chars, time.perf_counter() - started)
+        if steps:
+            deadline.note_steps(chars, time.perf_counter() - started, before=before)
         return document
 
 
@@ -419,6 +443,18 @@ def _placed(chunks: list[Chunk], *, fallback: int) -> list[Chunk]:
     return sorted(out, key=lambda c: c.origins[0])
 
 
+def _written(chunk: Chunk, metadata: dict[str, Any]) -> ContentItem:
+    """The item written for ``chunk``: a copy of the KB's item it was made from (unknown fields, the content
+    type as sent), or a new text item; no metadata invented where the item had none."""
+    if chunk._item is None:
+        fields: dict[str, Any] = {"contentBody": chunk.text, "contentType": "TEXT"}
+        return ContentItem.model_validate({**fields, "contentMetadata": metadata} if metadata else fields)
+    update: dict[str, Any] = {"content_body": chunk.text}
+    if metadata or chunk._item.content_metadata is not None:
+        update["content_metadata"] = metadata
+    return chunk._item.model_copy(update=update)
+
+
 def _fit(
     chunk: Chunk, file_metadata: Mapping[str, Any], limit: MetadataLimit
 ) -> tuple[dict[str, Any], list[str]]:
@@ -440,18 +476,24 @@ def transformation(step: Step, /) -> LambdaHandler: ...
 
 
 @overload
-def transformation(*, after_contexts: bool = False) -> Callable[[Step], LambdaHandler]: ...
+def transformation(
+    *, after_contexts: bool = False, seconds_per_document: float = 0.0
+) -> Callable[[Step], LambdaHandler]: ...
 
 
 def transformation(
-    step: Step | None = None, /, *, after_contexts: bool = False
+    step: Step | None = None, /, *, after_contexts: bool = False, seconds_per_document: float = 0.0
 ) -> LambdaHandler | Callable[[Step], LambdaHandler]:
     """Turn a step into a Lambda handler: ``@transformation`` runs it before the context step (the model
     sees what it returns), ``@transformation(after_contexts=True)`` after (it sees each chunk's context).
-    The function stays callable on a ``Document`` as ``handler.step`` (to test it alone)."""
+    The function stays callable on a ``Document`` as ``handler.step`` (to test it alone).
+    ``seconds_per_document``: as for ``Pipeline``, with ``after_contexts``."""
 
     def wrap(function: Step) -> LambdaHandler:
-        pipeline = Pipeline(after=(function,)) if after_contexts else Pipeline(before=(function,))
+        if after_contexts:
+            pipeline = Pipeline(after=(function,), seconds_per_document=seconds_per_document)
+        else:
+            pipeline = Pipeline(before=(function,))
         handler = pipeline.handler()
         handler.step = function  # type: ignore[attr-defined]
         handler.pipeline = pipeline  # type: ignore[attr-defined]

@@ -87,6 +87,10 @@ class Steps(Protocol):
     and a state ``after`` takes back with the strategy's contexts (one per chunk of that document).
     """
 
+    # Seconds the steps after the context step take on one document, as declared: until the first is
+    # measured, the deadline's tail counts them for every document not written yet.
+    seconds_per_document: float
+
     def before(
         self,
         document: SourceDocument,
@@ -191,6 +195,9 @@ class Transformation:
             },
         )
         bucket = event.bucket_name
+        work.expect(files=len(event.input_files))
+        if self.steps is not None:
+            work.after_steps_per_file = self.steps.seconds_per_document
         validated = self._validate_all(event, work)
         directory = shared_directory(ref.key for file in event.input_files for ref in file.content_batches)
         writer = OutputWriter(self.store, bucket, parallelism=self.settings.s3_max_concurrency, work=work)
@@ -212,6 +219,7 @@ class Transformation:
                 if self.steps is not None and document.chunk_count:
                     chunks = self._step_chunks(file, batches, document, rechunked, stats)
                     document, stepped = self.steps.before(document, chunks, deadline, stats)
+                work.file_loaded(size)
                 loaded.append(_LoadedFile(file, batches, document, size, rechunked, stepped))
                 yield document
 
