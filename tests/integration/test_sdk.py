@@ -471,3 +471,19 @@ def test_a_slow_step_after_a_slow_model_in_a_short_lambda(
     assert time.monotonic() - started < 16
     written = outputs(s3, raw, response)
     assert [sum(len(b) for b in f) for f in written] == [4] * 8
+
+
+def test_chunks_are_written_in_document_order_whatever_order_a_step_returns_them_in(s3: Any) -> None:
+    @transformation
+    def backwards(document: Document) -> list[Chunk]:
+        first, *rest = document.chunks
+        return [*reversed(rest), *first.split(["Alpha one.", " Contact ops@example.com now."])[::-1]]
+
+    raw = staged(s3, BODIES)
+    written = outputs(s3, raw, backwards(raw, LocalLambdaContext()))[0]
+    bodies = [[i["contentBody"].rpartition("\n\n")[2] for i in batch] for batch in written]
+    # Across places, document order; within one place (the split's parts), the step's order.
+    assert bodies == [
+        [" Contact ops@example.com now.", "Alpha one.", "Beta two is boilerplate."],
+        ["Gamma three.", "Delta four."],
+    ]
