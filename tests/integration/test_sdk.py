@@ -487,3 +487,39 @@ def test_chunks_are_written_in_document_order_whatever_order_a_step_returns_them
         [" Contact ops@example.com now.", "Alpha one.", "Beta two is boilerplate."],
         ["Gamma three.", "Delta four."],
     ]
+
+
+def test_a_step_rechunks_the_whole_document_its_chunks_placed_where_they_start(s3: Any) -> None:
+    """Fixed-size chunks with overlaps, chunked again by sentence: no overlap repeated, each sentence
+    written where it starts, with that chunk's metadata."""
+    bodies = [
+        ["First sentence here. Second sent", "Second sentence goes on. Third sentence"],
+        ["Third sentence ends. Fourth."],
+    ]
+
+    @transformation
+    def by_sentence(document: Document) -> list[Chunk]:
+        return document.rechunk(re.findall(r"[^.]+\.", document.text))
+
+    raw = staged(s3, bodies)
+
+    def gap(document: Document) -> list[Chunk]:
+        return document.rechunk(["First sentence here."])  # the rest of the document left out
+
+    failing(s3, transformation(gap), raw, "2 of the document's chunks neither returned nor dropped")
+    written = outputs(s3, raw, by_sentence(raw, LocalLambdaContext()))[0]
+    placed = [
+        [(i["contentBody"].rpartition("\n\n")[2], i["contentMetadata"]["n"]) for i in b] for b in written
+    ]
+    # " Second ..." starts (its space) in the first chunk, " Third ..." in the second: placed there.
+    assert placed == [
+        [
+            ("First sentence here.", "1.0"),
+            (" Second sentence goes on.", "1.0"),
+            (" Third sentence ends.", "1.1"),
+        ],
+        [(" Fourth.", "2.0")],
+    ]
+
+    with pytest.raises(ValueError, match="rechunk: text 0 is not in the document"):
+        Document("s3://b/a", "a", {}, (Chunk("abc"),)).rechunk(["abd"])

@@ -23,6 +23,7 @@ write per document; and when anything fails, the call fails and every output it 
 
 from __future__ import annotations
 
+import bisect
 import json
 import time
 from collections import Counter
@@ -216,6 +217,33 @@ class Document:
     def name(self) -> str:
         """The file name of ``path`` (``a/b/c.md`` -> ``c.md``), else the last part of ``source``."""
         return (self.path or self.source).rpartition("/")[2]
+
+    def rechunk(self, texts: Iterable[str]) -> list[Chunk]:
+        """The document chunked again by you: ``texts`` in order, each a run of ``text`` found after the
+        start of the one before (overlaps allowed). Each is written in the place of the chunk it starts in,
+        with that chunk's metadata, and stands for every chunk whose text it overlaps: a chunk no text
+        overlaps is lost (the step fails) unless dropped. A text not in the document raises ``ValueError``:
+        ``rechunk`` rearranges the document; ``with_text`` changes it."""
+        whole = _assembled(self.chunks)
+        starts = [span.start for span in whole.spans]
+        out: list[Chunk] = []
+        position = 0
+        for text in texts:
+            found = whole.text.find(text, position) if text else -1
+            if found < 0:
+                raise ValueError(f"rechunk: text {len(out)} is not in the document after the text before it")
+            end = found + len(text)
+            owner = self.chunks[max(0, bisect.bisect_right(starts, found) - 1)]
+            overlapped = [
+                origin
+                for chunk, span in zip(self.chunks, whole.spans, strict=True)
+                if span.start < end and found < span.end
+                for origin in chunk.origins
+            ]
+            origins = tuple(dict.fromkeys((*owner.origins[:1], *overlapped)))
+            out.append(replace(owner, text=text, origins=origins))
+            position = found
+        return out
 
     def remaining_seconds(self) -> float:
         """Seconds this invocation has left for work like a step's (less what must follow it). A step that
