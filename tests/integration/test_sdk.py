@@ -523,3 +523,33 @@ def test_a_step_rechunks_the_whole_document_its_chunks_placed_where_they_start(s
 
     with pytest.raises(ValueError, match="rechunk: text 0 is not in the document"):
         Document("s3://b/a", "a", {}, (Chunk("abc"),)).rechunk(["abd"])
+
+
+@pytest.mark.parametrize("mode", ["per_chunk", "grouped", "published"])
+def test_claudes_contexts_follow_the_chunks_a_step_returns_in_every_mode(
+    s3: Any, standin: Any, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """Split, merged, dropped and added chunks change the document's count per batch object, which the
+    published mode's units follow: each chunk written still gets its own context from the model."""
+    monkeypatch.setenv("CONTEXT_MODE", mode)
+
+    @transformation
+    def shape(document: Document) -> list[Chunk | Dropped]:
+        a, b, c, d = document.chunks
+        return [
+            *a.split(["Alpha one.", " Contact ops@example.com now."]),
+            b.drop("boilerplate"),
+            c.merged_with(d),
+            Chunk("Epilogue."),
+        ]
+
+    raw = staged(s3, BODIES)
+    written = outputs(s3, raw, shape(raw, LocalLambdaContext()))[0]
+    bodies = [[i["contentBody"].rpartition("\n\n")[2] for i in b] for b in written]
+    assert bodies == [
+        ["Alpha one.", " Contact ops@example.com now."],
+        ["Gamma three.\nDelta four.", "Epilogue."],
+    ]
+    contexts = [i["contentMetadata"]["ckb_context"] for b in written for i in b]
+    assert all(c.startswith("This chunk is from") for c in contexts) and len(contexts) == 4
+    assert standin.stats.answered >= 1
