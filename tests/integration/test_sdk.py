@@ -205,6 +205,13 @@ def test_chunks_are_immutable_so_a_step_cannot_change_text_or_metadata_behind_th
         Chunk("x").with_metadata(score=float("nan"))
     with pytest.raises(TypeError, match="must be JSON"):
         Chunk("x").with_metadata(when=time)
+    for blank in (
+        lambda: Chunk(" \n"),
+        lambda: Chunk("x").with_text(""),
+        lambda: Chunk("x").split(["x", " "]),
+    ):
+        with pytest.raises(ValueError, match="must not be blank: to leave a chunk out, drop it"):
+            blank()
     with pytest.raises(ValueError, match="needs a reason"):
         Chunk("x").drop(" ")
     with pytest.raises(ValueError, match="a label"):

@@ -118,6 +118,8 @@ class Chunk:
             raise TypeError(f"a chunk's text must be a str, not {type(self.text).__name__}")
         if not isinstance(self.metadata, MappingProxyType):
             object.__setattr__(self, "metadata", _frozen_json(self.metadata, what="a chunk's metadata"))
+        if self._item is None and not self.text.strip():  # the KB's own blank items travel as they came
+            raise ValueError(_BLANK)
 
     @property
     def context(self) -> str | None:
@@ -128,6 +130,8 @@ class Chunk:
         """This chunk with ``text`` instead (counted as rewritten: ``ChunksRewritten``)."""
         if text == self.text:
             return self
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(_BLANK)
         return replace(self, text=text, _rewritten=True)
 
     def with_metadata(self, values: Mapping[str, Any] | None = None, /, **more: Any) -> Chunk:
@@ -150,6 +154,8 @@ class Chunk:
         parts = list(texts)
         if not parts:
             raise ValueError("split into no chunks: to leave a chunk out, drop it (chunk.drop(reason))")
+        if not all(isinstance(part, str) and part.strip() for part in parts):
+            raise ValueError(_BLANK)
         joined = "".join(parts)
         rewritten = self._rewritten or _squeezed(joined) != _squeezed(self.text)
         return [replace(self, text=text, _rewritten=rewritten) for text in parts]
@@ -173,6 +179,10 @@ class Chunk:
         """Leave this chunk out of the Knowledge Base, saying why (a short label: counted by reason in the
         invocation's log line, ``ChunksDropped`` in metrics). Return it in the step's list."""
         return Dropped(self, reason)
+
+
+# A chunk of blank text would be embedded as nothing: a silent drop.
+_BLANK = "a chunk's text must not be blank: to leave a chunk out, drop it (chunk.drop(reason))"
 
 
 def _squeezed(text: str) -> str:
