@@ -275,7 +275,7 @@ def test_metadata_a_step_sets_is_kept_within_the_stores_limit_and_what_does_not_
     @transformation
     def heavy(document: Document) -> list[Chunk]:
         return [
-            c.with_metadata(small="kept", huge="x" * 2000, team="overrides the file's")
+            c.with_metadata(small="kept", huge="x" * 2000, team="overrides the file's", n="y" * 2000)
             for c in document.chunks
         ]
 
@@ -285,13 +285,14 @@ def test_metadata_a_step_sets_is_kept_within_the_stores_limit_and_what_does_not_
     for item in (i for batch in outputs(s3, raw, response)[0] for i in batch):
         meta = item["contentMetadata"]
         assert meta["small"] == "kept" and meta["team"] == "overrides the file's" and "huge" not in meta
+        assert meta["n"] in {"1.0", "1.1", "2.0", "2.1"}  # the KB's value kept: its new one did not fit
         whole = {**raw["inputFiles"][0]["fileMetadata"], **meta}
         assert len(json.dumps(whole, ensure_ascii=False, separators=(",", ":")).encode()) <= 1024
     lines = output_lines(captured)
     (emf,) = [line for line in lines if "_aws" in line and "ChunksIn" in line]
-    assert emf["StepMetadataLeftOut"] == [4.0]
+    assert emf["StepMetadataLeftOut"] == [8.0]
     (warning,) = [line for line in lines if line.get("keys_left_out")]
-    assert warning["keys_left_out"] == {"huge": 4} and warning["level"] == "WARNING"
+    assert warning["keys_left_out"] == {"huge": 4, "n": 4} and warning["level"] == "WARNING"
 
 
 def test_a_step_is_never_skipped_when_time_runs_out_the_call_fails_instead(s3: Any) -> None:

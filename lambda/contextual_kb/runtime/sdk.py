@@ -497,8 +497,11 @@ def _fit(
     chunk: Chunk, file_metadata: Mapping[str, Any], limit: MetadataLimit
 ) -> tuple[dict[str, Any], list[str]]:
     """The chunk's metadata with the keys steps set, first set first, as far as they fit ``limit`` beside
-    the file's metadata (chunk keys win over the file's); and the keys left out."""
+    the file's metadata (chunk keys win over the file's); and the keys left out. A key the KB's item had,
+    whose new value does not fit, keeps the item's value."""
     added = [key for key in chunk._added if key in chunk.metadata]
+    original = (chunk._item.content_metadata or {}) if chunk._item is not None else {}
+    # In the chunk's order (the KB's keys where they were), each added key where it was set first.
     merged = {k: v for k, v in chunk.metadata.items() if k not in added}
     missing: list[str] = []
     for key in added:
@@ -506,6 +509,8 @@ def _fit(
             merged[key] = chunk.metadata[key]
         else:
             missing.append(key)
+            if key in original:
+                merged[key] = original[key]
     return merged, missing
 
 
