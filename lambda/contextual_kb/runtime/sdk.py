@@ -99,6 +99,7 @@ class Chunk:
     keys, ours with ``CHUNKING=structure``, and the steps'); ``context`` the context the context step gave
     it (in steps after it; ``None`` before, or when it got none). A ``Chunk`` made directly (``Chunk("...")``)
     stands for no chunk of the Knowledge Base: it is written in the place of the chunk before it.
+    ``origins`` (which of the document's KB chunks it stands for) is the engine's: read it, never set it.
     """
 
     text: str
