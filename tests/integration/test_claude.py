@@ -245,6 +245,34 @@ def test_a_shared_quota_takes_turns_and_the_quota_throttles_nothing(
     assert started + 2.0 <= float(item["tat"]["N"]) <= time.time() + 0.25
 
 
+def test_a_shared_quota_books_what_bedrock_reserves_and_keeps_what_it_keeps(
+    s3: Any, standin: BedrockStandIn, monkeypatch: pytest.MonkeyPatch, captured: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 41, items 10 and 11: each call books what Bedrock reserves at its start (its whole prompt: the
+    cached document, system prompt and glossary too, and max_tokens), and each reply gives back what
+    Bedrock gives back (the cache read, the unused max_tokens): what the timeline keeps is what the quota
+    kept, not 1.78x of it (unused max_tokens) nor 1.24x-18x (a cached system prompt and glossary)."""
+    monkeypatch.setenv(
+        "GLOSSARY", "ledger: a book of accounts. " * 300
+    )  # ~2,400 tokens, in the cached prefix
+    standin.configure(tpm=6_000_000)
+    dynamodb = boto3.client("dynamodb", region_name="us-east-1")
+    create_quota_table(dynamodb, "ckb-quota")
+    for name, value in {"MODEL_QUOTA_TABLE": "ckb-quota", "MODEL_TOKENS_PER_MINUTE": "6000000"}.items():
+        monkeypatch.setenv(name, value)
+    event, staged = stage(s3, {"ledger.md": big_chunks(6)})
+    assert_every_chunk_back(s3, run(event), staged)
+    stats = standin.stats
+    assert stats.answered == 6 and stats.cache_reads == 5 and stats.throttled == 0
+    model = summary(captured)["model"]
+    per_second = 6_000_000 / 60
+    # booked: the stand-in's reservations (the estimate counts the request whole: a few tokens under)
+    assert model["quota_booked_seconds"] * per_second == pytest.approx(stats.reserved_tokens, abs=6 * 4 + 50)
+    kept = (model["quota_booked_seconds"] - model["quota_given_back_seconds"]) * per_second
+    assert kept == pytest.approx(stats.quota_tokens, abs=50)  # settled to what the replies say was kept
+    assert stats.reserved_tokens > 3 * stats.quota_tokens  # five cache reads of ~7,000 tokens given back
+
+
 def test_a_quota_table_that_cannot_be_used_costs_no_context_and_is_counted(
     s3: Any, standin: BedrockStandIn, monkeypatch: pytest.MonkeyPatch, captured: pytest.CaptureFixture[str]
 ) -> None:
@@ -466,17 +494,17 @@ def test_a_retry_given_no_turn_fails_as_the_attempt_before_it(standin: BedrockSt
     is a throttle."""
     from contextual_kb.runtime.context.claude.client import ClaudeClient, ModelCallError
     from contextual_kb.runtime.context.claude.prompts import PromptSettings, chunk_request
-    from contextual_kb.runtime.context.claude.shared_quota import NoTurnError
+    from contextual_kb.runtime.context.claude.shared_quota import Booking, NoTurnError
 
     class Turns:
         def __init__(self, given: int) -> None:
             self.given = given
 
-        def wait_turn(self, tokens: int, give_up_at: float) -> float:
+        def book(self, tokens: int, give_up_at: float) -> Booking:
             if self.given == 0:
                 raise NoTurnError("no turn of the shared quota within 60 s")
             self.given -= 1
-            return 0.0
+            return Booking(waited=0.0, tokens=tokens)
 
     request = chunk_request(
         PromptSettings(model_id="global.anthropic.claude-haiku-4-5-20251001-v1:0"),

@@ -45,6 +45,7 @@ class Reply:
     attempts: int
     throttles: int
     quota_wait: float = 0.0  # seconds waited for turns of the shared quota
+    quota_booked: int = 0  # tokens the answered attempt booked of the shared quota (0: went without a turn)
 
 
 class ModelCallError(Exception):
@@ -155,17 +156,24 @@ class _QuotaGate(Middleware):
         self._local.max_wait = max_wait
         self._local.wait_until = wait_until
         self._local.waited = 0.0
+        self._local.booked = 0
 
     def waited(self) -> float:
         """Seconds the calling thread's call has waited for its turns."""
         return getattr(self._local, "waited", 0.0)
 
+    def booked(self) -> int:
+        """Tokens the calling thread's last attempt booked (what its reply settles)."""
+        return getattr(self._local, "booked", 0)
+
     def handle(self, request: Any, call_next: Any) -> Any:
         local = self._local
         # each attempt may wait max_wait (a retry after a slow attempt gets its own), none past wait_until
         give_up_at = min(time.time() + getattr(local, "max_wait", 0.0), getattr(local, "wait_until", 0.0))
-        waited = self.quota.wait_turn(getattr(local, "tokens", 0), give_up_at)
-        self._local.waited = self.waited() + waited
+        local.booked = 0
+        booking = self.quota.book(getattr(local, "tokens", 0), give_up_at)
+        local.waited = self.waited() + booking.waited
+        local.booked = booking.tokens
         return call_next(request)
 
 
@@ -213,8 +221,9 @@ class ClaudeClient:
         wait_until: float = float("inf"),
     ) -> Reply:
         """One ``messages.create`` with the SDK's retries; raises ModelCallError. With a shared quota, each
-        attempt first waits its turn for ``quota_tokens`` (what the quota counts of the call), at most
-        ``max_wait`` seconds, and never past ``wait_until`` (epoch seconds)."""
+        attempt first waits its turn for ``quota_tokens`` (what Bedrock reserves for the call), at most
+        ``max_wait`` seconds, and never past ``wait_until`` (epoch seconds); the reply says what the
+        answered attempt booked, for the caller to settle."""
         self._counter.reset()
         self._pacing.reset()
         if self._gate is not None:
@@ -253,6 +262,7 @@ class ClaudeClient:
             # the model's time: the turns waited for are the quota's, not the model's latency
             seconds=time.monotonic() - started - quota_wait,
             quota_wait=quota_wait,
+            quota_booked=self._gate.booked() if self._gate else 0,
             attempts=max(1, attempts),
             throttles=throttles,
         )

@@ -15,10 +15,20 @@ are set. The quota to give is what this Knowledge Base's ingestion may use of th
 Region, in Service Quotas), a little under it: the tokens of a call are estimated before it is sent, and a
 call that is throttled anyway is handled as before (the SDK's paced retries, the adaptive limit).
 
+What a call costs is what Bedrock counts (docs/HOW-IT-WORKS.md, "How Bedrock counts a request"): at its
+start Bedrock **reserves** ``input + cache write + cache read + max_tokens`` (a 429 when the quota does not
+hold that), and at its end it **keeps** ``input + cache write + output x burndown``, giving the cache read
+and the unused ``max_tokens`` back. So a call books the reservation (or what it may keep, if more: a model
+with a 5x burndown) and, once its reply says what was kept, settles: the difference goes back to the
+timeline with this invocation's next booking (no round trip of its own).
+
 Each invocation books at most ``lead`` seconds of the quota ahead (a call booked and then abandoned at a
 deadline wastes at most that); one thread of an invocation books at a time, so the table sees at most one
 writer per invocation, a read and a write per call (a write another invocation got in first returns what
-it wrote, and the turn is written again without a second read).
+it wrote, and the turn is written again without a second read). A booking slower than ``BOOKING_SECONDS``
+counts as a table failure: booking one turn at a time, a slow table would hold every call of the
+invocation back without a trace. A timeline end further ahead than any fleet could book (``horizon``: the
+longest a call waits for a turn plus the largest call) is a clock's error, and is reset.
 """
 
 from __future__ import annotations
@@ -40,6 +50,14 @@ if TYPE_CHECKING:
 
 LEAD_SECONDS = 2.0
 TABLE_RETRY_SECONDS = 30.0  # after a table error, calls go without turns this long
+# A booking (a read and a write, or two after a raced write) slower than this is a table failure: DynamoDB
+# answers in milliseconds, and a slow booking holds up every call of the invocation (one books at a time).
+BOOKING_SECONDS = 0.5
+# What a reply gives back goes to the timeline with this invocation's next booking; one older than the
+# quota's own minute is dropped (the quota it stood for has long refilled, or gone unused).
+GIVE_BACK_SECONDS = 60.0
+# Without a horizon given: the longest an attempt may take (MODEL_TIMEOUT_SECONDS at most, 900 s).
+HORIZON_SECONDS = 900.0
 # Claude's tokenizer gives about 3.5 bytes a token on code and English (windows.py counts 3, to be sure a
 # document is cached); the quota given, a little under the account's, absorbs the rest.
 QUOTA_BYTES_PER_TOKEN = 3.5
@@ -73,18 +91,36 @@ def take_turn(tat: float, now: float, cost: float, burst: float) -> Turn:
     return Turn(tat=max(tat, now) + cost, send_at=max(now, tat - max(0.0, burst - cost)))
 
 
-def counted_tokens(request: Mapping[str, Any], *, prefix_cached: bool, output_burndown: int = 1) -> int:
-    """The tokens Bedrock counts against the quota for ``request`` (``messages.create`` keyword arguments),
-    estimated: its input, without the cached prefix when that is already written (cache reads do not
-    count), and the output reserved by ``max_tokens``, each output token taking ``output_burndown``. Pure."""
+def estimated_tokens(text: str) -> int:
+    """Tokens of ``text`` as the quota's estimate counts them. Pure."""
+    return math.ceil(len(text.encode("utf-8")) / QUOTA_BYTES_PER_TOKEN)
+
+
+def reserved_tokens(request: Mapping[str, Any], *, output_burndown: int = 1) -> int:
+    """The tokens a call books for ``request`` (``messages.create`` keyword arguments), estimated: what
+    Bedrock reserves at its start, every input token (a cache read is reserved too) and ``max_tokens``; or,
+    with an output burndown over 1, what the call may keep (each output token ``output_burndown``), so that
+    settling only ever gives back. Pure."""
     texts: list[str] = [block.get("text", "") for block in request.get("system", [])]
     for message in request.get("messages", []):
         for block in message.get("content", []):
-            if prefix_cached and "cache_control" in block:
-                continue
             texts.append(block.get("text", "") if isinstance(block, dict) else str(block))
     input_tokens = math.ceil(sum(len(t.encode("utf-8")) for t in texts) / QUOTA_BYTES_PER_TOKEN)
-    return input_tokens + output_burndown * int(request.get("max_tokens", 0))
+    return input_tokens + max(1, output_burndown) * int(request.get("max_tokens", 0))
+
+
+def kept_tokens(
+    *, input_tokens: int, cache_write_tokens: int, output_tokens: int, output_burndown: int = 1
+) -> int:
+    """What Bedrock keeps of a call once answered, from its reply's usage: input, cache write and output at
+    the burndown (the cache read and the unused ``max_tokens`` given back). Pure."""
+    return input_tokens + cache_write_tokens + max(1, output_burndown) * output_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Booking:
+    waited: float  # seconds waited for the turn (or lost to the table)
+    tokens: int  # tokens booked on the timeline; 0 when the attempt went without a turn
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +132,9 @@ class QuotaCounters:
     conflicts: int = 0  # writes another invocation got in first (the turn was booked again)
     table_errors: int = 0  # bookings the table could not take (unreachable, denied, slow)
     without_turns: int = 0  # attempts sent without a turn because the table could not be used
+    booked: float = 0.0  # seconds of the quota booked (what Bedrock reserves)
+    given_back: float = 0.0  # seconds of it given back by replies (cache reads, unused max_tokens)
+    resets: int = 0  # timeline ends found beyond the horizon (a clock ahead) and reset
 
     def __sub__(self, other: QuotaCounters) -> QuotaCounters:
         return QuotaCounters(
@@ -103,6 +142,9 @@ class QuotaCounters:
             conflicts=self.conflicts - other.conflicts,
             table_errors=self.table_errors - other.table_errors,
             without_turns=self.without_turns - other.without_turns,
+            booked=self.booked - other.booked,
+            given_back=self.given_back - other.given_back,
+            resets=self.resets - other.resets,
         )
 
 
@@ -129,6 +171,7 @@ class SharedQuota:
         *,
         client: DynamoDBClient | None = None,
         lead: float = LEAD_SECONDS,
+        horizon: float = HORIZON_SECONDS,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -136,6 +179,7 @@ class SharedQuota:
         self.key = key
         self.rate = rate
         self.lead = lead
+        self.horizon = horizon
         self._client = client
         self._clock = clock
         self._sleep = sleep
@@ -147,49 +191,85 @@ class SharedQuota:
         self.conflicts = 0  # writes another invocation got in first
         self.table_errors = 0  # turns the table could not give (unreachable, denied): calls went anyway
         self.without_turns = 0  # attempts sent without a turn (the table failed, or failed lately)
+        self.booked = 0.0  # seconds of the quota booked
+        self.given_back = 0.0  # seconds given back by replies
+        self.resets = 0  # timeline ends beyond the horizon, reset
+        # Given back by replies and not yet on the timeline: (when, seconds), folded into the next booking.
+        self._give_backs: list[tuple[float, float]] = []
         self._skip_until = 0.0
 
     def counters(self) -> QuotaCounters:
         with self._room:
-            return QuotaCounters(self.waited, self.conflicts, self.table_errors, self.without_turns)
+            return QuotaCounters(
+                self.waited,
+                self.conflicts,
+                self.table_errors,
+                self.without_turns,
+                self.booked,
+                self.given_back,
+                self.resets,
+            )
 
     def wait_turn(self, tokens: int, give_up_at: float) -> float:
-        """Block until a call of ``tokens`` counted tokens may be sent; the seconds waited. Raises NoTurnError
-        if it could not be sent before ``give_up_at`` (epoch seconds), and then books nothing."""
+        """``book``, the seconds waited."""
+        return self.book(tokens, give_up_at).waited
+
+    def book(self, tokens: int, give_up_at: float) -> Booking:
+        """Block until a call of ``tokens`` reserved tokens (``reserved_tokens``) may be sent. Raises
+        NoTurnError if it could not be sent before ``give_up_at`` (epoch seconds), and then books nothing.
+        The booking says what was booked, for ``settle`` once the reply says what was kept."""
         cost = self.rate.cost(tokens)
         started = self._clock()
         if started < self._skip_until:  # the table failed lately: calls go without turns for a while
-            return self._without_turn(started)
+            return Booking(self._without_turn(started), 0)
         try:
-            return self._wait_turn(cost, give_up_at, started)
+            waited, booked = self._wait_turn(cost, give_up_at, started)
         except NoTurnError:
             with self._room:
                 self.waited += self._clock() - started
             raise
+        return Booking(waited, tokens if booked else 0)
 
-    def _wait_turn(self, cost: float, give_up_at: float, started: float) -> float:
+    def settle(self, booked: int, kept: int) -> None:
+        """A reply to a call that booked ``booked`` tokens says Bedrock kept ``kept``: the difference goes
+        back to the timeline with this invocation's next booking (a negative one, an estimate under what
+        the model counted, moves it on). Nothing for a call that went without a turn (``booked`` 0). No
+        I/O."""
+        if booked <= 0:
+            return
+        seconds = self.rate.cost(booked) - self.rate.cost(kept)
+        with self._room:
+            self._give_backs.append((self._clock(), seconds))
+            self.given_back += seconds
+
+    def _wait_turn(self, cost: float, give_up_at: float, started: float) -> tuple[float, bool]:
         # One thread of this invocation books at a time (the table sees one writer per invocation); the
         # table's round trips happen under this lock alone, so a call whose turn has come is never held up.
         if not self._booking.acquire(timeout=max(0.0, give_up_at - started)):
             raise NoTurnError(f"no turn of the shared quota within {give_up_at - started:.0f} s")
         try:
             if self._clock() < self._skip_until:  # the table failed while this thread waited to book
-                return self._without_turn(started)
+                return self._without_turn(started), False
             with self._room:
                 while sum(self._booked.values()) >= self.lead:
                     left = give_up_at - self._clock()
                     if left <= 0:
                         raise NoTurnError(f"no turn of the shared quota within {give_up_at - started:.0f} s")
                     self._room.wait(timeout=left)
+            booking_started = self._clock()
             try:
                 turn = self._book(cost, give_up_at, started)
             except (BotoCoreError, ClientError) as exc:
-                self._table_failed(exc)
-                return self._without_turn(started)
+                self._table_failed(_error_text(exc))
+                return self._without_turn(started), False
+            took = self._clock() - booking_started
+            if took > BOOKING_SECONDS:  # the turn is booked and used; the next calls go without turns a while
+                self._table_failed(f"slow: a booking took {took:.1f} s")
             with self._room:
                 self._bookings += 1
                 booking = self._bookings
                 self._booked[booking] = cost
+                self.booked += cost
         finally:
             self._booking.release()
         try:
@@ -203,7 +283,7 @@ class SharedQuota:
         waited = self._clock() - started
         with self._room:
             self.waited += waited
-        return waited
+        return waited, True
 
     def _without_turn(self, started: float) -> float:
         """The attempt goes without a turn; the time it lost to the table (a slow or failing round trip, the
@@ -214,7 +294,7 @@ class SharedQuota:
             self.waited += waited
         return waited
 
-    def _table_failed(self, exc: Exception) -> None:
+    def _table_failed(self, error: str) -> None:
         """The table is a courtesy between invocations, not a gate the model depends on: without it calls
         go at once, 429s handled as without a shared quota, and the table is tried again after a while.
         Counted; logged once."""
@@ -224,7 +304,7 @@ class SharedQuota:
         if self.table_errors == 1:
             logger.warning(
                 "shared quota table unusable: calls go without turns",
-                extra={"table": self.table, "error": _error_text(exc), "retry_seconds": TABLE_RETRY_SECONDS},
+                extra={"table": self.table, "error": error, "retry_seconds": TABLE_RETRY_SECONDS},
             )
 
     def _book(self, cost: float, give_up_at: float, started: float) -> Turn:
@@ -233,15 +313,43 @@ class SharedQuota:
             # the clock read after the table: a turn timed before a slow read would start in the past, as
             # if the quota had refilled for longer than it did
             now = self._clock()
-            turn = take_turn(tat, now, cost, self.rate.burst_seconds)
+            end = tat
+            if tat - now > self.horizon:  # no fleet books this far ahead: a clock ahead wrote it
+                end = now
+            give_back, folded = self._give_backs_due(now)
+            turn = take_turn(end - give_back, now, cost, self.rate.burst_seconds)
             if turn.send_at > give_up_at:
                 raise NoTurnError(f"no turn of the shared quota within {give_up_at - started:.0f} s")
             current = self._write(tat, turn.tat)
             if current is None:
+                with self._room:
+                    del self._give_backs[:folded]
+                if end != tat:
+                    self._reset(tat, now)
                 return turn
             with self._room:
                 self.conflicts += 1
             tat = current  # what the other invocation wrote, returned by the failed write: no read again
+
+    def _give_backs_due(self, now: float) -> tuple[float, int]:
+        """The seconds replies gave back, to fold into the booking being written, and how many entries that
+        is; one older than GIVE_BACK_SECONDS gives nothing back (a negative one still counts)."""
+        with self._room:
+            entries = list(self._give_backs)
+        seconds = sum(s for at, s in entries if s < 0 or now - at <= GIVE_BACK_SECONDS)
+        return seconds, len(entries)
+
+    def _reset(self, found: float, now: float) -> None:
+        with self._room:
+            self.resets += 1
+        logger.warning(
+            "shared quota timeline reset: its end was further ahead than any fleet books (a clock ahead)",
+            extra={
+                "table": self.table,
+                "ahead_seconds": round(found - now, 1),
+                "horizon_seconds": self.horizon,
+            },
+        )
 
     @property
     def client(self) -> DynamoDBClient:
@@ -253,7 +361,7 @@ class SharedQuota:
 
             # Short: a slow table must not hold calls up (it is skipped for a while instead).
             retries: Any = {"mode": "standard", "max_attempts": 2}
-            config = Config(retries=retries, connect_timeout=1, read_timeout=2)
+            config = Config(retries=retries, connect_timeout=BOOKING_SECONDS, read_timeout=BOOKING_SECONDS)
             self._client = boto3.client("dynamodb", config=config)
         return self._client
 
