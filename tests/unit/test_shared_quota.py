@@ -11,6 +11,7 @@ import pytest
 from contextual_kb.local.bedrock_standin import _Bucket
 from contextual_kb.local.quota_table import create_quota_table
 from contextual_kb.runtime.context.claude.shared_quota import (
+    Booking,
     NoTurnError,
     QuotaCounters,
     QuotaRate,
@@ -238,7 +239,7 @@ def test_a_settled_reply_gives_back_what_bedrock_gives_back(dynamodb: Any) -> No
     ours = SharedQuota(TABLE, "model", rate, client=dynamodb, clock=clock, sleep=clock.sleep)
     booking = ours.book(5_000, give_up_at=clock.now + 60)
     assert booking.tokens == 5_000 and tat(dynamodb) == pytest.approx(1_000.5)
-    ours.settle(booking.tokens, kept=1_000)
+    ours.settle(booking, kept=1_000)
     ours.book(1_000, give_up_at=clock.now + 60)  # the give-back goes with the next booking's write
     assert tat(dynamodb) == pytest.approx(1_000.0 + 0.1 + 0.1)
     counters = ours.counters()
@@ -251,13 +252,12 @@ def test_a_give_back_never_books_the_past_nor_outlives_the_quotas_minute(dynamod
     clock = FakeClock(1_000.0)
     rate = QuotaRate(requests_per_minute=0, tokens_per_minute=600_000)
     ours = SharedQuota(TABLE, "model", rate, client=dynamodb, clock=clock, sleep=clock.sleep)
-    ours.book(5_000, give_up_at=clock.now + 60)
-    ours.settle(5_000, kept=0)
+    ours.settle(ours.book(5_000, give_up_at=clock.now + 60), kept=0)
     clock.now += 10.0
     ours.book(1_000, give_up_at=clock.now + 60)
     assert tat(dynamodb) == pytest.approx(1_010.1)  # from now, not 0.5 s before it
     for age, given_back in [(30.0, 0.5), (61.0, 0.0)]:
-        ours.settle(5_000, kept=0)
+        ours.settle(Booking(waited=0.0, tokens=5_000), kept=0)
         clock.now += age
         now = clock.now
         set_tat(dynamodb, now + 5.0)  # the fleet's queue, 5 s ahead
@@ -275,7 +275,7 @@ def test_a_booking_without_a_turn_settles_nothing(dynamodb: Any) -> None:
     missing = SharedQuota("no-such-table", "model", rate, client=dynamodb, clock=clock, sleep=clock.sleep)
     booking = missing.book(5_000, give_up_at=clock.now + 60)
     assert booking.tokens == 0  # went without a turn: nothing booked, nothing to give back
-    missing.settle(booking.tokens, kept=100)
+    missing.settle(booking, kept=100)
     assert missing.counters().given_back == 0.0
 
 
@@ -343,3 +343,64 @@ def test_a_timeline_end_beyond_any_fleets_booking_is_reset(
     set_tat(dynamodb, 1_030.0)
     assert busy.wait_turn(100, give_up_at=clock.now + 60) == pytest.approx(30.0 - 0.5 + 0.1)
     assert busy.counters().resets == 0
+
+
+def test_calls_waiting_together_are_booked_in_one_round_trip(dynamodb: Any) -> None:
+    """Issue 41, item 12: a table slow but under the bound (0.2 s a round trip, 0.4 s a booking) books the
+    turns of every call then waiting in one read and one write, so 16 calls are not sent one per 0.4 s."""
+    import threading
+    import time
+
+    class Slow:
+        exceptions = dynamodb.exceptions
+        trips = 0
+
+        def get_item(self, **kwargs: Any) -> Any:
+            Slow.trips += 1
+            time.sleep(0.2)
+            return dynamodb.get_item(**kwargs)
+
+        def update_item(self, **kwargs: Any) -> Any:
+            Slow.trips += 1
+            time.sleep(0.2)
+            return dynamodb.update_item(**kwargs)
+
+    rate = QuotaRate(requests_per_minute=60_000, tokens_per_minute=0)  # 1 ms a call: the table binds
+    ours = SharedQuota(TABLE, "model", rate, client=Slow())  # type: ignore[arg-type]
+    sent: list[float] = []
+    started = time.time()
+
+    def call() -> None:
+        ours.wait_turn(10, give_up_at=time.time() + 30)
+        sent.append(time.time())
+
+    threads = [threading.Thread(target=call) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert len(sent) == 16
+    assert max(sent) - started < 2.5  # one booking at a time, a call each: 6.4 s
+    assert Slow.trips <= 8  # a read and a write for several calls at once
+    assert ours.counters().table_errors == 0 and ours.counters().without_turns == 0
+    assert tat(dynamodb) == pytest.approx(started + 16 * 0.001, abs=1.5)  # every turn on the timeline
+
+
+def test_a_give_back_brings_the_invocations_later_turns_forward_at_once(dynamodb: Any) -> None:
+    """A cached call books its whole prompt (what Bedrock reserves) and gives most of it back when it
+    answers: the invocation's next call, booked behind it, is sent then, not when the reservation would
+    have run out (an invocation on one large cached document sent one call a reservation, 3x slower)."""
+    import threading
+    import time
+
+    rate = QuotaRate(requests_per_minute=0, tokens_per_minute=60_000, burst_seconds=0.5)  # 1,000 a second
+    ours = SharedQuota(TABLE, "model", rate, client=dynamodb)
+    first = ours.book(1_200, give_up_at=time.time() + 30)  # 1.2 s: sent at once, the timeline 1.2 s on
+    waited: list[float] = []
+    second = threading.Thread(target=lambda: waited.append(ours.wait_turn(100, give_up_at=time.time() + 30)))
+    second.start()
+    time.sleep(0.2)  # the first call's reply: it kept 100 tokens, 1.1 s given back
+    ours.settle(first, kept=100)
+    second.join(timeout=10)
+    assert waited and waited[0] < 0.5  # its turn was 0.8 s after the first's; brought forward 1.1 s
+    assert ours.counters().given_back == pytest.approx(1.1)

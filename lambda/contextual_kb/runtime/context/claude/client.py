@@ -23,7 +23,7 @@ import httpx2
 from anthropic import AnthropicBedrock, Middleware
 
 from contextual_kb.runtime.context.claude.accounting import Usage
-from contextual_kb.runtime.context.claude.shared_quota import NoTurnError, SharedQuota
+from contextual_kb.runtime.context.claude.shared_quota import Booking, NoTurnError, SharedQuota
 from contextual_kb.runtime.errors import TransformationError
 
 FailureKind = Literal["throttled", "transient", "rejected", "fatal"]
@@ -45,7 +45,8 @@ class Reply:
     attempts: int
     throttles: int
     quota_wait: float = 0.0  # seconds waited for turns of the shared quota
-    quota_booked: int = 0  # tokens the answered attempt booked of the shared quota (0: went without a turn)
+    # what the answered attempt booked of the shared quota (None: no shared quota), for ``settle``
+    quota_booking: Booking | None = None
 
 
 class ModelCallError(Exception):
@@ -156,24 +157,24 @@ class _QuotaGate(Middleware):
         self._local.max_wait = max_wait
         self._local.wait_until = wait_until
         self._local.waited = 0.0
-        self._local.booked = 0
+        self._local.booking = None
 
     def waited(self) -> float:
         """Seconds the calling thread's call has waited for its turns."""
         return getattr(self._local, "waited", 0.0)
 
-    def booked(self) -> int:
-        """Tokens the calling thread's last attempt booked (what its reply settles)."""
-        return getattr(self._local, "booked", 0)
+    def booking(self) -> Booking | None:
+        """What the calling thread's last attempt booked (what its reply settles)."""
+        return getattr(self._local, "booking", None)
 
     def handle(self, request: Any, call_next: Any) -> Any:
         local = self._local
         # each attempt may wait max_wait (a retry after a slow attempt gets its own), none past wait_until
         give_up_at = min(time.time() + getattr(local, "max_wait", 0.0), getattr(local, "wait_until", 0.0))
-        local.booked = 0
+        local.booking = None
         booking = self.quota.book(getattr(local, "tokens", 0), give_up_at)
         local.waited = self.waited() + booking.waited
-        local.booked = booking.tokens
+        local.booking = booking
         return call_next(request)
 
 
@@ -262,7 +263,7 @@ class ClaudeClient:
             # the model's time: the turns waited for are the quota's, not the model's latency
             seconds=time.monotonic() - started - quota_wait,
             quota_wait=quota_wait,
-            quota_booked=self._gate.booked() if self._gate else 0,
+            quota_booking=self._gate.booking() if self._gate else None,
             attempts=max(1, attempts),
             throttles=throttles,
         )

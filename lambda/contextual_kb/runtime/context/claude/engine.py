@@ -678,7 +678,8 @@ class _Run:
         acct.attempts += reply.attempts
         acct.throttles += reply.throttles
         acct.add_usage(reply.usage)
-        if self.s.quota is not None:  # Bedrock gives back the cache read and the unused max_tokens
+        if self.s.quota is not None and reply.quota_booking is not None:  # Bedrock gives back the cache
+            # read and the unused max_tokens
             usage = reply.usage
             kept = kept_tokens(
                 input_tokens=usage.input_tokens,
@@ -686,7 +687,7 @@ class _Run:
                 output_tokens=usage.output_tokens,
                 output_burndown=self.s.output_burndown,
             )
-            self.s.quota.settle(reply.quota_booked, kept)
+            self.s.quota.settle(reply.quota_booking, kept)
         acct.latencies.append(reply.seconds)
         self.s.limit.on_success()
         self.breaker.on_success()

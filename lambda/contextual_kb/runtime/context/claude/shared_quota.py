@@ -51,8 +51,8 @@ if TYPE_CHECKING:
 LEAD_SECONDS = 2.0
 TABLE_RETRY_SECONDS = 30.0  # after a table error, calls go without turns this long
 # A booking (a read and a write, or two after a raced write) slower than this is a table failure: DynamoDB
-# answers in milliseconds, and a slow booking holds up every call of the invocation (one books at a time).
-BOOKING_SECONDS = 0.5
+# answers in milliseconds, and a slow booking holds up the calls of the invocation waiting for it.
+BOOKING_SECONDS = 1.0
 # What a reply gives back goes to the timeline with this invocation's next booking; one older than the
 # quota's own minute is dropped (the quota it stood for has long refilled, or gone unused).
 GIVE_BACK_SECONDS = 60.0
@@ -117,10 +117,25 @@ def kept_tokens(
     return input_tokens + cache_write_tokens + max(1, output_burndown) * output_tokens
 
 
+@dataclass(eq=False, slots=True)
+class _Ticket:
+    """A call waiting for its turn; ``outcome``: "" until booked, then "turn", "none" (no turn in time) or
+    "without" (the table failed: sent without a turn)."""
+
+    cost: float
+    give_up_at: float
+    taken: bool = False  # in a booking under way
+    turn: Turn | None = None
+    outcome: str = ""
+    seq: int = 0  # the booking's number, once booked
+    forward: float = 0.0  # seconds the turn was brought forward by earlier calls' give-backs
+
+
 @dataclass(frozen=True, slots=True)
 class Booking:
     waited: float  # seconds waited for the turn (or lost to the table)
     tokens: int  # tokens booked on the timeline; 0 when the attempt went without a turn
+    seq: int = 0  # the booking's number in this invocation
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +188,7 @@ class SharedQuota:
         lead: float = LEAD_SECONDS,
         horizon: float = HORIZON_SECONDS,
         clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
     ) -> None:
         self.table = table
         self.key = key
@@ -182,11 +197,15 @@ class SharedQuota:
         self.horizon = horizon
         self._client = client
         self._clock = clock
+        # None: a turn is waited for on the condition, so that a reply giving quota back wakes it (tests
+        # inject a fake clock's sleep, which nothing wakes)
         self._sleep = sleep
         self._booking = threading.Lock()  # one thread of this invocation books at a time
         self._room = threading.Condition()  # guards the bookings not yet sent (the lead)
         self._booked: dict[int, float] = {}  # this invocation's turns not yet sent: cost by booking
-        self._bookings = 0
+        self._pending: dict[int, _Ticket] = {}  # the same turns, by booking (brought forward by give-backs)
+        self._bookings = 0  # bookings numbered in the timeline's order
+        self._queue: list[_Ticket] = []  # calls waiting for a booking, in order
         self.waited = 0.0  # seconds calls waited for their turns, in all
         self.conflicts = 0  # writes another invocation got in first
         self.table_errors = 0  # turns the table could not give (unreachable, denied): calls went anyway
@@ -223,67 +242,143 @@ class SharedQuota:
         if started < self._skip_until:  # the table failed lately: calls go without turns for a while
             return Booking(self._without_turn(started), 0)
         try:
-            waited, booked = self._wait_turn(cost, give_up_at, started)
+            waited, seq = self._wait_turn(cost, give_up_at, started)
         except NoTurnError:
             with self._room:
                 self.waited += self._clock() - started
             raise
-        return Booking(waited, tokens if booked else 0)
+        return Booking(waited, tokens if seq else 0, seq)
 
-    def settle(self, booked: int, kept: int) -> None:
-        """A reply to a call that booked ``booked`` tokens says Bedrock kept ``kept``: the difference goes
-        back to the timeline with this invocation's next booking (a negative one, an estimate under what
-        the model counted, moves it on). Nothing for a call that went without a turn (``booked`` 0). No
-        I/O."""
-        if booked <= 0:
+    def settle(self, booking: Booking, kept: int) -> None:
+        """The reply to a call that booked ``booking`` says Bedrock kept ``kept`` tokens: what it gave back
+        brings this invocation's later turns forward at once (the quota holds it again from the reply on)
+        and goes back to the table's timeline with the invocation's next booking, for the others (a negative
+        difference, an estimate under what the model counted, moves the timeline on). Nothing for a call
+        that went without a turn. No I/O."""
+        if booking.tokens <= 0:
             return
-        seconds = self.rate.cost(booked) - self.rate.cost(kept)
+        seconds = self.rate.cost(booking.tokens) - self.rate.cost(kept)
         with self._room:
             self._give_backs.append((self._clock(), seconds))
             self.given_back += seconds
+            if seconds > 0:
+                for seq, ticket in self._pending.items():
+                    if seq > booking.seq:  # booked after it: behind it on the timeline
+                        ticket.forward += seconds
+                self._room.notify_all()
 
-    def _wait_turn(self, cost: float, give_up_at: float, started: float) -> tuple[float, bool]:
-        # One thread of this invocation books at a time (the table sees one writer per invocation); the
-        # table's round trips happen under this lock alone, so a call whose turn has come is never held up.
-        if not self._booking.acquire(timeout=max(0.0, give_up_at - started)):
+    def _wait_turn(self, cost: float, give_up_at: float, started: float) -> tuple[float, int]:
+        """The call's turn, booked by this thread or by another of the invocation's in the same write; then
+        the wait for it. (seconds waited, the booking's number; 0: no turn booked)."""
+        ticket = _Ticket(cost, give_up_at)
+        with self._room:
+            self._queue.append(ticket)
+        self._serve(ticket)
+        if ticket.outcome == "without":
+            return self._without_turn(started), 0
+        if ticket.outcome == "none" or ticket.turn is None:
             raise NoTurnError(f"no turn of the shared quota within {give_up_at - started:.0f} s")
         try:
-            if self._clock() < self._skip_until:  # the table failed while this thread waited to book
-                return self._without_turn(started), False
-            with self._room:
-                while sum(self._booked.values()) >= self.lead:
-                    left = give_up_at - self._clock()
-                    if left <= 0:
-                        raise NoTurnError(f"no turn of the shared quota within {give_up_at - started:.0f} s")
-                    self._room.wait(timeout=left)
-            booking_started = self._clock()
-            try:
-                turn = self._book(cost, give_up_at, started)
-            except (BotoCoreError, ClientError) as exc:
-                self._table_failed(_error_text(exc))
-                return self._without_turn(started), False
-            took = self._clock() - booking_started
-            if took > BOOKING_SECONDS:  # the turn is booked and used; the next calls go without turns a while
-                self._table_failed(f"slow: a booking took {took:.1f} s")
-            with self._room:
-                self._bookings += 1
-                booking = self._bookings
-                self._booked[booking] = cost
-                self.booked += cost
-        finally:
-            self._booking.release()
-        try:
-            delay = turn.send_at - self._clock()
-            if delay > 0:
-                self._sleep(delay)
+            self._wait_for(ticket)
         finally:
             with self._room:
-                del self._booked[booking]
+                del self._booked[ticket.seq]
+                del self._pending[ticket.seq]
                 self._room.notify_all()
         waited = self._clock() - started
         with self._room:
             self.waited += waited
-        return waited, True
+        return waited, ticket.seq
+
+    def _wait_for(self, ticket: _Ticket) -> None:
+        """Until the ticket's turn, brought forward by what replies to this invocation's earlier calls gave
+        back meanwhile (``settle``)."""
+        assert ticket.turn is not None
+        while True:
+            with self._room:
+                delay = ticket.turn.send_at - ticket.forward - self._clock()
+                if delay <= 0:
+                    return
+                if self._sleep is None:
+                    self._room.wait(timeout=delay)
+                    continue
+            self._sleep(delay)
+            with self._room:
+                if ticket.turn.send_at - ticket.forward - self._clock() <= 0:
+                    return
+
+    def _serve(self, ticket: _Ticket) -> None:
+        """Returns once ``ticket`` has an outcome. One thread of this invocation books at a time (the table
+        sees one writer per invocation), and books the turns of every call then waiting, within the lead, in
+        one read and one write: a slow table slows the invocation by a round trip, not a round trip a call.
+        The table's round trips happen under this lock alone, so a call whose turn has come is never held
+        up."""
+        while True:
+            left = max(0.0, ticket.give_up_at - self._clock())
+            if self._booking.acquire(timeout=left):
+                try:
+                    if not ticket.outcome:
+                        self._book_batch(ticket)
+                finally:
+                    self._booking.release()
+                return
+            with self._room:
+                if not ticket.outcome and not ticket.taken:  # nobody is booking it, and its time is up
+                    self._queue.remove(ticket)
+                    ticket.outcome = "none"
+                while not ticket.outcome:  # a booking of it under way: its outcome comes with the write
+                    self._room.wait()
+                return
+
+    def _book_batch(self, own: _Ticket) -> None:
+        """Books ``own`` (when the lead has room for it) and the calls queued behind it while the lead has
+        room, in one write; each ticket gets its outcome. Under the booking lock."""
+        with self._room:
+            if self._clock() < self._skip_until:  # the table failed while this thread waited to book
+                self._queue.remove(own)
+                own.outcome = "without"
+                return
+            while sum(self._booked.values()) >= self.lead:
+                left = own.give_up_at - self._clock()
+                if left <= 0:
+                    self._queue.remove(own)
+                    own.outcome = "none"
+                    return
+                self._room.wait(timeout=left)
+            batch, ahead = [own], sum(self._booked.values()) + own.cost
+            for other in self._queue:
+                if ahead >= self.lead:
+                    break
+                if other is not own and not other.taken:
+                    batch.append(other)
+                    ahead += other.cost
+            for ticket in batch:
+                self._queue.remove(ticket)
+                ticket.taken = True
+        booking_started = self._clock()
+        try:
+            turns = self._book(batch)
+        except (BotoCoreError, ClientError) as exc:
+            self._table_failed(_error_text(exc))
+            turns = None
+        took = self._clock() - booking_started
+        if turns is not None and took > BOOKING_SECONDS:  # its turns are used; the next go without a while
+            self._table_failed(f"slow: a booking took {took:.1f} s")
+        with self._room:
+            for i, ticket in enumerate(batch):
+                turn = turns[i] if turns is not None else None
+                if turns is None:
+                    ticket.outcome = "without"
+                elif turn is None:
+                    ticket.outcome = "none"
+                else:
+                    ticket.turn, ticket.outcome = turn, "turn"
+                    self._bookings += 1
+                    ticket.seq = self._bookings
+                    self._booked[ticket.seq] = ticket.cost
+                    self._pending[ticket.seq] = ticket
+                    self.booked += ticket.cost
+            self._room.notify_all()
 
     def _without_turn(self, started: float) -> float:
         """The attempt goes without a turn; the time it lost to the table (a slow or failing round trip, the
@@ -307,7 +402,9 @@ class SharedQuota:
                 extra={"table": self.table, "error": error, "retry_seconds": TABLE_RETRY_SECONDS},
             )
 
-    def _book(self, cost: float, give_up_at: float, started: float) -> Turn:
+    def _book(self, batch: list[_Ticket]) -> list[Turn | None]:
+        """The turns of ``batch``, in order, on the table's timeline: read it, write its new end if nobody
+        moved it since. None for a call whose turn would come after its ``give_up_at`` (it books nothing)."""
         tat = self._read()
         while True:
             # the clock read after the table: a turn timed before a slow read would start in the past, as
@@ -317,16 +414,24 @@ class SharedQuota:
             if tat - now > self.horizon:  # no fleet books this far ahead: a clock ahead wrote it
                 end = now
             give_back, folded = self._give_backs_due(now)
-            turn = take_turn(end - give_back, now, cost, self.rate.burst_seconds)
-            if turn.send_at > give_up_at:
-                raise NoTurnError(f"no turn of the shared quota within {give_up_at - started:.0f} s")
-            current = self._write(tat, turn.tat)
+            turns: list[Turn | None] = []
+            new_end = end - give_back
+            for ticket in batch:
+                turn = take_turn(new_end, now, ticket.cost, self.rate.burst_seconds)
+                if turn.send_at > ticket.give_up_at:
+                    turns.append(None)
+                    continue
+                turns.append(turn)
+                new_end = turn.tat
+            if not any(turns):
+                return turns
+            current = self._write(tat, new_end)
             if current is None:
                 with self._room:
                     del self._give_backs[:folded]
                 if end != tat:
                     self._reset(tat, now)
-                return turn
+                return turns
             with self._room:
                 self.conflicts += 1
             tat = current  # what the other invocation wrote, returned by the failed write: no read again
