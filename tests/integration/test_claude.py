@@ -241,8 +241,8 @@ def test_a_shared_quota_takes_turns_and_the_quota_throttles_nothing(
     assert metric(lines, "QuotaWaitSeconds") == model["quota_wait_seconds"]
     assert model["attempts_without_turns"] == 0 == metric(lines, "AttemptsWithoutQuotaTurns")
     (item,) = dynamodb.scan(TableName="ckb-quota")["Items"]
-    # 36 turns of 1/18 s from the first call on: the timeline ends 2 s after the start, or later
-    assert started + 2.0 <= float(item["tat"]["N"]) <= time.time() + 0.25
+    # 36 turns of 1/18 s from the first call on: the request timeline ends 2 s after the start, or later
+    assert started + 2.0 <= float(item["rat"]["N"]) <= time.time() + 0.25
 
 
 def test_a_shared_quota_books_what_bedrock_reserves_and_keeps_what_it_keeps(
@@ -521,3 +521,41 @@ def test_a_retry_given_no_turn_fails_as_the_attempt_before_it(standin: BedrockSt
             client.invoke(request, quota_tokens=100)
         assert (failed.value.kind, failed.value.attempts) == (kind, attempts)
         client.close()
+
+
+def test_an_attempt_refused_429_gives_its_whole_turn_back(standin: BedrockStandIn) -> None:
+    """Bedrock refuses a 429 at the reservation and counts none of it: the attempt's turn goes back to the
+    shared quota at once (it held up everyone behind it; the retry books its own), and the reply settles
+    the retry's turn, not the refused one's."""
+    from contextual_kb.runtime.context.claude.client import ClaudeClient
+    from contextual_kb.runtime.context.claude.prompts import PromptSettings, chunk_request
+    from contextual_kb.runtime.context.claude.shared_quota import Booking
+
+    class Turns:
+        def __init__(self) -> None:
+            self.booked: list[Booking] = []
+            self.settled: list[tuple[Booking, int]] = []
+
+        def book(self, tokens: int, give_up_at: float) -> Booking:
+            self.booked.append(Booking(waited=0.0, tokens=tokens, seq=len(self.booked) + 1))
+            return self.booked[-1]
+
+        def settle(self, booking: Booking, kept: int) -> None:
+            self.settled.append((booking, kept))
+
+    request = chunk_request(
+        PromptSettings(model_id="global.anthropic.claude-haiku-4-5-20251001-v1:0"),
+        document="A document.",
+        chunk="A chunk.",
+        cache=False,
+    )
+    turns = Turns()
+    standin.fail_next(1, 429)
+    client = ClaudeClient(
+        region="us-east-1", timeout_seconds=5, max_retries=2, max_connections=2, shared_quota=turns
+    )  # type: ignore[arg-type]
+    reply = client.invoke(request, quota_tokens=300)
+    client.close()
+    assert len(turns.booked) == 2 and reply.throttles == 1
+    assert turns.settled == [(turns.booked[0], 0)]  # the refused attempt: all of it back
+    assert reply.quota_booking == turns.booked[1]  # the answered one, for the engine to settle

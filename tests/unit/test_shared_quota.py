@@ -108,7 +108,9 @@ def quota(client: Any, clock: FakeClock, **kwargs: Any) -> SharedQuota:
 
 
 def tat(client: Any) -> float:
-    return float(client.get_item(TableName=TABLE, Key={"pk": {"S": "model"}})["Item"]["tat"]["N"])
+    """The later of the item's two timelines' ends (tokens: ``tat``, requests: ``rat``)."""
+    item = client.get_item(TableName=TABLE, Key={"pk": {"S": "model"}})["Item"]
+    return max(float(item[name]["N"]) for name in ("tat", "rat") if name in item)
 
 
 def test_two_invocations_take_turns_on_one_timeline(dynamodb: Any) -> None:
@@ -116,10 +118,11 @@ def test_two_invocations_take_turns_on_one_timeline(dynamodb: Any) -> None:
     first, second = quota(dynamodb, clock), quota(dynamodb, clock)
     assert first.wait_turn(100, give_up_at=clock.now + 60) == 0.0  # idle: at once
     assert tat(dynamodb) == pytest.approx(1_000.1)
-    # 30 calls of 0.5 s of quota each, taken in turn by the two: the timeline moves on by each one's cost
+    # 30 calls of 0.5 s of the token quota each (0.1 s of the request quota), taken in turn by the two:
+    # each timeline moves on by each one's cost in its quota
     for i in range(30):
         (first if i % 2 else second).wait_turn(5_000, give_up_at=clock.now + 60)
-    assert tat(dynamodb) == pytest.approx(1_000.1 + 15.0)
+    assert tat(dynamodb) == pytest.approx(1_000.01 + 15.0)
     # nobody is sent more than a second ahead of the quota (the bucket's burst), nor booked 2 s ahead
     assert clock.now >= tat(dynamodb) - 1.0 - 1e-6
 
@@ -260,13 +263,15 @@ def test_a_give_back_never_books_the_past_nor_outlives_the_quotas_minute(dynamod
         ours.settle(Booking(waited=0.0, tokens=5_000), kept=0)
         clock.now += age
         now = clock.now
-        set_tat(dynamodb, now + 5.0)  # the fleet's queue, 5 s ahead
+        set_tat(dynamodb, now + 5.0, ("tat",))  # the fleet's queue, 5 s ahead (a token quota only)
         ours.book(1_000, give_up_at=now + 60)
         assert tat(dynamodb) == pytest.approx(now + 5.0 - given_back + 0.1)
 
 
-def set_tat(client: Any, value: float) -> None:
-    client.put_item(TableName=TABLE, Item={"pk": {"S": "model"}, "tat": {"N": repr(value)}})
+def set_tat(client: Any, value: float, names: tuple[str, ...] = ("tat", "rat")) -> None:
+    """The timelines' ends at ``value``."""
+    ends = {name: {"N": repr(value)} for name in names}
+    client.put_item(TableName=TABLE, Item={"pk": {"S": "model"}, **ends})
 
 
 def test_a_booking_without_a_turn_settles_nothing(dynamodb: Any) -> None:
@@ -404,3 +409,17 @@ def test_a_give_back_brings_the_invocations_later_turns_forward_at_once(dynamodb
     second.join(timeout=10)
     assert waited and waited[0] < 0.5  # its turn was 0.8 s after the first's; brought forward 1.1 s
     assert ours.counters().given_back == pytest.approx(1.1)
+
+
+def test_each_quota_has_its_own_timeline(dynamodb: Any) -> None:
+    """A call binding the token quota and one binding the request quota do not add up: each quota keeps its
+    own timeline (``tat``, ``rat``) and a call is sent when both have refilled for it. One timeline of the
+    binding quota's cost per call, as before, took 0.5 + 0.1 s for each such pair instead of 0.51 s."""
+    clock = FakeClock(1_000.0)
+    ours = quota(dynamodb, clock)  # 10 requests and 10,000 tokens a second
+    for _ in range(10):
+        ours.wait_turn(5_000, give_up_at=clock.now + 60)  # 0.5 s of tokens, 0.1 s of requests
+        ours.wait_turn(100, give_up_at=clock.now + 60)  # 0.01 s of tokens, 0.1 s of requests
+    item = dynamodb.get_item(TableName=TABLE, Key={"pk": {"S": "model"}})["Item"]
+    assert float(item["tat"]["N"]) == pytest.approx(1_000.0 + 10 * 0.51)
+    assert float(item["rat"]["N"]) == pytest.approx(clock.now + 0.1, abs=0.5)  # requests: never binding

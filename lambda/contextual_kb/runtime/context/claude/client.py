@@ -174,8 +174,12 @@ class _QuotaGate(Middleware):
         local.booking = None
         booking = self.quota.book(getattr(local, "tokens", 0), give_up_at)
         local.waited = self.waited() + booking.waited
-        local.booking = booking
-        return call_next(request)
+        response = call_next(request)
+        if response.status_code == 429:  # refused at its reservation: Bedrock counts none of it
+            self.quota.settle(booking, 0)
+        else:
+            local.booking = booking
+        return response
 
 
 def resolve_region(configured: str) -> str:

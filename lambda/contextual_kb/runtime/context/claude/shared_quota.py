@@ -4,11 +4,13 @@ Why: each invocation adapts its own concurrency to 429s, which is fair in calls 
 units. A quota counted in tokens lets a large call (a document's cache write) in only once its bucket holds
 that many tokens, and small calls from other invocations keep draining it: an invocation with large
 documents ends last, several times later than one with small ones (docs/BENCHMARKS.md, "Many invocations,
-one model quota"). Here every call of every invocation first takes a turn on one shared timeline, as the
-generic cell rate algorithm (GCRA) does: the timeline's end (``tat``, the theoretical arrival time) moves
-on by what the call costs the quota, in seconds (its tokens over tokens a second, or one request over
-requests a second, whichever is longer), and the call is sent once the quota has refilled for it. Turns are
-taken in order, whatever their size: a large call waits its turn, and no small call can take it.
+one model quota"). Here every call of every invocation first takes a turn on shared timelines, as the
+generic cell rate algorithm (GCRA) does, one a quota: each timeline's end (``tat`` for the token quota,
+``rat`` for the request quota, the theoretical arrival time) moves on by what the call costs that quota, in
+seconds (its tokens over tokens a second; one request over requests a second), and the call is sent once
+both quotas have refilled for it. Turns are taken in order, whatever their size: a large call waits its
+turn, and no small call can take it. (One timeline of the binding quota's cost a call added up a call
+binding the tokens and one binding the requests, which the two quotas take side by side.)
 
 Off unless ``MODEL_QUOTA_TABLE`` and the quota (``MODEL_REQUESTS_PER_MINUTE``, ``MODEL_TOKENS_PER_MINUTE``)
 are set. The quota to give is what this Knowledge Base's ingestion may use of the account's (per model and
@@ -72,10 +74,16 @@ class QuotaRate:
     burst_seconds: float = 0.5
 
     def cost(self, tokens: int) -> float:
-        """Seconds of the quota one call of ``tokens`` counted tokens takes. Pure."""
-        by_requests = 60.0 / self.requests_per_minute if self.requests_per_minute else 0.0
-        by_tokens = 60.0 * tokens / self.tokens_per_minute if self.tokens_per_minute else 0.0
-        return max(by_requests, by_tokens)
+        """Seconds of the quota one call of ``tokens`` counted tokens takes: the binding quota's. Pure."""
+        return max(self.request_cost(), self.token_cost(tokens))
+
+    def request_cost(self) -> float:
+        """Seconds of the request quota one call takes (0 without one). Pure."""
+        return 60.0 / self.requests_per_minute if self.requests_per_minute else 0.0
+
+    def token_cost(self, tokens: int) -> float:
+        """Seconds of the token quota ``tokens`` take (0 without one). Pure."""
+        return 60.0 * tokens / self.tokens_per_minute if self.tokens_per_minute else 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,13 +130,19 @@ class _Ticket:
     """A call waiting for its turn; ``outcome``: "" until booked, then "turn", "none" (no turn in time) or
     "without" (the table failed: sent without a turn)."""
 
-    cost: float
+    cost: float  # seconds of the binding quota (what the lead counts)
+    token_cost: float  # seconds of each quota: one timeline each
+    request_cost: float
     give_up_at: float
     taken: bool = False  # in a booking under way
-    turn: Turn | None = None
+    send_at: tuple[float, float] = (0.0, 0.0)  # when each quota lets it be sent: tokens, requests
     outcome: str = ""
     seq: int = 0  # the booking's number, once booked
-    forward: float = 0.0  # seconds the turn was brought forward by earlier calls' give-backs
+    forward: float = 0.0  # seconds its token turn was brought forward by earlier calls' give-backs
+
+    def due(self) -> float:
+        """When it may be sent: its turn on each timeline, the token one brought forward."""
+        return max(self.send_at[0] - self.forward, self.send_at[1])
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,12 +251,14 @@ class SharedQuota:
         """Block until a call of ``tokens`` reserved tokens (``reserved_tokens``) may be sent. Raises
         NoTurnError if it could not be sent before ``give_up_at`` (epoch seconds), and then books nothing.
         The booking says what was booked, for ``settle`` once the reply says what was kept."""
-        cost = self.rate.cost(tokens)
         started = self._clock()
         if started < self._skip_until:  # the table failed lately: calls go without turns for a while
             return Booking(self._without_turn(started), 0)
+        ticket = _Ticket(
+            self.rate.cost(tokens), self.rate.token_cost(tokens), self.rate.request_cost(), give_up_at
+        )
         try:
-            waited, seq = self._wait_turn(cost, give_up_at, started)
+            waited, seq = self._wait_turn(ticket, started)
         except NoTurnError:
             with self._room:
                 self.waited += self._clock() - started
@@ -257,7 +273,7 @@ class SharedQuota:
         that went without a turn. No I/O."""
         if booking.tokens <= 0:
             return
-        seconds = self.rate.cost(booking.tokens) - self.rate.cost(kept)
+        seconds = self.rate.token_cost(booking.tokens) - self.rate.token_cost(kept)
         with self._room:
             self._give_backs.append((self._clock(), seconds))
             self.given_back += seconds
@@ -267,16 +283,16 @@ class SharedQuota:
                         ticket.forward += seconds
                 self._room.notify_all()
 
-    def _wait_turn(self, cost: float, give_up_at: float, started: float) -> tuple[float, int]:
+    def _wait_turn(self, ticket: _Ticket, started: float) -> tuple[float, int]:
         """The call's turn, booked by this thread or by another of the invocation's in the same write; then
         the wait for it. (seconds waited, the booking's number; 0: no turn booked)."""
-        ticket = _Ticket(cost, give_up_at)
+        give_up_at = ticket.give_up_at
         with self._room:
             self._queue.append(ticket)
         self._serve(ticket)
         if ticket.outcome == "without":
             return self._without_turn(started), 0
-        if ticket.outcome == "none" or ticket.turn is None:
+        if ticket.outcome != "turn":
             raise NoTurnError(f"no turn of the shared quota within {give_up_at - started:.0f} s")
         try:
             self._wait_for(ticket)
@@ -293,10 +309,9 @@ class SharedQuota:
     def _wait_for(self, ticket: _Ticket) -> None:
         """Until the ticket's turn, brought forward by what replies to this invocation's earlier calls gave
         back meanwhile (``settle``)."""
-        assert ticket.turn is not None
         while True:
             with self._room:
-                delay = ticket.turn.send_at - ticket.forward - self._clock()
+                delay = ticket.due() - self._clock()
                 if delay <= 0:
                     return
                 if self._sleep is None:
@@ -304,7 +319,7 @@ class SharedQuota:
                     continue
             self._sleep(delay)
             with self._room:
-                if ticket.turn.send_at - ticket.forward - self._clock() <= 0:
+                if ticket.due() - self._clock() <= 0:
                     return
 
     def _serve(self, ticket: _Ticket) -> None:
@@ -366,18 +381,18 @@ class SharedQuota:
             self._table_failed(f"slow: a booking took {took:.1f} s")
         with self._room:
             for i, ticket in enumerate(batch):
-                turn = turns[i] if turns is not None else None
+                sends = turns[i] if turns is not None else None
                 if turns is None:
                     ticket.outcome = "without"
-                elif turn is None:
+                elif sends is None:
                     ticket.outcome = "none"
                 else:
-                    ticket.turn, ticket.outcome = turn, "turn"
+                    ticket.send_at, ticket.outcome = sends, "turn"
                     self._bookings += 1
                     ticket.seq = self._bookings
                     self._booked[ticket.seq] = ticket.cost
                     self._pending[ticket.seq] = ticket
-                    self.booked += ticket.cost
+                    self.booked += ticket.token_cost
             self._room.notify_all()
 
     def _without_turn(self, started: float) -> float:
@@ -402,39 +417,47 @@ class SharedQuota:
                 extra={"table": self.table, "error": error, "retry_seconds": TABLE_RETRY_SECONDS},
             )
 
-    def _book(self, batch: list[_Ticket]) -> list[Turn | None]:
-        """The turns of ``batch``, in order, on the table's timeline: read it, write its new end if nobody
-        moved it since. None for a call whose turn would come after its ``give_up_at`` (it books nothing)."""
-        tat = self._read()
+    def _book(self, batch: list[_Ticket]) -> list[tuple[float, float] | None]:
+        """The turns of ``batch``, in order, on the table's two timelines (tokens, requests: a call is sent
+        when both quotas have refilled for it): read them, write their new ends if nobody moved them since.
+        Each ticket's (token turn, request turn); None for a call whose turn would come after its
+        ``give_up_at`` (it books nothing)."""
+        ends = self._read()
         while True:
             # the clock read after the table: a turn timed before a slow read would start in the past, as
             # if the quota had refilled for longer than it did
             now = self._clock()
-            end = tat
-            if tat - now > self.horizon:  # no fleet books this far ahead: a clock ahead wrote it
-                end = now
+            reset = False
+            new_ends: dict[str, float] = {}
+            for name, end in ends.items():
+                if end is not None and end - now > self.horizon:  # no fleet books this far ahead: a clock
+                    new_ends[name], reset = now, True
+                else:
+                    new_ends[name] = end or 0.0
             give_back, folded = self._give_backs_due(now)
-            turns: list[Turn | None] = []
-            new_end = end - give_back
+            new_ends["tat"] -= give_back  # given back: tokens only (a request is a request)
+            burst = self.rate.burst_seconds
+            turns: list[tuple[float, float] | None] = []
             for ticket in batch:
-                turn = take_turn(new_end, now, ticket.cost, self.rate.burst_seconds)
-                if turn.send_at > ticket.give_up_at:
+                by_tokens = take_turn(new_ends["tat"], now, ticket.token_cost, burst)
+                by_requests = take_turn(new_ends["rat"], now, ticket.request_cost, burst)
+                if max(by_tokens.send_at, by_requests.send_at) > ticket.give_up_at:
                     turns.append(None)
                     continue
-                turns.append(turn)
-                new_end = turn.tat
+                turns.append((by_tokens.send_at, by_requests.send_at))
+                new_ends = {"tat": by_tokens.tat, "rat": by_requests.tat}
             if not any(turns):
                 return turns
-            current = self._write(tat, new_end)
+            current = self._write(ends, new_ends)
             if current is None:
                 with self._room:
                     del self._give_backs[:folded]
-                if end != tat:
-                    self._reset(tat, now)
+                if reset:
+                    self._reset(ends, now)
                 return turns
             with self._room:
                 self.conflicts += 1
-            tat = current  # what the other invocation wrote, returned by the failed write: no read again
+            ends = current  # what the other invocation wrote, returned by the failed write: no read again
 
     def _give_backs_due(self, now: float) -> tuple[float, int]:
         """The seconds replies gave back, to fold into the booking being written, and how many entries that
@@ -444,14 +467,15 @@ class SharedQuota:
         seconds = sum(s for at, s in entries if s < 0 or now - at <= GIVE_BACK_SECONDS)
         return seconds, len(entries)
 
-    def _reset(self, found: float, now: float) -> None:
+    def _reset(self, found: dict[str, float | None], now: float) -> None:
         with self._room:
             self.resets += 1
+        ahead = max((end or 0.0) - now for end in found.values())
         logger.warning(
             "shared quota timeline reset: its end was further ahead than any fleet books (a clock ahead)",
             extra={
                 "table": self.table,
-                "ahead_seconds": round(found - now, 1),
+                "ahead_seconds": round(ahead, 1),
                 "horizon_seconds": self.horizon,
             },
         )
@@ -470,31 +494,54 @@ class SharedQuota:
             self._client = boto3.client("dynamodb", config=config)
         return self._client
 
-    def _read(self) -> float:
-        item = self.client.get_item(
-            TableName=self.table, Key={"pk": {"S": self.key}}, ConsistentRead=True, ProjectionExpression="tat"
-        ).get("Item")
-        return float(item["tat"]["N"]) if item else 0.0
+    def _used(self) -> tuple[str, ...]:
+        """The timelines kept: ``tat`` for the token quota, ``rat`` for the request quota, those given."""
+        quotas = (("tat", self.rate.tokens_per_minute), ("rat", self.rate.requests_per_minute))
+        return tuple(name for name, per_minute in quotas if per_minute)
 
-    def _write(self, old: float, new: float) -> float | None:
-        """Move the timeline's end from ``old`` to ``new``: None if written, else the end another invocation
-        wrote meanwhile (DynamoDB returns the item with the failed condition, at no extra cost)."""
-        values = {":new": {"N": _number(new)}}
-        if old:
-            values[":old"] = {"N": _number(old)}
-        condition = "tat = :old" if old else "attribute_not_exists(tat)"
+    def _ends(self, item: Mapping[str, Any]) -> dict[str, float | None]:
+        used = self._used()
+        return {
+            name: float(item[name]["N"]) if name in item and name in used else None for name in ("tat", "rat")
+        }
+
+    def _read(self) -> dict[str, float | None]:
+        item = self.client.get_item(
+            TableName=self.table,
+            Key={"pk": {"S": self.key}},
+            ConsistentRead=True,
+            ProjectionExpression="tat, rat",
+        ).get("Item")
+        return self._ends(item or {})
+
+    def _write(
+        self, old: Mapping[str, float | None], new: Mapping[str, float]
+    ) -> dict[str, float | None] | None:
+        """Move the timelines' ends from ``old`` to ``new``: None if written, else the ends another
+        invocation wrote meanwhile (DynamoDB returns the item with the failed condition, at no extra
+        cost)."""
+        values: dict[str, Any] = {}
+        conditions, sets = [], []
+        for name in self._used():
+            values[f":{name}"] = {"N": _number(new[name])}
+            sets.append(f"{name} = :{name}")
+            previous = old[name]
+            if previous is None:
+                conditions.append(f"attribute_not_exists({name})")
+            else:
+                values[f":old_{name}"] = {"N": _number(previous)}
+                conditions.append(f"{name} = :old_{name}")
         try:
             self.client.update_item(
                 TableName=self.table,
                 Key={"pk": {"S": self.key}},
-                UpdateExpression="SET tat = :new",
-                ConditionExpression=condition,
+                UpdateExpression="SET " + ", ".join(sets),
+                ConditionExpression=" AND ".join(conditions),
                 ExpressionAttributeValues=values,
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except self.client.exceptions.ConditionalCheckFailedException as exc:
-            item = exc.response.get("Item") or {}
-            return float(item["tat"]["N"]) if "tat" in item else 0.0
+            return self._ends(exc.response.get("Item") or {})
         return None
 
 
