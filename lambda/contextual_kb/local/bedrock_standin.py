@@ -557,14 +557,22 @@ def running_standin(config: StandInConfig | None = None) -> Iterator[BedrockStan
 
 @contextmanager
 def standin_subprocess(
-    latency_ms: float, per_token_ms: float, rpm: int = 0, tpm: int = 0, throttle_rate: float = 0.0
+    latency_ms: float,
+    per_token_ms: float,
+    rpm: int = 0,
+    tpm: int = 0,
+    throttle_rate: float = 0.0,
+    output_burndown: int = 0,
+    burst_seconds: float = 1.0,
 ) -> Iterator[str]:
     """The stand-in in a child process on 127.0.0.1 (its memory and threads apart from the caller's); yields
     its URL and stops it afterwards."""
     command = [
         sys.executable, "-m", "contextual_kb.local.bedrock_standin", "--port", "0",
         "--latency-ms", str(latency_ms), "--per-token-ms", str(per_token_ms), "--rpm", str(rpm),
-        "--tpm", str(tpm), "--throttle-rate", str(throttle_rate), "--until-stdin-closes",
+        "--tpm", str(tpm), "--throttle-rate", str(throttle_rate), "--output-burndown", str(output_burndown),
+        "--burst-seconds", str(burst_seconds),
+        "--until-stdin-closes",
     ]  # fmt: skip
     process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
