@@ -20,17 +20,18 @@ call that is throttled anyway is handled as before (the SDK's paced retries, the
 What a call costs is what Bedrock counts (docs/HOW-IT-WORKS.md, "How Bedrock counts a request"): at its
 start Bedrock **reserves** ``input + cache write + cache read + max_tokens`` (a 429 when the quota does not
 hold that), and at its end it **keeps** ``input + cache write + output x burndown``, giving the cache read
-and the unused ``max_tokens`` back. So a call books the reservation (or what it may keep, if more: a model
-with a 5x burndown) and, once its reply says what was kept, settles: the difference goes back to the
-timeline with this invocation's next booking (no round trip of its own).
+and the unused ``max_tokens`` back; a 429 reserves nothing. So a call books the reservation (or what it
+may keep, if more: a model with a 5x burndown) and, once its reply says what was kept, settles: the
+difference brings this invocation's later turns forward at once and goes back to the table's timeline with
+its next booking (no round trip of its own); an attempt answered 429 gives its whole turn back.
 
 Each invocation books at most ``lead`` seconds of the quota ahead (a call booked and then abandoned at a
-deadline wastes at most that); one thread of an invocation books at a time, so the table sees at most one
-writer per invocation, a read and a write per call (a write another invocation got in first returns what
-it wrote, and the turn is written again without a second read). A booking slower than ``BOOKING_SECONDS``
-counts as a table failure: booking one turn at a time, a slow table would hold every call of the
-invocation back without a trace. A timeline end further ahead than any fleet could book (``horizon``: the
-longest a call waits for a turn plus the largest call) is a clock's error, and is reset.
+deadline wastes at most that); one thread of an invocation books at a time, for every call of it then
+waiting, so the table sees at most one writer per invocation, a read and a write per booking (a write
+another invocation got in first returns what it wrote, and the turns are written again without a second
+read). A booking slower than ``BOOKING_SECONDS`` counts as a table failure: a slow table would otherwise
+hold the invocation's calls back without a trace. A timeline end further ahead than any fleet could book
+(``horizon``: the longest a call waits for a turn plus the largest call) is a clock's error, and is reset.
 """
 
 from __future__ import annotations
@@ -182,9 +183,9 @@ class NoTurnError(Exception):
 
 
 class SharedQuota:
-    """Turns on the timeline of one item (``key``: the model and Region) of a DynamoDB table: read it, write
-    the new end only if nobody moved it since (a conditional write), else book again from the end the
-    failed write returns.
+    """Turns on the timelines of one item (``key``: the model and Region) of a DynamoDB table: read them,
+    write the new ends only if nobody moved them since (a conditional write), else book again from the ends
+    the failed write returns.
 
     Each invocation books turns only while the quota it has booked and not yet sent is under ``lead``
     seconds: with N invocations booking, each holds about 1/N of the timeline ahead, so each gets 1/N of
@@ -468,8 +469,11 @@ class SharedQuota:
         return seconds, len(entries)
 
     def _reset(self, found: dict[str, float | None], now: float) -> None:
+        """Counted; logged once (a clock ahead writes again at each of its bookings)."""
         with self._room:
             self.resets += 1
+            if self.resets > 1:
+                return
         ahead = max((end or 0.0) - now for end in found.values())
         logger.warning(
             "shared quota timeline reset: its end was further ahead than any fleet books (a clock ahead)",
