@@ -427,3 +427,31 @@ def test_each_quota_has_its_own_timeline(dynamodb: Any) -> None:
     item = dynamodb.get_item(TableName=TABLE, Key={"pk": {"S": "model"}})["Item"]
     assert float(item["tat"]["N"]) == pytest.approx(1_000.0 + 10 * 0.51)
     assert float(item["rat"]["N"]) == pytest.approx(clock.now + 0.1, abs=0.5)  # requests: never binding
+
+
+def test_an_unexpected_table_error_leaves_no_call_waiting(dynamodb: Any) -> None:
+    """The booking thread books for the calls waiting with it: whatever the table raises (not only the
+    SDK's errors), each of them gets an outcome, and the attempts go without turns, counted."""
+    import threading
+    import time
+
+    class Broken:
+        exceptions = dynamodb.exceptions
+
+        def get_item(self, **kwargs: Any) -> Any:
+            time.sleep(0.2)  # the other calls queue behind this booking
+            raise KeyError("tat")
+
+    rate = QuotaRate(requests_per_minute=600, tokens_per_minute=0)
+    ours = SharedQuota(TABLE, "model", rate, client=Broken())  # type: ignore[arg-type]
+    done: list[float] = []
+    threads = [
+        threading.Thread(target=lambda: done.append(ours.wait_turn(10, give_up_at=time.time() + 30)))
+        for _ in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert len(done) == 4
+    assert ours.counters().table_errors == 1 and ours.counters().without_turns == 4

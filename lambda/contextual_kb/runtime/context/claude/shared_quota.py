@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
 from contextual_kb.runtime.observability import logger
 
@@ -374,7 +374,9 @@ class SharedQuota:
         booking_started = self._clock()
         try:
             turns = self._book(batch)
-        except (BotoCoreError, ClientError) as exc:
+        except Exception as exc:
+            # any error, not only the SDK's: the batch's other calls wait on this thread for an outcome (an
+            # item the table cannot give, a client that cannot be built)
             self._table_failed(_error_text(exc))
             turns = None
         took = self._clock() - booking_started
