@@ -1,7 +1,7 @@
 """Many invocations, one model quota: N invocations of the real handler at once, in separate processes, each
 on its own slice of the codebase corpus, against one Bedrock stand-in that enforces one account quota
-(requests and tokens per minute, counted as Bedrock counts them: input and the output reserved by
-max_tokens, not cache reads).
+(requests and tokens per minute, counted as Bedrock counts them: a request reserves input + cache write +
+cache read + max_tokens at its start and keeps input + cache write + output x burndown at its end).
 
 Each invocation runs as the Lambda would: its own process, its own S3 (moto, in process), the real anthropic
 SDK, its runtime built before the start (a warm environment's); they start together, once every one is
@@ -11,7 +11,7 @@ throttles (429s), the SDK's retries, chunks given the structural fallback, the s
 the fastest, whether any passed its deadline, and whether every chunk came back exactly once with its text.
 
     .venv/bin/python bench/fleet.py [--fleet 1,4,16] [--rpm 600] [--tpm 800000] [--mode per_chunk]
-        [--timeout 900] [--throttle-rate 0] [--json out.json]
+        [--timeout 900] [--throttle-rate 0] [--output-burndown 0] [--shared-quota 1.0] [--json out.json]
 """
 
 from __future__ import annotations
@@ -35,14 +35,14 @@ BUCKET = "fleet-intermediate"
 MODEL_ID = "global.anthropic.claude-haiku-4-5-20251001-v1:0"
 
 
-# What one per-chunk call adds to its document in the quota's count: the chunk, the instruction and the
-# output reserved (max_tokens), about.
-CALL_TOKENS = 200 + 160
+# What one per-chunk call adds to its document in what the quota keeps: the chunk, the instruction and the
+# answer (about 60 tokens; the rest of max_tokens is reserved and given back), about.
+CALL_TOKENS = 200 + 60
 
 
 def quota_demand(document: dict[str, Any]) -> tuple[int, int]:
-    """Tokens and requests the quota counts for a document in per-chunk mode: the document's tokens once when
-    the model caches it (cache reads are not counted), else once a chunk; a request a chunk. Pure."""
+    """Tokens and requests the quota keeps for a document in per-chunk mode: the document's tokens once when
+    the model caches it (cache reads are given back), else once a chunk; a request a chunk. Pure."""
     from contextual_kb.local.bedrock_standin import count_tokens
     from contextual_kb.runtime.context.claude.pricing import min_cache_tokens
 
@@ -90,6 +90,7 @@ def worker(args: argparse.Namespace) -> int:
             "ANTHROPIC_BEDROCK_BASE_URL": args.url,
             "MODEL_ID": MODEL_ID,
             "CONTEXT_MODE": args.mode,
+            "MODEL_OUTPUT_BURNDOWN": str(args.output_burndown),
         }
     )
     import boto3
@@ -147,6 +148,11 @@ def worker(args: argparse.Namespace) -> int:
                 "fallbacks": model.get("fallbacks", {}),
                 "from_model": model.get("chunks_from_model", 0),
                 "quota_wait_seconds": model.get("quota_wait_seconds", 0.0),
+                "quota_table_errors": model.get("quota_table_errors", 0),
+                "attempts_without_turns": model.get("attempts_without_turns", 0),
+                "quota_resets": model.get("quota_resets", 0),
+                "quota_booked_seconds": model.get("quota_booked_seconds", 0.0),
+                "quota_given_back_seconds": model.get("quota_given_back_seconds", 0.0),
                 "intact": intact,
             }
         ),
@@ -183,6 +189,7 @@ def run_fleet(count: int, args: argparse.Namespace, url: str, quota_table: str =
         sys.executable, __file__, "--worker", "--url", url, "--of", str(count), "--mode", args.mode,
         "--timeout", str(args.timeout), "--dataset", str(args.dataset),
         "--rpm", str(args.rpm), "--tpm", str(args.tpm), "--without", args.without,
+        "--output-burndown", str(args.output_burndown),
     ]  # fmt: skip
     env = dict(os.environ)
     if quota_table:  # the quota shared through a table (runtime/context/claude/shared_quota.py)
@@ -192,6 +199,7 @@ def run_fleet(count: int, args: argparse.Namespace, url: str, quota_table: str =
                 "AWS_ENDPOINT_URL_DYNAMODB": os.environ["AWS_ENDPOINT_URL_DYNAMODB"],
                 "MODEL_REQUESTS_PER_MINUTE": str(int(args.rpm * args.shared_quota)),
                 "MODEL_TOKENS_PER_MINUTE": str(int(args.tpm * args.shared_quota)),
+                "MODEL_QUOTA_BURST_SECONDS": str(args.burst_seconds / 2),
             }
         )
     processes = [
@@ -251,6 +259,13 @@ def run_fleet(count: int, args: argparse.Namespace, url: str, quota_table: str =
         "fallback_reasons": _merged([r["fallbacks"] for r in results]),
         "shared_quota": args.shared_quota,
         "quota_wait_seconds": round(sum(r["quota_wait_seconds"] for r in results), 1),
+        "quota_table_errors": sum(r["quota_table_errors"] for r in results),
+        "attempts_without_turns": sum(r["attempts_without_turns"] for r in results),
+        "quota_resets": sum(r["quota_resets"] for r in results),
+        # seconds of the quota the turns booked (what Bedrock reserves) and the replies gave back
+        "quota_booked_seconds": round(sum(r["quota_booked_seconds"] for r in results), 1),
+        "quota_given_back_seconds": round(sum(r["quota_given_back_seconds"] for r in results), 1),
+        "reserved_tokens": stats["reserved_tokens"],
         "slowest_seconds": max(seconds),
         "fastest_seconds": min(seconds),
         "slowest_vs_fastest": round(max(seconds) / min(seconds), 2),
@@ -326,6 +341,20 @@ def main() -> int:
     parser.add_argument("--latency-ms", type=float, default=300.0)
     parser.add_argument("--per-token-ms", type=float, default=2.0)
     parser.add_argument("--throttle-rate", type=float, default=0.0, help="share of calls answered 429 anyway")
+    parser.add_argument(
+        "--burst-seconds",
+        type=float,
+        default=1.0,
+        help="the stand-in's buckets, in seconds of quota (Bedrock does not document its own); the shared "
+        "quota's MODEL_QUOTA_BURST_SECONDS is half of it (its default 0.5 against 1.0)",
+    )
+    parser.add_argument(
+        "--output-burndown",
+        type=int,
+        default=0,
+        help="quota tokens an output token keeps, in the stand-in and the function (MODEL_OUTPUT_BURNDOWN); "
+        "0: the model table's (1 for Haiku 4.5; 5 as Opus 4 and Sonnet 4 count)",
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument(
         "--shared-quota",
@@ -363,7 +392,13 @@ def main() -> int:
         tables = stack.enter_context(quota_tables()) if args.shared_quota else None
         for count in [int(n) for n in args.fleet.split(",")]:
             with standin_subprocess(
-                args.latency_ms, args.per_token_ms, args.rpm, args.tpm, args.throttle_rate
+                args.latency_ms,
+                args.per_token_ms,
+                args.rpm,
+                args.tpm,
+                args.throttle_rate,
+                args.output_burndown,
+                args.burst_seconds,
             ) as url:  # a fresh quota (and cache) for each fleet
                 result = run_fleet(count, args, url, tables(count) if tables else "")
             rows.append(result)
@@ -371,7 +406,9 @@ def main() -> int:
     print(
         f"\nquota: {args.rpm} requests/min, {args.tpm:,} tokens/min; CONTEXT_MODE={args.mode}"
         f"{'; without: ' + args.without if args.without else ''}"
-        f"{f'; shared quota: {args.shared_quota:g} of it' if args.shared_quota else ''}\n"
+        f"{f'; shared quota: {args.shared_quota:g} of it' if args.shared_quota else ''}"
+        f"{f'; output burndown {args.output_burndown}' if args.output_burndown else ''}"
+        f"; the stand-in's burst {args.burst_seconds:g} s\n"
         "| N | chunks/s | quota used (binding, 5 s windows) | requests / tokens over the run | throttles "
         "| retries | fallbacks | slowest / fastest | slowest / the quota's least time | deadline passed "
         "| chunks lost |\n|---|---|---|---|---|---|---|---|---|---|---|"

@@ -241,8 +241,36 @@ def test_a_shared_quota_takes_turns_and_the_quota_throttles_nothing(
     assert metric(lines, "QuotaWaitSeconds") == model["quota_wait_seconds"]
     assert model["attempts_without_turns"] == 0 == metric(lines, "AttemptsWithoutQuotaTurns")
     (item,) = dynamodb.scan(TableName="ckb-quota")["Items"]
-    # 36 turns of 1/18 s from the first call on: the timeline ends 2 s after the start, or later
-    assert started + 2.0 <= float(item["tat"]["N"]) <= time.time() + 0.25
+    # 36 turns of 1/18 s from the first call on: the request timeline ends 2 s after the start, or later
+    assert started + 2.0 <= float(item["rat"]["N"]) <= time.time() + 0.25
+
+
+def test_a_shared_quota_books_what_bedrock_reserves_and_keeps_what_it_keeps(
+    s3: Any, standin: BedrockStandIn, monkeypatch: pytest.MonkeyPatch, captured: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 41, items 10 and 11: each call books what Bedrock reserves at its start (its whole prompt: the
+    cached document, system prompt and glossary too, and max_tokens), and each reply gives back what
+    Bedrock gives back (the cache read, the unused max_tokens): what the timeline keeps is what the quota
+    kept, not 1.78x of it (unused max_tokens) nor 1.24x-18x (a cached system prompt and glossary)."""
+    monkeypatch.setenv(
+        "GLOSSARY", "ledger: a book of accounts. " * 300
+    )  # ~2,400 tokens, in the cached prefix
+    standin.configure(tpm=6_000_000)
+    dynamodb = boto3.client("dynamodb", region_name="us-east-1")
+    create_quota_table(dynamodb, "ckb-quota")
+    for name, value in {"MODEL_QUOTA_TABLE": "ckb-quota", "MODEL_TOKENS_PER_MINUTE": "6000000"}.items():
+        monkeypatch.setenv(name, value)
+    event, staged = stage(s3, {"ledger.md": big_chunks(6)})
+    assert_every_chunk_back(s3, run(event), staged)
+    stats = standin.stats
+    assert stats.answered == 6 and stats.cache_reads == 5 and stats.throttled == 0
+    model = summary(captured)["model"]
+    per_second = 6_000_000 / 60
+    # booked: the stand-in's reservations (the estimate counts the request whole: a few tokens under)
+    assert model["quota_booked_seconds"] * per_second == pytest.approx(stats.reserved_tokens, abs=6 * 4 + 50)
+    kept = (model["quota_booked_seconds"] - model["quota_given_back_seconds"]) * per_second
+    assert kept == pytest.approx(stats.quota_tokens, abs=50)  # settled to what the replies say was kept
+    assert stats.reserved_tokens > 3 * stats.quota_tokens  # five cache reads of ~7,000 tokens given back
 
 
 def test_a_quota_table_that_cannot_be_used_costs_no_context_and_is_counted(
@@ -466,17 +494,17 @@ def test_a_retry_given_no_turn_fails_as_the_attempt_before_it(standin: BedrockSt
     is a throttle."""
     from contextual_kb.runtime.context.claude.client import ClaudeClient, ModelCallError
     from contextual_kb.runtime.context.claude.prompts import PromptSettings, chunk_request
-    from contextual_kb.runtime.context.claude.shared_quota import NoTurnError
+    from contextual_kb.runtime.context.claude.shared_quota import Booking, NoTurnError
 
     class Turns:
         def __init__(self, given: int) -> None:
             self.given = given
 
-        def wait_turn(self, tokens: int, give_up_at: float) -> float:
+        def book(self, tokens: int, give_up_at: float) -> Booking:
             if self.given == 0:
                 raise NoTurnError("no turn of the shared quota within 60 s")
             self.given -= 1
-            return 0.0
+            return Booking(waited=0.0, tokens=tokens)
 
     request = chunk_request(
         PromptSettings(model_id="global.anthropic.claude-haiku-4-5-20251001-v1:0"),
@@ -493,3 +521,41 @@ def test_a_retry_given_no_turn_fails_as_the_attempt_before_it(standin: BedrockSt
             client.invoke(request, quota_tokens=100)
         assert (failed.value.kind, failed.value.attempts) == (kind, attempts)
         client.close()
+
+
+def test_an_attempt_refused_429_gives_its_whole_turn_back(standin: BedrockStandIn) -> None:
+    """Bedrock refuses a 429 at the reservation and counts none of it: the attempt's turn goes back to the
+    shared quota at once (it held up everyone behind it; the retry books its own), and the reply settles
+    the retry's turn, not the refused one's."""
+    from contextual_kb.runtime.context.claude.client import ClaudeClient
+    from contextual_kb.runtime.context.claude.prompts import PromptSettings, chunk_request
+    from contextual_kb.runtime.context.claude.shared_quota import Booking
+
+    class Turns:
+        def __init__(self) -> None:
+            self.booked: list[Booking] = []
+            self.settled: list[tuple[Booking, int]] = []
+
+        def book(self, tokens: int, give_up_at: float) -> Booking:
+            self.booked.append(Booking(waited=0.0, tokens=tokens, seq=len(self.booked) + 1))
+            return self.booked[-1]
+
+        def settle(self, booking: Booking, kept: int) -> None:
+            self.settled.append((booking, kept))
+
+    request = chunk_request(
+        PromptSettings(model_id="global.anthropic.claude-haiku-4-5-20251001-v1:0"),
+        document="A document.",
+        chunk="A chunk.",
+        cache=False,
+    )
+    turns = Turns()
+    standin.fail_next(1, 429)
+    client = ClaudeClient(
+        region="us-east-1", timeout_seconds=5, max_retries=2, max_connections=2, shared_quota=turns
+    )  # type: ignore[arg-type]
+    reply = client.invoke(request, quota_tokens=300)
+    client.close()
+    assert len(turns.booked) == 2 and reply.throttles == 1
+    assert turns.settled == [(turns.booked[0], 0)]  # the refused attempt: all of it back
+    assert reply.quota_booking == turns.booked[1]  # the answered one, for the engine to settle

@@ -133,3 +133,37 @@ def test_a_request_timed_before_the_last_one_takes_back_no_refill() -> None:
     assert bucket.allows(1, 100.2)
     bucket.take(1)
     assert bucket.level == 3
+
+
+def test_a_request_reserves_its_cache_read_and_max_tokens_and_settles_at_its_end() -> None:
+    """Issue 41, item 14: as Bedrock counts (docs/HOW-IT-WORKS.md), a request reserves input + cache write
+    + cache read + max_tokens at its start (a 429 if the quota does not hold that), and at its end keeps
+    input + cache write + output x burndown: the cache read and the unused max_tokens come back."""
+    standin = BedrockStandIn(StandInConfig(latency_ms=300, per_token_ms=0, tpm=60_000, burst_seconds=10.0))
+    question = body(LONG)["messages"][0]["content"][1]["text"]
+    reserved = count_tokens("system") + count_tokens(LONG) + count_tokens(question) + 160
+    assert 7_000 < reserved < 8_000  # the bucket: 1,000 tokens a second, 10,000 at most
+    first = usage(standin, body(LONG), at=0.0)  # writes the cache; the bucket keeps ~2,400
+    # ended at 0.3 s, the unused max_tokens given back: ~2,900 by 0.5 s, under the ~7,600 a cached call
+    # reserves though it keeps only its question and its answer
+    status, _, _ = standin.answer(MODEL, body(LONG), 0.5)
+    assert status == 429
+    second = usage(standin, body(LONG), at=6.0)  # ~8,500: reserved; the cache read is given back at 6.3 s
+    assert second["cache_read_input_tokens"] > 7_000
+    third = usage(standin, body(LONG), at=6.5)  # without the give-back the bucket would hold ~1,400
+    kept = [
+        u["input_tokens"] + u["cache_creation_input_tokens"] + u["output_tokens"]
+        for u in (first, second, third)
+    ]
+    assert standin.stats.quota_tokens == sum(kept)  # what the quota keeps, not what it reserved
+    assert [tokens for _, tokens in standin.stats.admitted] == kept
+
+
+def test_an_output_token_keeps_the_models_burndown_of_the_quota() -> None:
+    """Opus 4 and Sonnet 4 take 5 quota tokens an output token (MODEL_OUTPUT_BURNDOWN's table)."""
+    standin = BedrockStandIn(StandInConfig(tpm=6_000_000, output_burndown=5))
+    answered = usage(standin, body(SHORT), at=0.0)
+    assert standin.stats.quota_tokens == answered["input_tokens"] + 5 * answered["output_tokens"]
+    table = BedrockStandIn(StandInConfig(tpm=6_000_000))  # 0: the model table's, 1 for Haiku 4.5
+    answered = usage(table, body(SHORT), at=0.0)
+    assert table.stats.quota_tokens == answered["input_tokens"] + answered["output_tokens"]

@@ -11,11 +11,13 @@ import pytest
 from contextual_kb.local.bedrock_standin import _Bucket
 from contextual_kb.local.quota_table import create_quota_table
 from contextual_kb.runtime.context.claude.shared_quota import (
+    Booking,
     NoTurnError,
     QuotaCounters,
     QuotaRate,
     SharedQuota,
-    counted_tokens,
+    kept_tokens,
+    reserved_tokens,
     take_turn,
 )
 from tests.support import FakeClock
@@ -56,7 +58,10 @@ def test_calls_sent_at_their_turns_pass_the_stand_ins_bucket(seed: int) -> None:
         bucket.take(tokens)
 
 
-def test_the_quota_counts_a_cached_prefix_only_when_it_is_written() -> None:
+def test_a_call_books_what_bedrock_reserves_and_settles_to_what_it_keeps() -> None:
+    """Bedrock reserves input + cache write + cache read + max_tokens at a request's start and keeps input +
+    cache write + output x burndown (docs/HOW-IT-WORKS.md): a cached prefix is reserved (the system prompt
+    and glossary with it), and given back with the unused max_tokens once the reply says what was kept."""
     document = "x" * 3500
     request = {
         "max_tokens": 160,
@@ -71,12 +76,13 @@ def test_the_quota_counts_a_cached_prefix_only_when_it_is_written() -> None:
             }
         ],
     }
-    written = counted_tokens(request, prefix_cached=False)
-    read = counted_tokens(request, prefix_cached=True)
-    assert written - read == 1000  # the document, at 3.5 bytes a token
-    assert read == 10 + 100 + 160  # the system prompt, the question, the output reserved
-    # Opus 4, Sonnet 4: an output token takes 5 of the quota (Bedrock's burndown rate)
-    assert counted_tokens(request, prefix_cached=True, output_burndown=5) == 10 + 100 + 5 * 160
+    assert reserved_tokens(request) == 10 + 1000 + 100 + 160  # the cached prefix is reserved too
+    # Opus 4, Sonnet 4: an output token keeps 5 of the quota (the burndown), more than max_tokens reserves:
+    # booked at the most the call may keep, so that settling only ever gives back
+    assert reserved_tokens(request, output_burndown=5) == 10 + 1000 + 100 + 5 * 160
+    # a cache read of the 1,010-token prefix, a 60-token answer: the question and the output kept
+    assert kept_tokens(input_tokens=100, cache_write_tokens=0, output_tokens=60) == 160
+    assert kept_tokens(input_tokens=100, cache_write_tokens=1010, output_tokens=60, output_burndown=5) == 1410
 
 
 def test_the_cost_is_the_binding_quotas() -> None:
@@ -102,7 +108,9 @@ def quota(client: Any, clock: FakeClock, **kwargs: Any) -> SharedQuota:
 
 
 def tat(client: Any) -> float:
-    return float(client.get_item(TableName=TABLE, Key={"pk": {"S": "model"}})["Item"]["tat"]["N"])
+    """The later of the item's two timelines' ends (tokens: ``tat``, requests: ``rat``)."""
+    item = client.get_item(TableName=TABLE, Key={"pk": {"S": "model"}})["Item"]
+    return max(float(item[name]["N"]) for name in ("tat", "rat") if name in item)
 
 
 def test_two_invocations_take_turns_on_one_timeline(dynamodb: Any) -> None:
@@ -110,10 +118,11 @@ def test_two_invocations_take_turns_on_one_timeline(dynamodb: Any) -> None:
     first, second = quota(dynamodb, clock), quota(dynamodb, clock)
     assert first.wait_turn(100, give_up_at=clock.now + 60) == 0.0  # idle: at once
     assert tat(dynamodb) == pytest.approx(1_000.1)
-    # 30 calls of 0.5 s of quota each, taken in turn by the two: the timeline moves on by each one's cost
+    # 30 calls of 0.5 s of the token quota each (0.1 s of the request quota), taken in turn by the two:
+    # each timeline moves on by each one's cost in its quota
     for i in range(30):
         (first if i % 2 else second).wait_turn(5_000, give_up_at=clock.now + 60)
-    assert tat(dynamodb) == pytest.approx(1_000.1 + 15.0)
+    assert tat(dynamodb) == pytest.approx(1_000.01 + 15.0)
     # nobody is sent more than a second ahead of the quota (the bucket's burst), nor booked 2 s ahead
     assert clock.now >= tat(dynamodb) - 1.0 - 1e-6
 
@@ -223,3 +232,226 @@ def test_an_invocation_books_no_more_than_its_lead_ahead(dynamodb: Any) -> None:
     assert max(ahead) < 0.3 + 0.1  # booked only while under the lead: under it plus one call
     # eight calls of 0.1 s, sent in turn: the last about 0.8 s after the first less the 0.5 s burst
     assert max(sent) - min(sent) >= 0.2
+
+
+def test_a_settled_reply_gives_back_what_bedrock_gives_back(dynamodb: Any) -> None:
+    """Issue 41, item 10: a call booked at 5,000 tokens that kept 1,000 (a cache read, unused max_tokens)
+    gives 0.4 s of the timeline back; the next booking starts from the end it would have had."""
+    clock = FakeClock(1_000.0)
+    rate = QuotaRate(requests_per_minute=0, tokens_per_minute=600_000)  # 10,000 tokens a second
+    ours = SharedQuota(TABLE, "model", rate, client=dynamodb, clock=clock, sleep=clock.sleep)
+    booking = ours.book(5_000, give_up_at=clock.now + 60)
+    assert booking.tokens == 5_000 and tat(dynamodb) == pytest.approx(1_000.5)
+    ours.settle(booking, kept=1_000)
+    ours.book(1_000, give_up_at=clock.now + 60)  # the give-back goes with the next booking's write
+    assert tat(dynamodb) == pytest.approx(1_000.0 + 0.1 + 0.1)
+    counters = ours.counters()
+    assert counters.booked == pytest.approx(0.6) and counters.given_back == pytest.approx(0.4)
+
+
+def test_a_give_back_never_books_the_past_nor_outlives_the_quotas_minute(dynamodb: Any) -> None:
+    """What is given back to an idle timeline is lost, as in a full bucket; one older than a minute, folded
+    into a later booking, would hand out quota that has long refilled: dropped."""
+    clock = FakeClock(1_000.0)
+    rate = QuotaRate(requests_per_minute=0, tokens_per_minute=600_000)
+    ours = SharedQuota(TABLE, "model", rate, client=dynamodb, clock=clock, sleep=clock.sleep)
+    ours.settle(ours.book(5_000, give_up_at=clock.now + 60), kept=0)
+    clock.now += 10.0
+    ours.book(1_000, give_up_at=clock.now + 60)
+    assert tat(dynamodb) == pytest.approx(1_010.1)  # from now, not 0.5 s before it
+    for age, given_back in [(30.0, 0.5), (61.0, 0.0)]:
+        ours.settle(Booking(waited=0.0, tokens=5_000), kept=0)
+        clock.now += age
+        now = clock.now
+        set_tat(dynamodb, now + 5.0, ("tat",))  # the fleet's queue, 5 s ahead (a token quota only)
+        ours.book(1_000, give_up_at=now + 60)
+        assert tat(dynamodb) == pytest.approx(now + 5.0 - given_back + 0.1)
+
+
+def set_tat(client: Any, value: float, names: tuple[str, ...] = ("tat", "rat")) -> None:
+    """The timelines' ends at ``value``."""
+    ends = {name: {"N": repr(value)} for name in names}
+    client.put_item(TableName=TABLE, Item={"pk": {"S": "model"}, **ends})
+
+
+def test_a_booking_without_a_turn_settles_nothing(dynamodb: Any) -> None:
+    clock = FakeClock(1_000.0)
+    rate = QuotaRate(requests_per_minute=600, tokens_per_minute=600_000)
+    missing = SharedQuota("no-such-table", "model", rate, client=dynamodb, clock=clock, sleep=clock.sleep)
+    booking = missing.book(5_000, give_up_at=clock.now + 60)
+    assert booking.tokens == 0  # went without a turn: nothing booked, nothing to give back
+    missing.settle(booking, kept=100)
+    assert missing.counters().given_back == 0.0
+
+
+class _SlowTable:
+    """The table's client, every round trip taking ``seconds`` of the fake clock."""
+
+    def __init__(self, client: Any, clock: FakeClock, seconds: float) -> None:
+        self.exceptions = client.exceptions
+        self._client, self._clock, self.seconds = client, clock, seconds
+        self.calls = 0
+
+    def get_item(self, **kwargs: Any) -> Any:
+        self.calls += 1
+        self._clock.now += self.seconds
+        return self._client.get_item(**kwargs)
+
+    def update_item(self, **kwargs: Any) -> Any:
+        self.calls += 1
+        self._clock.now += self.seconds
+        return self._client.update_item(**kwargs)
+
+
+def test_a_slow_table_is_a_table_failure_not_a_silent_stall(
+    dynamodb: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 41, item 12: at 0.9 s a round trip, one booking (a read and a write) takes 1.8 s and the
+    invocation's calls book one at a time: the quota's pace is lost without a trace. A booking slower
+    than the bound counts as a table failure: its turn is used, then calls go without turns a while."""
+    clock = FakeClock(1_000.0)
+    slow = _SlowTable(dynamodb, clock, 0.9)
+    ours = quota(slow, clock)  # type: ignore[arg-type]
+    ours.wait_turn(100, give_up_at=clock.now + 60)
+    assert ours.counters().table_errors == 1
+    for _ in range(10):
+        assert ours.wait_turn(100, give_up_at=clock.now + 60) == 0.0
+    assert slow.calls == 2  # one booking, then none while the table is skipped
+    assert ours.counters().without_turns == 10
+    (warning,) = [r for r in caplog.records if "shared quota table unusable" in r.getMessage()]
+    assert warning.__dict__["error"].startswith("slow")
+    fast = _SlowTable(dynamodb, clock, 0.01)  # a table at DynamoDB's pace is not a failure
+    assert quota(fast, clock).counters().table_errors == 0  # type: ignore[arg-type]
+    fine = quota(fast, clock)  # type: ignore[arg-type]
+    for _ in range(5):
+        fine.wait_turn(100, give_up_at=clock.now + 60)
+    assert fine.counters().table_errors == 0 and fine.counters().without_turns == 0
+
+
+def test_a_timeline_end_beyond_any_fleets_booking_is_reset(
+    dynamodb: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 41, item 13: one invocation whose clock runs 600 s ahead books the timeline's end there, and
+    nobody else may send for 600 s. No fleet books further ahead than a call may wait for its turn plus
+    the largest call (the horizon): an end beyond it is a clock's error, and is reset, counted, logged."""
+    clock = FakeClock(1_000.0)
+    skewed = FakeClock(1_600.0)
+    quota(dynamodb, skewed).wait_turn(100, give_up_at=skewed.now + 60)
+    assert tat(dynamodb) == pytest.approx(1_600.1)
+    ours = quota(dynamodb, clock, horizon=90.0)
+    assert ours.wait_turn(100, give_up_at=clock.now + 60) == 0.0  # at once, not in 600 s
+    assert tat(dynamodb) == pytest.approx(1_000.1)
+    assert ours.counters().resets == 1
+    quota(dynamodb, skewed).wait_turn(100, give_up_at=skewed.now + 60)  # the clock ahead books again
+    ours.wait_turn(100, give_up_at=clock.now + 60)
+    assert ours.counters().resets == 2
+    resets = [r for r in caplog.records if "shared quota timeline reset" in r.getMessage()]
+    assert len(resets) == 1  # logged once, counted each time
+    # an end within the horizon is a fleet's queue: waited for, not reset
+    busy = quota(dynamodb, clock, horizon=90.0)
+    set_tat(dynamodb, 1_030.0)
+    assert busy.wait_turn(100, give_up_at=clock.now + 60) == pytest.approx(30.0 - 0.5 + 0.1)
+    assert busy.counters().resets == 0
+
+
+def test_calls_waiting_together_are_booked_in_one_round_trip(dynamodb: Any) -> None:
+    """Issue 41, item 12: a table slow but under the bound (0.2 s a round trip, 0.4 s a booking) books the
+    turns of every call then waiting in one read and one write, so 16 calls are not sent one per 0.4 s."""
+    import threading
+    import time
+
+    class Slow:
+        exceptions = dynamodb.exceptions
+        trips = 0
+
+        def get_item(self, **kwargs: Any) -> Any:
+            Slow.trips += 1
+            time.sleep(0.2)
+            return dynamodb.get_item(**kwargs)
+
+        def update_item(self, **kwargs: Any) -> Any:
+            Slow.trips += 1
+            time.sleep(0.2)
+            return dynamodb.update_item(**kwargs)
+
+    rate = QuotaRate(requests_per_minute=60_000, tokens_per_minute=0)  # 1 ms a call: the table binds
+    ours = SharedQuota(TABLE, "model", rate, client=Slow())  # type: ignore[arg-type]
+    sent: list[float] = []
+    started = time.time()
+
+    def call() -> None:
+        ours.wait_turn(10, give_up_at=time.time() + 30)
+        sent.append(time.time())
+
+    threads = [threading.Thread(target=call) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert len(sent) == 16
+    assert max(sent) - started < 2.5  # one booking at a time, a call each: 6.4 s
+    assert Slow.trips <= 8  # a read and a write for several calls at once
+    assert ours.counters().table_errors == 0 and ours.counters().without_turns == 0
+    assert tat(dynamodb) == pytest.approx(started + 16 * 0.001, abs=1.5)  # every turn on the timeline
+
+
+def test_a_give_back_brings_the_invocations_later_turns_forward_at_once(dynamodb: Any) -> None:
+    """A cached call books its whole prompt (what Bedrock reserves) and gives most of it back when it
+    answers: the invocation's next call, booked behind it, is sent then, not when the reservation would
+    have run out (an invocation on one large cached document sent one call a reservation, 3x slower)."""
+    import threading
+    import time
+
+    rate = QuotaRate(requests_per_minute=0, tokens_per_minute=60_000, burst_seconds=0.5)  # 1,000 a second
+    ours = SharedQuota(TABLE, "model", rate, client=dynamodb)
+    first = ours.book(1_200, give_up_at=time.time() + 30)  # 1.2 s: sent at once, the timeline 1.2 s on
+    waited: list[float] = []
+    second = threading.Thread(target=lambda: waited.append(ours.wait_turn(100, give_up_at=time.time() + 30)))
+    second.start()
+    time.sleep(0.2)  # the first call's reply: it kept 100 tokens, 1.1 s given back
+    ours.settle(first, kept=100)
+    second.join(timeout=10)
+    assert waited and waited[0] < 0.5  # its turn was 0.8 s after the first's; brought forward 1.1 s
+    assert ours.counters().given_back == pytest.approx(1.1)
+
+
+def test_each_quota_has_its_own_timeline(dynamodb: Any) -> None:
+    """A call binding the token quota and one binding the request quota do not add up: each quota keeps its
+    own timeline (``tat``, ``rat``) and a call is sent when both have refilled for it. One timeline of the
+    binding quota's cost per call, as before, took 0.5 + 0.1 s for each such pair instead of 0.51 s."""
+    clock = FakeClock(1_000.0)
+    ours = quota(dynamodb, clock)  # 10 requests and 10,000 tokens a second
+    for _ in range(10):
+        ours.wait_turn(5_000, give_up_at=clock.now + 60)  # 0.5 s of tokens, 0.1 s of requests
+        ours.wait_turn(100, give_up_at=clock.now + 60)  # 0.01 s of tokens, 0.1 s of requests
+    item = dynamodb.get_item(TableName=TABLE, Key={"pk": {"S": "model"}})["Item"]
+    assert float(item["tat"]["N"]) == pytest.approx(1_000.0 + 10 * 0.51)
+    assert float(item["rat"]["N"]) == pytest.approx(clock.now + 0.1, abs=0.5)  # requests: never binding
+
+
+def test_an_unexpected_table_error_leaves_no_call_waiting(dynamodb: Any) -> None:
+    """The booking thread books for the calls waiting with it: whatever the table raises (not only the
+    SDK's errors), each of them gets an outcome, and the attempts go without turns, counted."""
+    import threading
+    import time
+
+    class Broken:
+        exceptions = dynamodb.exceptions
+
+        def get_item(self, **kwargs: Any) -> Any:
+            time.sleep(0.2)  # the other calls queue behind this booking
+            raise KeyError("tat")
+
+    rate = QuotaRate(requests_per_minute=600, tokens_per_minute=0)
+    ours = SharedQuota(TABLE, "model", rate, client=Broken())  # type: ignore[arg-type]
+    done: list[float] = []
+    threads = [
+        threading.Thread(target=lambda: done.append(ours.wait_turn(10, give_up_at=time.time() + 30)))
+        for _ in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert len(done) == 4
+    assert ours.counters().table_errors == 1 and ours.counters().without_turns == 4

@@ -7,7 +7,10 @@ would to AWS). It follows the rules that shape our engine, as the facts file sta
 - prompt caching: a prefix up to the last ``cache_control`` block is cached if it reaches the model's
   minimum; an entry is readable only once the response that wrote it has started (after the fixed part),
   so parallel first calls on one document all pay the write; entries live ``ttl`` after their last use;
-- quotas: requests and tokens per minute as token buckets, answered ``429 ThrottlingException``;
+- quotas: requests and tokens per minute as token buckets, answered ``429 ThrottlingException``; tokens
+  counted as Bedrock counts them (docs/HOW-IT-WORKS.md): a request reserves input + cache write + cache
+  read + max_tokens at its start (refused if the bucket does not hold that) and, at its end, keeps input +
+  cache write + output x burndown (the cache read and the unused max_tokens given back);
 - faults: a share of calls answered 500/503, calls that hang, scripted answers, all counted.
 
 Tokens are estimated as UTF-8 bytes / 3.5. Contexts it writes are made from the document's first line and
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import heapq
 import html
 import json
 import math
@@ -40,7 +44,7 @@ from urllib.parse import unquote
 
 from contextual_kb.local.loopback import LoopbackServer
 from contextual_kb.local.s3server import stop_child
-from contextual_kb.runtime.context.claude.pricing import min_cache_tokens
+from contextual_kb.runtime.context.claude.pricing import min_cache_tokens, output_burndown
 
 BYTES_PER_TOKEN = 3.5
 TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
@@ -72,13 +76,14 @@ class StandInConfig:
     latency_ms: float = 300.0
     per_token_ms: float = 2.0
     rpm: int = 0  # requests per minute; 0 is unlimited
-    tpm: int = 0  # input + max output tokens per minute; 0 is unlimited
+    tpm: int = 0  # tokens per minute, reserved and kept as Bedrock does (module docstring); 0 is unlimited
     burst_seconds: float = 1.0  # bucket capacity, in seconds of quota
     fault_rate: float = 0.0  # share of calls answered 500/503
     throttle_rate: float = 0.0  # share of calls answered 429 regardless of quota
     hang_rate: float = 0.0  # share of calls that wait ``hang_seconds`` before answering
     hang_seconds: float = 120.0
     min_cache_tokens: int = 0  # 0: the model's documented minimum
+    output_burndown: int = 0  # quota tokens an output token keeps; 0: the model table's (pricing.py)
     seed: int = 7
     record: bool = False  # keep every request body (``BedrockStandIn.seen``), for tests
     # Returns the answer text for a request (None: the stand-in's own); for tests of untrusted output.
@@ -107,10 +112,11 @@ class StandInStats:
     cache_write_tokens: int = 0
     cache_read_tokens: int = 0
     output_tokens: int = 0
-    quota_tokens: int = 0  # what the token quota counted of the requests let through
+    quota_tokens: int = 0  # what the token quota kept of the requests let through (after settling)
+    reserved_tokens: int = 0  # what it reserved of them at their start
     writes_by_prefix: Counter[str] = field(default_factory=Counter)
     answer_times: list[float] = field(default_factory=list)  # monotonic time of each 200 answer
-    # (monotonic time, quota tokens) of each request let through
+    # (monotonic time, quota tokens kept) of each request let through, at its arrival
     admitted: list[tuple[float, int]] = field(default_factory=list)
 
     first_request_at: float | None = None  # monotonic, this process
@@ -164,6 +170,11 @@ class _Bucket:
     def take(self, amount: float) -> None:
         self.level -= amount
 
+    def give_back(self, amount: float, now: float) -> None:
+        """Refilled to ``now``, then ``amount`` back (a negative one taken): a request settled at its end."""
+        self.allows(0, now)
+        self.level = min(self.capacity, self.level + amount)
+
 
 class BedrockStandIn:
     def __init__(self, config: StandInConfig | None = None) -> None:
@@ -174,6 +185,7 @@ class BedrockStandIn:
         self._random = random.Random(self.config.seed)
         self._rpm = _Bucket(self.config.rpm, self.config.burst_seconds) if self.config.rpm else None
         self._tpm = _Bucket(self.config.tpm, self.config.burst_seconds) if self.config.tpm else None
+        self._settlements: list[tuple[float, float]] = []  # (when a request ends, tokens it gives back): heap
         self._scripted: list[int] = []  # statuses to answer next, in order
         self.seen: list[dict[str, Any]] = []  # request bodies, when ``config.record``
         self._server: LoopbackServer | None = None
@@ -189,6 +201,7 @@ class BedrockStandIn:
             config = self.config
             self._rpm = _Bucket(config.rpm, config.burst_seconds) if config.rpm else None
             self._tpm = _Bucket(config.tpm, config.burst_seconds) if config.tpm else None
+            self._settlements.clear()
 
     def fail_next(self, count: int, status: int = 500) -> None:
         with self._lock:
@@ -251,9 +264,9 @@ class BedrockStandIn:
             self.stats.requests += 1
             if self.stats.first_request_at is None:
                 self.stats.first_request_at = arrived
-            # Bedrock's token quota counts input and the output reserved (max_tokens), not cache reads.
-            readable = self._readable_tokens(model, system_text, blocks, arrived)
-            refused = self._refusal(total_tokens - readable + max_tokens, arrived)
+            # Bedrock reserves every input token, a cache read too, and max_tokens; settled at the end.
+            reserved = total_tokens + max_tokens
+            refused = self._refusal(reserved, arrived)
             if refused is not None:
                 return refused
             hang = self._random.random() < config.hang_rate
@@ -276,9 +289,11 @@ class BedrockStandIn:
             output_tokens, stop_reason = max_tokens, "max_tokens"
         uncached = total_tokens - cache_write - cache_read
         self._count(uncached, cache_write, cache_read, output_tokens, prefix_key)
-        delay = (config.latency_ms + config.per_token_ms * output_tokens) / 1000
-        if hang:
-            delay = config.hang_seconds
+        delay = (
+            config.hang_seconds if hang else (config.latency_ms + config.per_token_ms * output_tokens) / 1000
+        )
+        kept = uncached + cache_write + output_burndown(model, config.output_burndown) * output_tokens
+        self._settle(arrived, reserved, kept, arrived + delay)
         reply = {
             "id": "msg_standin_" + hashlib.sha256(f"{arrived}{prefix_key}".encode()).hexdigest()[:20],
             "type": "message",
@@ -309,9 +324,28 @@ class BedrockStandIn:
             if cache_read:
                 self.stats.cache_reads += 1
 
+    def _settle(self, arrived: float, reserved: int, kept: int, ends: float) -> None:
+        """The request let in at ``arrived`` keeps ``kept`` of the ``reserved`` tokens; the rest goes back
+        to the bucket when it ends (the next request from then on finds it there)."""
+        with self._lock:
+            self.stats.quota_tokens += kept
+            self.stats.reserved_tokens += reserved
+            self.stats.admitted.append((arrived, kept))
+            if self._tpm is not None:
+                heapq.heappush(self._settlements, (ends, reserved - kept))
+
+    def _settled(self, now: float) -> None:
+        """Requests ended by ``now`` give back what they do not keep, in the order they ended. Under the
+        lock."""
+        while self._settlements and self._settlements[0][0] <= now:
+            ends, tokens = heapq.heappop(self._settlements)
+            if self._tpm is not None:
+                self._tpm.give_back(tokens, ends)
+
     def _refusal(self, tokens: int, now: float) -> tuple[int, dict[str, Any], float] | None:
         """A scripted or injected fault, or a throttle; None to answer. Called under the lock."""
         config = self.config
+        self._settled(now)
         if self._scripted:
             status = self._scripted.pop(0)
             self.stats.faults += 1
@@ -334,8 +368,6 @@ class BedrockStandIn:
             self._rpm.take(1)
         if self._tpm is not None:
             self._tpm.take(tokens)
-        self.stats.quota_tokens += tokens
-        self.stats.admitted.append((now, tokens))
         return None
 
     def _prefix(
@@ -352,14 +384,6 @@ class BedrockStandIn:
             return None
         key = hashlib.sha256("\x00".join([model, *prefix]).encode("utf-8", "surrogatepass")).hexdigest()
         return tokens, key, TTL_SECONDS.get(str(blocks[last]["cache_control"].get("ttl", "5m")), 300.0)
-
-    def _readable_tokens(self, model: str, system_text: str, blocks: list[dict[str, Any]], now: float) -> int:
-        """Tokens this request would read from the cache (nothing changed); called under the lock."""
-        found = self._prefix(model, system_text, blocks)
-        if found is None:
-            return 0
-        entry = self._cache.get(found[1])
-        return found[0] if entry is not None and entry.readable_at <= now < entry.expires_at else 0
 
     def _cache_use(
         self, model: str, system_text: str, blocks: list[dict[str, Any]], now: float
@@ -552,14 +576,22 @@ def running_standin(config: StandInConfig | None = None) -> Iterator[BedrockStan
 
 @contextmanager
 def standin_subprocess(
-    latency_ms: float, per_token_ms: float, rpm: int = 0, tpm: int = 0, throttle_rate: float = 0.0
+    latency_ms: float,
+    per_token_ms: float,
+    rpm: int = 0,
+    tpm: int = 0,
+    throttle_rate: float = 0.0,
+    output_burndown: int = 0,
+    burst_seconds: float = 1.0,
 ) -> Iterator[str]:
     """The stand-in in a child process on 127.0.0.1 (its memory and threads apart from the caller's); yields
     its URL and stops it afterwards."""
     command = [
         sys.executable, "-m", "contextual_kb.local.bedrock_standin", "--port", "0",
         "--latency-ms", str(latency_ms), "--per-token-ms", str(per_token_ms), "--rpm", str(rpm),
-        "--tpm", str(tpm), "--throttle-rate", str(throttle_rate), "--until-stdin-closes",
+        "--tpm", str(tpm), "--throttle-rate", str(throttle_rate), "--output-burndown", str(output_burndown),
+        "--burst-seconds", str(burst_seconds),
+        "--until-stdin-closes",
     ]  # fmt: skip
     process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
@@ -583,6 +615,9 @@ def main() -> None:
     parser.add_argument("--fault-rate", type=float, default=0.0)
     parser.add_argument("--throttle-rate", type=float, default=0.0, help="share of calls answered 429")
     parser.add_argument(
+        "--output-burndown", type=int, default=0, help="quota tokens an output token keeps (0: the model's)"
+    )
+    parser.add_argument(
         "--until-stdin-closes", action="store_true", help="stop when standard input closes (a parent's pipe)"
     )
     args = parser.parse_args()
@@ -594,6 +629,7 @@ def main() -> None:
         burst_seconds=args.burst_seconds,
         fault_rate=args.fault_rate,
         throttle_rate=args.throttle_rate,
+        output_burndown=args.output_burndown,
     )
     standin = BedrockStandIn(config).start(args.port)
     print(f"Bedrock stand-in at {standin.url}; export ANTHROPIC_BEDROCK_BASE_URL={standin.url}", flush=True)

@@ -60,12 +60,17 @@ class ModelAccounting:
     # The quota shared by every invocation (MODEL_QUOTA_TABLE): seconds calls waited for their turns, summed
     # over calls (concurrent calls wait together: it can exceed the invocation's time); turns booked again
     # because another invocation wrote first; bookings the table failed; attempts (retries included) sent
-    # without a turn because the table could not be used (degraded: 429s handled as without a shared quota).
+    # without a turn because the table could not be used (degraded: 429s handled as without a shared quota);
+    # seconds of the quota booked (what Bedrock reserves) and given back by replies (cache reads, unused
+    # max_tokens); timeline ends found beyond any fleet's booking (a clock ahead) and reset.
     shares_quota: bool = False
     quota_wait_seconds: float = 0.0
     quota_conflicts: int = 0
     quota_table_errors: int = 0
     attempts_without_turns: int = 0
+    quota_booked_seconds: float = 0.0
+    quota_given_back_seconds: float = 0.0
+    quota_resets: int = 0
     prices: Prices | None = None
     cache_ttl: str = "5m"
 
@@ -84,6 +89,9 @@ class ModelAccounting:
         self.quota_conflicts += counters.conflicts
         self.quota_table_errors += counters.table_errors
         self.attempts_without_turns += counters.without_turns
+        self.quota_booked_seconds += counters.booked
+        self.quota_given_back_seconds += counters.given_back
+        self.quota_resets += counters.resets
 
     def add_usage(self, usage: Usage) -> None:
         self.input_tokens += usage.input_tokens
@@ -139,4 +147,7 @@ class ModelAccounting:
             "quota_conflicts": self.quota_conflicts,
             "quota_table_errors": self.quota_table_errors,
             "attempts_without_turns": self.attempts_without_turns,
+            "quota_booked_seconds": round(self.quota_booked_seconds, 3),
+            "quota_given_back_seconds": round(self.quota_given_back_seconds, 3),
+            "quota_resets": self.quota_resets,
         }

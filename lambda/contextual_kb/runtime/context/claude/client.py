@@ -23,7 +23,7 @@ import httpx2
 from anthropic import AnthropicBedrock, Middleware
 
 from contextual_kb.runtime.context.claude.accounting import Usage
-from contextual_kb.runtime.context.claude.shared_quota import NoTurnError, SharedQuota
+from contextual_kb.runtime.context.claude.shared_quota import Booking, NoTurnError, SharedQuota
 from contextual_kb.runtime.errors import TransformationError
 
 FailureKind = Literal["throttled", "transient", "rejected", "fatal"]
@@ -45,6 +45,8 @@ class Reply:
     attempts: int
     throttles: int
     quota_wait: float = 0.0  # seconds waited for turns of the shared quota
+    # what the answered attempt booked of the shared quota (None: no shared quota), for ``settle``
+    quota_booking: Booking | None = None
 
 
 class ModelCallError(Exception):
@@ -155,18 +157,29 @@ class _QuotaGate(Middleware):
         self._local.max_wait = max_wait
         self._local.wait_until = wait_until
         self._local.waited = 0.0
+        self._local.booking = None
 
     def waited(self) -> float:
         """Seconds the calling thread's call has waited for its turns."""
         return getattr(self._local, "waited", 0.0)
 
+    def booking(self) -> Booking | None:
+        """What the calling thread's last attempt booked (what its reply settles)."""
+        return getattr(self._local, "booking", None)
+
     def handle(self, request: Any, call_next: Any) -> Any:
         local = self._local
         # each attempt may wait max_wait (a retry after a slow attempt gets its own), none past wait_until
         give_up_at = min(time.time() + getattr(local, "max_wait", 0.0), getattr(local, "wait_until", 0.0))
-        waited = self.quota.wait_turn(getattr(local, "tokens", 0), give_up_at)
-        self._local.waited = self.waited() + waited
-        return call_next(request)
+        local.booking = None
+        booking = self.quota.book(getattr(local, "tokens", 0), give_up_at)
+        local.waited = self.waited() + booking.waited
+        response = call_next(request)
+        if response.status_code == 429:  # refused at its reservation: Bedrock counts none of it
+            self.quota.settle(booking, 0)
+        else:
+            local.booking = booking
+        return response
 
 
 def resolve_region(configured: str) -> str:
@@ -213,8 +226,9 @@ class ClaudeClient:
         wait_until: float = float("inf"),
     ) -> Reply:
         """One ``messages.create`` with the SDK's retries; raises ModelCallError. With a shared quota, each
-        attempt first waits its turn for ``quota_tokens`` (what the quota counts of the call), at most
-        ``max_wait`` seconds, and never past ``wait_until`` (epoch seconds)."""
+        attempt first waits its turn for ``quota_tokens`` (what Bedrock reserves for the call), at most
+        ``max_wait`` seconds, and never past ``wait_until`` (epoch seconds); the reply says what the
+        answered attempt booked, for the caller to settle."""
         self._counter.reset()
         self._pacing.reset()
         if self._gate is not None:
@@ -253,6 +267,7 @@ class ClaudeClient:
             # the model's time: the turns waited for are the quota's, not the model's latency
             seconds=time.monotonic() - started - quota_wait,
             quota_wait=quota_wait,
+            quota_booking=self._gate.booking() if self._gate else None,
             attempts=max(1, attempts),
             throttles=throttles,
         )

@@ -58,7 +58,12 @@ from contextual_kb.runtime.context.claude.prompts import (
     parse_grouped,
 )
 from contextual_kb.runtime.context.claude.scheduling import Job, Planner
-from contextual_kb.runtime.context.claude.shared_quota import QuotaRate, SharedQuota, counted_tokens
+from contextual_kb.runtime.context.claude.shared_quota import (
+    QuotaRate,
+    SharedQuota,
+    kept_tokens,
+    reserved_tokens,
+)
 from contextual_kb.runtime.context.claude.windows import Unit, estimate_tokens, plan_units
 from contextual_kb.runtime.context.structural import StructuralStrategy
 from contextual_kb.runtime.deadline import Deadline
@@ -178,7 +183,15 @@ class ClaudeStrategy(ContextStrategy):
         if not s.model_quota_table or self.published:
             return None
         rate = QuotaRate(s.model_requests_per_minute, s.model_tokens_per_minute, s.model_quota_burst_seconds)
-        return SharedQuota(s.model_quota_table, f"{s.model_id} {s.model_region}".strip(), rate)
+        # No invocation books a turn it could not be sent by: none further ahead than an attempt waits
+        # (MODEL_TIMEOUT_SECONDS) plus the largest call (a document just under MAX_DOCUMENT_TOKENS, twice
+        # for the prompt around it, and a full group's max_tokens at the burndown). An end beyond: a clock.
+        burndown = output_burndown(s.model_id, s.model_output_burndown)
+        largest = 2 * s.max_document_tokens + burndown * (s.context_max_tokens + 16) * s.group_size
+        horizon = s.model_timeout_seconds + rate.burst_seconds + rate.cost(largest)
+        return SharedQuota(
+            s.model_quota_table, f"{s.model_id} {s.model_region}".strip(), rate, horizon=horizon
+        )
 
     @property
     def memory(self) -> ContextMemory:
@@ -612,9 +625,8 @@ class _Run:
             if self.s.quota is None:
                 calls[pool.submit(client.invoke, request)] = (job, now)
                 continue
-            # cached: the unit's cache is written (its first call has returned), so its prefix is a read
-            cached = self.open[job.doc].cacheable[job.unit] and not job.first
-            tokens = counted_tokens(request, prefix_cached=cached, output_burndown=self.s.output_burndown)
+            # Bedrock reserves the whole prompt, a cache read too, and max_tokens; the reply settles it
+            tokens = reserved_tokens(request, output_burndown=self.s.output_burndown)
             future = pool.submit(
                 client.invoke,
                 request,
@@ -680,6 +692,16 @@ class _Run:
         acct.attempts += reply.attempts
         acct.throttles += reply.throttles
         acct.add_usage(reply.usage)
+        if self.s.quota is not None and reply.quota_booking is not None:  # Bedrock gives back the cache
+            # read and the unused max_tokens
+            usage = reply.usage
+            kept = kept_tokens(
+                input_tokens=usage.input_tokens,
+                cache_write_tokens=usage.cache_write_tokens,
+                output_tokens=usage.output_tokens,
+                output_burndown=self.s.output_burndown,
+            )
+            self.s.quota.settle(reply.quota_booking, kept)
         acct.latencies.append(reply.seconds)
         self.s.limit.on_success()
         self.breaker.on_success()

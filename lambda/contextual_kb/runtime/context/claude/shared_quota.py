@@ -4,21 +4,34 @@ Why: each invocation adapts its own concurrency to 429s, which is fair in calls 
 units. A quota counted in tokens lets a large call (a document's cache write) in only once its bucket holds
 that many tokens, and small calls from other invocations keep draining it: an invocation with large
 documents ends last, several times later than one with small ones (docs/BENCHMARKS.md, "Many invocations,
-one model quota"). Here every call of every invocation first takes a turn on one shared timeline, as the
-generic cell rate algorithm (GCRA) does: the timeline's end (``tat``, the theoretical arrival time) moves
-on by what the call costs the quota, in seconds (its tokens over tokens a second, or one request over
-requests a second, whichever is longer), and the call is sent once the quota has refilled for it. Turns are
-taken in order, whatever their size: a large call waits its turn, and no small call can take it.
+one model quota"). Here every call of every invocation first takes a turn on shared timelines, as the
+generic cell rate algorithm (GCRA) does, one a quota: each timeline's end (``tat`` for the token quota,
+``rat`` for the request quota, the theoretical arrival time) moves on by what the call costs that quota, in
+seconds (its tokens over tokens a second; one request over requests a second), and the call is sent once
+both quotas have refilled for it. Turns are taken in order, whatever their size: a large call waits its
+turn, and no small call can take it. (One timeline of the binding quota's cost a call added up a call
+binding the tokens and one binding the requests, which the two quotas take side by side.)
 
 Off unless ``MODEL_QUOTA_TABLE`` and the quota (``MODEL_REQUESTS_PER_MINUTE``, ``MODEL_TOKENS_PER_MINUTE``)
 are set. The quota to give is what this Knowledge Base's ingestion may use of the account's (per model and
 Region, in Service Quotas), a little under it: the tokens of a call are estimated before it is sent, and a
 call that is throttled anyway is handled as before (the SDK's paced retries, the adaptive limit).
 
+What a call costs is what Bedrock counts (docs/HOW-IT-WORKS.md, "How Bedrock counts a request"): at its
+start Bedrock **reserves** ``input + cache write + cache read + max_tokens`` (a 429 when the quota does not
+hold that), and at its end it **keeps** ``input + cache write + output x burndown``, giving the cache read
+and the unused ``max_tokens`` back; a 429 reserves nothing. So a call books the reservation (or what it
+may keep, if more: a model with a 5x burndown) and, once its reply says what was kept, settles: the
+difference brings this invocation's later turns forward at once and goes back to the table's timeline with
+its next booking (no round trip of its own); an attempt answered 429 gives its whole turn back.
+
 Each invocation books at most ``lead`` seconds of the quota ahead (a call booked and then abandoned at a
-deadline wastes at most that); one thread of an invocation books at a time, so the table sees at most one
-writer per invocation, a read and a write per call (a write another invocation got in first returns what
-it wrote, and the turn is written again without a second read).
+deadline wastes at most that); one thread of an invocation books at a time, for every call of it then
+waiting, so the table sees at most one writer per invocation, a read and a write per booking (a write
+another invocation got in first returns what it wrote, and the turns are written again without a second
+read). A booking slower than ``BOOKING_SECONDS`` counts as a table failure: a slow table would otherwise
+hold the invocation's calls back without a trace. A timeline end further ahead than any fleet could book
+(``horizon``: the longest a call waits for a turn plus the largest call) is a clock's error, and is reset.
 """
 
 from __future__ import annotations
@@ -31,7 +44,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
 from contextual_kb.runtime.observability import logger
 
@@ -40,6 +53,14 @@ if TYPE_CHECKING:
 
 LEAD_SECONDS = 2.0
 TABLE_RETRY_SECONDS = 30.0  # after a table error, calls go without turns this long
+# A booking (a read and a write, or two after a raced write) slower than this is a table failure: DynamoDB
+# answers in milliseconds, and a slow booking holds up the calls of the invocation waiting for it.
+BOOKING_SECONDS = 1.0
+# What a reply gives back goes to the timeline with this invocation's next booking; one older than the
+# quota's own minute is dropped (the quota it stood for has long refilled, or gone unused).
+GIVE_BACK_SECONDS = 60.0
+# Without a horizon given: the longest an attempt may take (MODEL_TIMEOUT_SECONDS at most, 900 s).
+HORIZON_SECONDS = 900.0
 # Claude's tokenizer gives about 3.5 bytes a token on code and English (windows.py counts 3, to be sure a
 # document is cached); the quota given, a little under the account's, absorbs the rest.
 QUOTA_BYTES_PER_TOKEN = 3.5
@@ -54,10 +75,16 @@ class QuotaRate:
     burst_seconds: float = 0.5
 
     def cost(self, tokens: int) -> float:
-        """Seconds of the quota one call of ``tokens`` counted tokens takes. Pure."""
-        by_requests = 60.0 / self.requests_per_minute if self.requests_per_minute else 0.0
-        by_tokens = 60.0 * tokens / self.tokens_per_minute if self.tokens_per_minute else 0.0
-        return max(by_requests, by_tokens)
+        """Seconds of the quota one call of ``tokens`` counted tokens takes: the binding quota's. Pure."""
+        return max(self.request_cost(), self.token_cost(tokens))
+
+    def request_cost(self) -> float:
+        """Seconds of the request quota one call takes (0 without one). Pure."""
+        return 60.0 / self.requests_per_minute if self.requests_per_minute else 0.0
+
+    def token_cost(self, tokens: int) -> float:
+        """Seconds of the token quota ``tokens`` take (0 without one). Pure."""
+        return 60.0 * tokens / self.tokens_per_minute if self.tokens_per_minute else 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,18 +100,57 @@ def take_turn(tat: float, now: float, cost: float, burst: float) -> Turn:
     return Turn(tat=max(tat, now) + cost, send_at=max(now, tat - max(0.0, burst - cost)))
 
 
-def counted_tokens(request: Mapping[str, Any], *, prefix_cached: bool, output_burndown: int = 1) -> int:
-    """The tokens Bedrock counts against the quota for ``request`` (``messages.create`` keyword arguments),
-    estimated: its input, without the cached prefix when that is already written (cache reads do not
-    count), and the output reserved by ``max_tokens``, each output token taking ``output_burndown``. Pure."""
+def estimated_tokens(text: str) -> int:
+    """Tokens of ``text`` as the quota's estimate counts them. Pure."""
+    return math.ceil(len(text.encode("utf-8")) / QUOTA_BYTES_PER_TOKEN)
+
+
+def reserved_tokens(request: Mapping[str, Any], *, output_burndown: int = 1) -> int:
+    """The tokens a call books for ``request`` (``messages.create`` keyword arguments), estimated: what
+    Bedrock reserves at its start, every input token (a cache read is reserved too) and ``max_tokens``; or,
+    with an output burndown over 1, what the call may keep (each output token ``output_burndown``), so that
+    settling only ever gives back. Pure."""
     texts: list[str] = [block.get("text", "") for block in request.get("system", [])]
     for message in request.get("messages", []):
         for block in message.get("content", []):
-            if prefix_cached and "cache_control" in block:
-                continue
             texts.append(block.get("text", "") if isinstance(block, dict) else str(block))
     input_tokens = math.ceil(sum(len(t.encode("utf-8")) for t in texts) / QUOTA_BYTES_PER_TOKEN)
-    return input_tokens + output_burndown * int(request.get("max_tokens", 0))
+    return input_tokens + max(1, output_burndown) * int(request.get("max_tokens", 0))
+
+
+def kept_tokens(
+    *, input_tokens: int, cache_write_tokens: int, output_tokens: int, output_burndown: int = 1
+) -> int:
+    """What Bedrock keeps of a call once answered, from its reply's usage: input, cache write and output at
+    the burndown (the cache read and the unused ``max_tokens`` given back). Pure."""
+    return input_tokens + cache_write_tokens + max(1, output_burndown) * output_tokens
+
+
+@dataclass(eq=False, slots=True)
+class _Ticket:
+    """A call waiting for its turn; ``outcome``: "" until booked, then "turn", "none" (no turn in time) or
+    "without" (the table failed: sent without a turn)."""
+
+    cost: float  # seconds of the binding quota (what the lead counts)
+    token_cost: float  # seconds of each quota: one timeline each
+    request_cost: float
+    give_up_at: float
+    taken: bool = False  # in a booking under way
+    send_at: tuple[float, float] = (0.0, 0.0)  # when each quota lets it be sent: tokens, requests
+    outcome: str = ""
+    seq: int = 0  # the booking's number, once booked
+    forward: float = 0.0  # seconds its token turn was brought forward by earlier calls' give-backs
+
+    def due(self) -> float:
+        """When it may be sent: its turn on each timeline, the token one brought forward."""
+        return max(self.send_at[0] - self.forward, self.send_at[1])
+
+
+@dataclass(frozen=True, slots=True)
+class Booking:
+    waited: float  # seconds waited for the turn (or lost to the table)
+    tokens: int  # tokens booked on the timeline; 0 when the attempt went without a turn
+    seq: int = 0  # the booking's number in this invocation
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +162,9 @@ class QuotaCounters:
     conflicts: int = 0  # writes another invocation got in first (the turn was booked again)
     table_errors: int = 0  # bookings the table could not take (unreachable, denied, slow)
     without_turns: int = 0  # attempts sent without a turn because the table could not be used
+    booked: float = 0.0  # seconds of the quota booked (what Bedrock reserves)
+    given_back: float = 0.0  # seconds of it given back by replies (cache reads, unused max_tokens)
+    resets: int = 0  # timeline ends found beyond the horizon (a clock ahead) and reset
 
     def __sub__(self, other: QuotaCounters) -> QuotaCounters:
         return QuotaCounters(
@@ -103,6 +172,9 @@ class QuotaCounters:
             conflicts=self.conflicts - other.conflicts,
             table_errors=self.table_errors - other.table_errors,
             without_turns=self.without_turns - other.without_turns,
+            booked=self.booked - other.booked,
+            given_back=self.given_back - other.given_back,
+            resets=self.resets - other.resets,
         )
 
 
@@ -111,9 +183,9 @@ class NoTurnError(Exception):
 
 
 class SharedQuota:
-    """Turns on the timeline of one item (``key``: the model and Region) of a DynamoDB table: read it, write
-    the new end only if nobody moved it since (a conditional write), else book again from the end the
-    failed write returns.
+    """Turns on the timelines of one item (``key``: the model and Region) of a DynamoDB table: read them,
+    write the new ends only if nobody moved them since (a conditional write), else book again from the ends
+    the failed write returns.
 
     Each invocation books turns only while the quota it has booked and not yet sent is under ``lead``
     seconds: with N invocations booking, each holds about 1/N of the timeline ahead, so each gets 1/N of
@@ -129,81 +201,202 @@ class SharedQuota:
         *,
         client: DynamoDBClient | None = None,
         lead: float = LEAD_SECONDS,
+        horizon: float = HORIZON_SECONDS,
         clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
     ) -> None:
         self.table = table
         self.key = key
         self.rate = rate
         self.lead = lead
+        self.horizon = horizon
         self._client = client
         self._clock = clock
+        # None: a turn is waited for on the condition, so that a reply giving quota back wakes it (tests
+        # inject a fake clock's sleep, which nothing wakes)
         self._sleep = sleep
         self._booking = threading.Lock()  # one thread of this invocation books at a time
         self._room = threading.Condition()  # guards the bookings not yet sent (the lead)
         self._booked: dict[int, float] = {}  # this invocation's turns not yet sent: cost by booking
-        self._bookings = 0
+        self._pending: dict[int, _Ticket] = {}  # the same turns, by booking (brought forward by give-backs)
+        self._bookings = 0  # bookings numbered in the timeline's order
+        self._queue: list[_Ticket] = []  # calls waiting for a booking, in order
         self.waited = 0.0  # seconds calls waited for their turns, in all
         self.conflicts = 0  # writes another invocation got in first
         self.table_errors = 0  # turns the table could not give (unreachable, denied): calls went anyway
         self.without_turns = 0  # attempts sent without a turn (the table failed, or failed lately)
+        self.booked = 0.0  # seconds of the quota booked
+        self.given_back = 0.0  # seconds given back by replies
+        self.resets = 0  # timeline ends beyond the horizon, reset
+        # Given back by replies and not yet on the timeline: (when, seconds), folded into the next booking.
+        self._give_backs: list[tuple[float, float]] = []
         self._skip_until = 0.0
 
     def counters(self) -> QuotaCounters:
         with self._room:
-            return QuotaCounters(self.waited, self.conflicts, self.table_errors, self.without_turns)
+            return QuotaCounters(
+                self.waited,
+                self.conflicts,
+                self.table_errors,
+                self.without_turns,
+                self.booked,
+                self.given_back,
+                self.resets,
+            )
 
     def wait_turn(self, tokens: int, give_up_at: float) -> float:
-        """Block until a call of ``tokens`` counted tokens may be sent; the seconds waited. Raises NoTurnError
-        if it could not be sent before ``give_up_at`` (epoch seconds), and then books nothing."""
-        cost = self.rate.cost(tokens)
+        """``book``, the seconds waited."""
+        return self.book(tokens, give_up_at).waited
+
+    def book(self, tokens: int, give_up_at: float) -> Booking:
+        """Block until a call of ``tokens`` reserved tokens (``reserved_tokens``) may be sent. Raises
+        NoTurnError if it could not be sent before ``give_up_at`` (epoch seconds), and then books nothing.
+        The booking says what was booked, for ``settle`` once the reply says what was kept."""
         started = self._clock()
         if started < self._skip_until:  # the table failed lately: calls go without turns for a while
-            return self._without_turn(started)
+            return Booking(self._without_turn(started), 0)
+        ticket = _Ticket(
+            self.rate.cost(tokens), self.rate.token_cost(tokens), self.rate.request_cost(), give_up_at
+        )
         try:
-            return self._wait_turn(cost, give_up_at, started)
+            waited, seq = self._wait_turn(ticket, started)
         except NoTurnError:
             with self._room:
                 self.waited += self._clock() - started
             raise
+        return Booking(waited, tokens if seq else 0, seq)
 
-    def _wait_turn(self, cost: float, give_up_at: float, started: float) -> float:
-        # One thread of this invocation books at a time (the table sees one writer per invocation); the
-        # table's round trips happen under this lock alone, so a call whose turn has come is never held up.
-        if not self._booking.acquire(timeout=max(0.0, give_up_at - started)):
+    def settle(self, booking: Booking, kept: int) -> None:
+        """The reply to a call that booked ``booking`` says Bedrock kept ``kept`` tokens: what it gave back
+        brings this invocation's later turns forward at once (the quota holds it again from the reply on)
+        and goes back to the table's timeline with the invocation's next booking, for the others (a negative
+        difference, an estimate under what the model counted, moves the timeline on). Nothing for a call
+        that went without a turn. No I/O."""
+        if booking.tokens <= 0:
+            return
+        seconds = self.rate.token_cost(booking.tokens) - self.rate.token_cost(kept)
+        with self._room:
+            self._give_backs.append((self._clock(), seconds))
+            self.given_back += seconds
+            if seconds > 0:
+                for seq, ticket in self._pending.items():
+                    if seq > booking.seq:  # booked after it: behind it on the timeline
+                        ticket.forward += seconds
+                self._room.notify_all()
+
+    def _wait_turn(self, ticket: _Ticket, started: float) -> tuple[float, int]:
+        """The call's turn, booked by this thread or by another of the invocation's in the same write; then
+        the wait for it. (seconds waited, the booking's number; 0: no turn booked)."""
+        give_up_at = ticket.give_up_at
+        with self._room:
+            self._queue.append(ticket)
+        self._serve(ticket)
+        if ticket.outcome == "without":
+            return self._without_turn(started), 0
+        if ticket.outcome != "turn":
             raise NoTurnError(f"no turn of the shared quota within {give_up_at - started:.0f} s")
         try:
-            if self._clock() < self._skip_until:  # the table failed while this thread waited to book
-                return self._without_turn(started)
-            with self._room:
-                while sum(self._booked.values()) >= self.lead:
-                    left = give_up_at - self._clock()
-                    if left <= 0:
-                        raise NoTurnError(f"no turn of the shared quota within {give_up_at - started:.0f} s")
-                    self._room.wait(timeout=left)
-            try:
-                turn = self._book(cost, give_up_at, started)
-            except (BotoCoreError, ClientError) as exc:
-                self._table_failed(exc)
-                return self._without_turn(started)
-            with self._room:
-                self._bookings += 1
-                booking = self._bookings
-                self._booked[booking] = cost
-        finally:
-            self._booking.release()
-        try:
-            delay = turn.send_at - self._clock()
-            if delay > 0:
-                self._sleep(delay)
+            self._wait_for(ticket)
         finally:
             with self._room:
-                del self._booked[booking]
+                del self._booked[ticket.seq]
+                del self._pending[ticket.seq]
                 self._room.notify_all()
         waited = self._clock() - started
         with self._room:
             self.waited += waited
-        return waited
+        return waited, ticket.seq
+
+    def _wait_for(self, ticket: _Ticket) -> None:
+        """Until the ticket's turn, brought forward by what replies to this invocation's earlier calls gave
+        back meanwhile (``settle``)."""
+        while True:
+            with self._room:
+                delay = ticket.due() - self._clock()
+                if delay <= 0:
+                    return
+                if self._sleep is None:
+                    self._room.wait(timeout=delay)
+                    continue
+            self._sleep(delay)
+            with self._room:
+                if ticket.due() - self._clock() <= 0:
+                    return
+
+    def _serve(self, ticket: _Ticket) -> None:
+        """Returns once ``ticket`` has an outcome. One thread of this invocation books at a time (the table
+        sees one writer per invocation), and books the turns of every call then waiting, within the lead, in
+        one read and one write: a slow table slows the invocation by a round trip, not a round trip a call.
+        The table's round trips happen under this lock alone, so a call whose turn has come is never held
+        up."""
+        while True:
+            left = max(0.0, ticket.give_up_at - self._clock())
+            if self._booking.acquire(timeout=left):
+                try:
+                    if not ticket.outcome:
+                        self._book_batch(ticket)
+                finally:
+                    self._booking.release()
+                return
+            with self._room:
+                if not ticket.outcome and not ticket.taken:  # nobody is booking it, and its time is up
+                    self._queue.remove(ticket)
+                    ticket.outcome = "none"
+                while not ticket.outcome:  # a booking of it under way: its outcome comes with the write
+                    self._room.wait()
+                return
+
+    def _book_batch(self, own: _Ticket) -> None:
+        """Books ``own`` (when the lead has room for it) and the calls queued behind it while the lead has
+        room, in one write; each ticket gets its outcome. Under the booking lock."""
+        with self._room:
+            if self._clock() < self._skip_until:  # the table failed while this thread waited to book
+                self._queue.remove(own)
+                own.outcome = "without"
+                return
+            while sum(self._booked.values()) >= self.lead:
+                left = own.give_up_at - self._clock()
+                if left <= 0:
+                    self._queue.remove(own)
+                    own.outcome = "none"
+                    return
+                self._room.wait(timeout=left)
+            batch, ahead = [own], sum(self._booked.values()) + own.cost
+            for other in self._queue:
+                if ahead >= self.lead:
+                    break
+                if other is not own and not other.taken:
+                    batch.append(other)
+                    ahead += other.cost
+            for ticket in batch:
+                self._queue.remove(ticket)
+                ticket.taken = True
+        booking_started = self._clock()
+        try:
+            turns = self._book(batch)
+        except Exception as exc:
+            # any error, not only the SDK's: the batch's other calls wait on this thread for an outcome (an
+            # item the table cannot give, a client that cannot be built)
+            self._table_failed(_error_text(exc))
+            turns = None
+        took = self._clock() - booking_started
+        if turns is not None and took > BOOKING_SECONDS:  # its turns are used; the next go without a while
+            self._table_failed(f"slow: a booking took {took:.1f} s")
+        with self._room:
+            for i, ticket in enumerate(batch):
+                sends = turns[i] if turns is not None else None
+                if turns is None:
+                    ticket.outcome = "without"
+                elif sends is None:
+                    ticket.outcome = "none"
+                else:
+                    ticket.send_at, ticket.outcome = sends, "turn"
+                    self._bookings += 1
+                    ticket.seq = self._bookings
+                    self._booked[ticket.seq] = ticket.cost
+                    self._pending[ticket.seq] = ticket
+                    self.booked += ticket.token_cost
+            self._room.notify_all()
 
     def _without_turn(self, started: float) -> float:
         """The attempt goes without a turn; the time it lost to the table (a slow or failing round trip, the
@@ -214,7 +407,7 @@ class SharedQuota:
             self.waited += waited
         return waited
 
-    def _table_failed(self, exc: Exception) -> None:
+    def _table_failed(self, error: str) -> None:
         """The table is a courtesy between invocations, not a gate the model depends on: without it calls
         go at once, 429s handled as without a shared quota, and the table is tried again after a while.
         Counted; logged once."""
@@ -224,24 +417,74 @@ class SharedQuota:
         if self.table_errors == 1:
             logger.warning(
                 "shared quota table unusable: calls go without turns",
-                extra={"table": self.table, "error": _error_text(exc), "retry_seconds": TABLE_RETRY_SECONDS},
+                extra={"table": self.table, "error": error, "retry_seconds": TABLE_RETRY_SECONDS},
             )
 
-    def _book(self, cost: float, give_up_at: float, started: float) -> Turn:
-        tat = self._read()
+    def _book(self, batch: list[_Ticket]) -> list[tuple[float, float] | None]:
+        """The turns of ``batch``, in order, on the table's two timelines (tokens, requests: a call is sent
+        when both quotas have refilled for it): read them, write their new ends if nobody moved them since.
+        Each ticket's (token turn, request turn); None for a call whose turn would come after its
+        ``give_up_at`` (it books nothing)."""
+        ends = self._read()
         while True:
             # the clock read after the table: a turn timed before a slow read would start in the past, as
             # if the quota had refilled for longer than it did
             now = self._clock()
-            turn = take_turn(tat, now, cost, self.rate.burst_seconds)
-            if turn.send_at > give_up_at:
-                raise NoTurnError(f"no turn of the shared quota within {give_up_at - started:.0f} s")
-            current = self._write(tat, turn.tat)
+            reset = False
+            new_ends: dict[str, float] = {}
+            for name, end in ends.items():
+                if end is not None and end - now > self.horizon:  # no fleet books this far ahead: a clock
+                    new_ends[name], reset = now, True
+                else:
+                    new_ends[name] = end or 0.0
+            give_back, folded = self._give_backs_due(now)
+            new_ends["tat"] -= give_back  # given back: tokens only (a request is a request)
+            burst = self.rate.burst_seconds
+            turns: list[tuple[float, float] | None] = []
+            for ticket in batch:
+                by_tokens = take_turn(new_ends["tat"], now, ticket.token_cost, burst)
+                by_requests = take_turn(new_ends["rat"], now, ticket.request_cost, burst)
+                if max(by_tokens.send_at, by_requests.send_at) > ticket.give_up_at:
+                    turns.append(None)
+                    continue
+                turns.append((by_tokens.send_at, by_requests.send_at))
+                new_ends = {"tat": by_tokens.tat, "rat": by_requests.tat}
+            if not any(turns):
+                return turns
+            current = self._write(ends, new_ends)
             if current is None:
-                return turn
+                with self._room:
+                    del self._give_backs[:folded]
+                if reset:
+                    self._reset(ends, now)
+                return turns
             with self._room:
                 self.conflicts += 1
-            tat = current  # what the other invocation wrote, returned by the failed write: no read again
+            ends = current  # what the other invocation wrote, returned by the failed write: no read again
+
+    def _give_backs_due(self, now: float) -> tuple[float, int]:
+        """The seconds replies gave back, to fold into the booking being written, and how many entries that
+        is; one older than GIVE_BACK_SECONDS gives nothing back (a negative one still counts)."""
+        with self._room:
+            entries = list(self._give_backs)
+        seconds = sum(s for at, s in entries if s < 0 or now - at <= GIVE_BACK_SECONDS)
+        return seconds, len(entries)
+
+    def _reset(self, found: dict[str, float | None], now: float) -> None:
+        """Counted; logged once (a clock ahead writes again at each of its bookings)."""
+        with self._room:
+            self.resets += 1
+            if self.resets > 1:
+                return
+        ahead = max((end or 0.0) - now for end in found.values())
+        logger.warning(
+            "shared quota timeline reset: its end was further ahead than any fleet books (a clock ahead)",
+            extra={
+                "table": self.table,
+                "ahead_seconds": round(ahead, 1),
+                "horizon_seconds": self.horizon,
+            },
+        )
 
     @property
     def client(self) -> DynamoDBClient:
@@ -253,35 +496,58 @@ class SharedQuota:
 
             # Short: a slow table must not hold calls up (it is skipped for a while instead).
             retries: Any = {"mode": "standard", "max_attempts": 2}
-            config = Config(retries=retries, connect_timeout=1, read_timeout=2)
+            config = Config(retries=retries, connect_timeout=BOOKING_SECONDS, read_timeout=BOOKING_SECONDS)
             self._client = boto3.client("dynamodb", config=config)
         return self._client
 
-    def _read(self) -> float:
-        item = self.client.get_item(
-            TableName=self.table, Key={"pk": {"S": self.key}}, ConsistentRead=True, ProjectionExpression="tat"
-        ).get("Item")
-        return float(item["tat"]["N"]) if item else 0.0
+    def _used(self) -> tuple[str, ...]:
+        """The timelines kept: ``tat`` for the token quota, ``rat`` for the request quota, those given."""
+        quotas = (("tat", self.rate.tokens_per_minute), ("rat", self.rate.requests_per_minute))
+        return tuple(name for name, per_minute in quotas if per_minute)
 
-    def _write(self, old: float, new: float) -> float | None:
-        """Move the timeline's end from ``old`` to ``new``: None if written, else the end another invocation
-        wrote meanwhile (DynamoDB returns the item with the failed condition, at no extra cost)."""
-        values = {":new": {"N": _number(new)}}
-        if old:
-            values[":old"] = {"N": _number(old)}
-        condition = "tat = :old" if old else "attribute_not_exists(tat)"
+    def _ends(self, item: Mapping[str, Any]) -> dict[str, float | None]:
+        used = self._used()
+        return {
+            name: float(item[name]["N"]) if name in item and name in used else None for name in ("tat", "rat")
+        }
+
+    def _read(self) -> dict[str, float | None]:
+        item = self.client.get_item(
+            TableName=self.table,
+            Key={"pk": {"S": self.key}},
+            ConsistentRead=True,
+            ProjectionExpression="tat, rat",
+        ).get("Item")
+        return self._ends(item or {})
+
+    def _write(
+        self, old: Mapping[str, float | None], new: Mapping[str, float]
+    ) -> dict[str, float | None] | None:
+        """Move the timelines' ends from ``old`` to ``new``: None if written, else the ends another
+        invocation wrote meanwhile (DynamoDB returns the item with the failed condition, at no extra
+        cost)."""
+        values: dict[str, Any] = {}
+        conditions, sets = [], []
+        for name in self._used():
+            values[f":{name}"] = {"N": _number(new[name])}
+            sets.append(f"{name} = :{name}")
+            previous = old[name]
+            if previous is None:
+                conditions.append(f"attribute_not_exists({name})")
+            else:
+                values[f":old_{name}"] = {"N": _number(previous)}
+                conditions.append(f"{name} = :old_{name}")
         try:
             self.client.update_item(
                 TableName=self.table,
                 Key={"pk": {"S": self.key}},
-                UpdateExpression="SET tat = :new",
-                ConditionExpression=condition,
+                UpdateExpression="SET " + ", ".join(sets),
+                ConditionExpression=" AND ".join(conditions),
                 ExpressionAttributeValues=values,
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except self.client.exceptions.ConditionalCheckFailedException as exc:
-            item = exc.response.get("Item") or {}
-            return float(item["tat"]["N"]) if "tat" in item else 0.0
+            return self._ends(exc.response.get("Item") or {})
         return None
 
 
