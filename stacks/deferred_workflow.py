@@ -306,11 +306,8 @@ class DeferredWorkflow(Construct):
         run_age = _ours("RunAgeSeconds")
         failed_records = _ours("FailedRecords", "Sum")
         cost, floor = _ours("CostUsd", "Sum"), _ours("FloorUsd", "Sum")
-        above_floor = cw.MathExpression(
-            expression="cost - floor",
-            using_metrics={"cost": cost, "floor": floor},
-            period=Duration.minutes(30),
-        )
+        # Written by the step (a plain metric: no metric math, which some CloudFormation engines refuse).
+        above_floor = _ours("CostAboveFloorUsd", "Maximum")
 
         def alarm(alarm_id: str, metric: cw.IMetric, threshold: float, description: str) -> cw.Alarm:
             from stacks.monitoring import runbook

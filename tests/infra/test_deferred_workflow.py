@@ -150,6 +150,7 @@ def test_its_logs_are_kept_a_month_and_deleted_with_the_stack_and_its_alarms_not
         by_name["RunStuck"]["Threshold"] == 30 * 3600 and by_name["RunStuck"]["MetricName"] == "RunAgeSeconds"
     )
     assert by_name["DeadEnd"]["MetricName"] == "ExecutionsFailed"
+    assert by_name["AboveFloor"]["MetricName"] == "CostAboveFloorUsd"  # a plain metric (ministack: no math)
     assert all(a["AlarmActions"] and a["OKActions"] for a in alarms.values())
     runbook = (Path(__file__).resolve().parents[2] / "docs" / "OPERATIONS.md").read_text()
     for alarm_id in ALARM_IDS:

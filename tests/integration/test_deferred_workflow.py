@@ -175,4 +175,78 @@ def test_the_step_reads_its_settings_and_reports_its_figures_as_embedded_metrics
         )
     )
     names = {m["Name"] for m in line["_aws"]["CloudWatchMetrics"][0]["Metrics"]}
-    assert {"RunAgeSeconds", "FailedRecords", "CostUsd", "FloorUsd"} <= names and line["FailedRecords"] == 3
+    assert {"RunAgeSeconds", "FailedRecords", "CostUsd", "FloorUsd", "CostAboveFloorUsd"} <= names
+    assert line["FailedRecords"] == 3 and line["CostAboveFloorUsd"] == 0.0
+
+
+def test_status_shows_the_run_wherever_it_stands_and_the_workflows_looks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import boto3
+    from typer.testing import CliRunner
+
+    from contextual_kb.cli import contextualize as command
+    from contextual_kb.cli.main import app
+    from contextual_kb.deferred.status import run_status, start_workflow, workflow_runs
+    from contextual_kb.query.deployment import Deployment
+
+    with LocalWorld(corpus(), BatchConfig(min_records=1, step_seconds=0.3)) as world:
+        assert run_status(world.s3, INTERMEDIATE)["phase"] == "none"
+        world.ingest("always")
+        first = step({"mode": "start"}, workflow(world), reingest=None)
+        waiting = run_status(world.s3, INTERMEDIATE)
+        assert (waiting["run"], waiting["phase"], waiting["under_way"]) == (first["run"], "submitted", True)
+        assert waiting["held_by"].startswith("none") and waiting["pending"] == 20
+        assert (waiting["jobs_submitted"], waiting["jobs_stored"], waiting["contexts_stored"]) == (1, 0, 0)
+        until_done(world, None)
+        done = run_status(world.s3, INTERMEDIATE)
+        assert (done["run"], done["phase"], done["under_way"]) == (first["run"], "done", False)
+        assert done["contexts_stored"] == 20 and done["jobs_stored"] == 1
+        assert 0 < done["cost_usd"] < done["floor_usd"] and done["cost_vs_floor"] < 1
+
+        states = boto3.client("stepfunctions", region_name="us-east-1")
+        machine = states.create_state_machine(
+            name="looks",
+            definition=json.dumps({"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}),
+            roleArn="arn:aws:iam::123456789012:role/sfn",
+        )["stateMachineArn"]
+        started = start_workflow(states, machine)
+        (listed,) = workflow_runs(states, machine)
+        assert started.endswith(listed["name"])
+        described = states.describe_execution(executionArn=started)
+        assert json.loads(described["input"]) == {"mode": "start"}
+
+        deployment = Deployment(
+            stack="ContextualKb",
+            region="us-east-1",
+            knowledge_base_id="KB",
+            data_source_id="DS",
+            source_bucket="docs",
+            vector_store="s3vectors",
+            intermediate_bucket=INTERMEDIATE,
+            state_machine_arn=machine,
+        )
+        monkeypatch.setattr(command, "deployment_of", lambda _stack, _region: deployment)
+        shown = CliRunner().invoke(app, ["contextualize", "--status", "--json"])
+        assert shown.exit_code == 0, shown.output
+        result = json.loads(shown.output)
+        assert result["run"] == first["run"] and len(result["workflow"]) == 1
+        table = CliRunner().invoke(app, ["contextualize", "--status"])
+        assert table.exit_code == 0 and "cost / floor" in table.output and "latest looks" in table.output
+        started_again = CliRunner().invoke(app, ["contextualize", "--workflow", "--json"])
+        assert started_again.exit_code == 0 and len(workflow_runs(states, machine)) == 2
+        monkeypatch.setattr(
+            command,
+            "deployment_of",
+            lambda _stack, _region: Deployment(
+                stack="ContextualKb",
+                region="us-east-1",
+                knowledge_base_id="KB",
+                data_source_id="DS",
+                source_bucket="docs",
+                vector_store="s3vectors",
+                intermediate_bucket=INTERMEDIATE,
+            ),
+        )
+        refused = CliRunner().invoke(app, ["contextualize", "--workflow"])
+        assert refused.exit_code == 1 and "has no deferred workflow" in refused.output

@@ -129,6 +129,10 @@ def metrics_line(result: dict[str, Any]) -> str:
                 "ContextsStored": float(summary.get("contexts_stored", 0)),
                 "CostUsd": float(summary.get("cost_usd", 0.0)),
                 "FloorUsd": float(summary.get("floor_usd", 0.0)),
+                # What a run cost above its floor (0 when at or under it): the alarm's own figure.
+                "CostAboveFloorUsd": max(
+                    0.0, float(summary.get("cost_usd", 0.0)) - float(summary.get("floor_usd", 0.0))
+                ),
                 "AwaitingReingestion": float(summary.get("awaiting_reingestion", 0)),
             }
         )

@@ -36,6 +36,7 @@ class Deployment:
     metadata_columns: tuple[str, ...] = ()
     ingestion_log_group: str = ""  # the Knowledge Base's own ingestion logs (none: not delivered)
     alarm_topic_arn: str = ""  # the topic every alarm notifies (none: a stack from before it had one)
+    state_machine_arn: str = ""  # the deferred workflow (autoContextualize; none: not deployed)
 
     @property
     def attached(self) -> bool:
@@ -79,4 +80,5 @@ class Deployment:
             ),
             ingestion_log_group=outputs.get("IngestionLogGroupName", ""),
             alarm_topic_arn=outputs.get("AlarmTopicArn", ""),
+            state_machine_arn=outputs.get("ContextualizeStateMachineArn", ""),
         )
