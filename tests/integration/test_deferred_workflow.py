@@ -250,3 +250,18 @@ def test_status_shows_the_run_wherever_it_stands_and_the_workflows_looks(
         )
         refused = CliRunner().invoke(app, ["contextualize", "--workflow"])
         assert refused.exit_code == 1 and "has no deferred workflow" in refused.output
+
+
+def test_a_runs_age_is_read_from_its_name_in_utc_whatever_the_operators_zone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run the CLI planned ten hours west of UTC is not ten hours old to the workflow's stuck alarm."""
+    from contextual_kb.deferred.contextualize import _new_run
+
+    monkeypatch.setenv("TZ", "Etc/GMT+10")
+    time.tzset()
+    try:
+        assert run_age_seconds(_new_run()) < 60
+    finally:
+        monkeypatch.undo()
+        time.tzset()

@@ -39,7 +39,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import closing, suppress
 from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -1105,7 +1105,8 @@ class Contextualizer:
 
 
 def _new_run() -> str:
-    return datetime.now().strftime("%Y%m%d%H%M%S") + uuid.uuid4().hex[:6]
+    # UTC: the name says when it was planned wherever it was (the workflow's stuck alarm reads it).
+    return datetime.now(UTC).strftime("%Y%m%d%H%M%S") + uuid.uuid4().hex[:6]
 
 
 def _parse_pending(body: bytes) -> PendingDocument | None:

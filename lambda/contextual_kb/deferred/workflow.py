@@ -108,8 +108,8 @@ def step(
 
 
 def run_age_seconds(run: str, clock: Callable[[], float] = time.time) -> float:
-    """How long ago run ``run`` was planned: its name starts with its UTC time (``YYYYmmddHHMMSS``, as the
-    workflow names runs; a CLI run's is the operator's local time, off by at most their offset)."""
+    """How long ago run ``run`` was planned: its name starts with its UTC time (``YYYYmmddHHMMSS``), whoever
+    planned it (the workflow or ``ckb contextualize``)."""
     try:
         planned = datetime.strptime(run[:14], "%Y%m%d%H%M%S").replace(tzinfo=UTC)
     except ValueError:
