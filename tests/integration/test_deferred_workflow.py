@@ -265,3 +265,16 @@ def test_a_runs_age_is_read_from_its_name_in_utc_whatever_the_operators_zone(
     finally:
         monkeypatch.undo()
         time.tzset()
+
+
+def test_ckb_contextualize_while_a_look_holds_the_run_says_the_workflow_has_it() -> None:
+    from contextual_kb.deferred.claim import BusyError
+
+    with LocalWorld(corpus(), BatchConfig(min_records=1)) as world:
+        world.ingest("always")
+        workflow(world, "exec-9").claim.take("20260101000000abcdef")  # a look under way
+        with pytest.raises(
+            BusyError, match=r"under way in the stack's deferred workflow \(execution exec-9\)"
+        ):
+            world.contextualizer(group_size=2).run()
+        assert creates(world) == 0

@@ -106,8 +106,14 @@ class Claim:
                 )
         body, etag, age = seen
         if body.get("owner") and body["owner"] != self.owner and age < self.lease_seconds:
+            owner = str(body["owner"])
+            holder = (
+                f"the stack's deferred workflow (execution {owner.removeprefix('workflow:')})"
+                if owner.startswith("workflow:")
+                else "another ckb contextualize"
+            )
             raise BusyError(
-                f"run {body['run']} is under way in another ckb contextualize (its claim renewed "
+                f"run {body['run']} is under way in {holder} (its claim renewed "
                 f"{max(age, 0):.0f} s ago; a claim lapses {self.lease_seconds:.0f} s after its last "
                 "renewal): wait for it to end, then run again to see its result"
             )
