@@ -152,6 +152,11 @@ class StackConfig(BaseModel):
     @model_validator(mode="after")
     def _combinations(self) -> StackConfig:
         self._attach_is_whole()
+        if self.attach and self.auto_contextualize:
+            raise ValueError(
+                "autoContextualize in attach mode: not supported yet (the stack has no source bucket to "
+                "grant the re-ingestion's marks on); run ckb contextualize, or deploy the full stack"
+            )
         if self.alarm_email and self.alarm_topic_arn:
             raise ValueError(
                 "alarmEmail with alarmTopicArn: the alarms go to your topic; subscribe the address to it"

@@ -209,3 +209,20 @@ import contextual_kb.runtime.context.claude.client
         [sys.executable, "-c", script, str(folder)], env=env, capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_auto_contextualize_is_refused_in_attach_mode_and_for_an_unknown_schedule() -> None:
+    """Attach mode has no source bucket of the stack's to grant the re-ingestion's marks on: refused in one
+    line at synth, never deployed without the workflow silently."""
+    from stacks.config import ConfigError, load
+
+    attach = {
+        "knowledgeBaseId": "ABCDEFGHIJ",
+        "dataSourceId": "KLMNOPQRST",
+        "knowledgeBaseRoleArn": "arn:aws:iam::123456789012:role/kb",
+    }
+    with pytest.raises(ConfigError, match=r"^CDK context: autoContextualize in attach mode"):
+        load({**attach, "autoContextualize": "nightly"})
+    with pytest.raises(ConfigError, match=r"^CDK context autoContextualize: "):
+        load({"autoContextualize": "hourly"})
+    assert load({"autoContextualize": "both"}).auto_contextualize == "both"
