@@ -226,3 +226,20 @@ def test_auto_contextualize_is_refused_in_attach_mode_and_for_an_unknown_schedul
     with pytest.raises(ConfigError, match=r"^CDK context autoContextualize: "):
         load({"autoContextualize": "hourly"})
     assert load({"autoContextualize": "both"}).auto_contextualize == "both"
+
+
+def test_the_schedules_and_the_rule_may_only_start_the_state_machine(
+    templates: dict[str, tuple[Path, dict[str, Any]]],
+) -> None:
+    _, template = templates["both"]
+    (machine,) = resources(template, "AWS::StepFunctions::StateMachine")
+    starters = [
+        p["Properties"]["PolicyDocument"]["Statement"]
+        for k, p in resources(template, "AWS::IAM::Policy").items()
+        if k.startswith(("DeferredScheduleRole", "DeferredStateMachineEventsRole"))
+    ]
+    assert len(starters) == 2
+    for statements in starters:
+        assert statements == [
+            {"Action": "states:StartExecution", "Effect": "Allow", "Resource": {"Ref": machine}}
+        ]
