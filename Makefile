@@ -8,7 +8,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lucene eval-lucene test-long test-lifecycle lint format bench bench-contextualize bench-fleet bench-load bench-reliability bench-structural bench-chunking bench-batch bench-cold-start eval-dense synth deploy destroy clean
+.PHONY: demo test lucene eval-lucene test-long test-lifecycle lint format bench bench-contextualize bench-fleet bench-load bench-reliability bench-structural bench-chunking bench-batch bench-cold-start bench-query eval-dense synth deploy destroy clean
 
 # The CDK CLI, pinned: the 3.x CLI rejects this app's cloud assembly. It runs the app with this venv's
 # Python (cdk.json's "app" names .venv's, for a CLI run by hand).
@@ -118,6 +118,9 @@ bench-batch: $(STAMP)  ## ckb contextualize: cost against the floor, at scale, t
 
 bench-cold-start: $(STAMP)  ## the function's asset (size, contents) and a cold start's first model call (~30 s)
 	$(BIN)/python bench/cold_start.py
+
+bench-query: $(STAMP)  ## the query side against the local Knowledge Base: overhead over Retrieve + Rerank, ckb query, ckb mcp (~1 min)
+	$(BIN)/python bench/query.py
 
 bench-load: $(STAMP)  ## a 50 MB document, 10,000 chunks, 10/40/160 files: time, peak memory (~10 min)
 	$(BIN)/python bench/load.py

@@ -7,7 +7,8 @@ versions; read and write the intermediate bucket; its KMS key when there is one)
 and alarms (notifying the stack's SNS topic, or the user's), the delivery of the Knowledge Base's own
 ingestion logs to a log group of the stack (``stacks/ingestion_logs.py``), and two custom resources
 (``contextual_kb/resources/attach_data_source.py``): one reads the Knowledge Base and the data source and
-refuses what cannot be attached, before anything is changed; the other switches the data source to the
+refuses what cannot be attached, before anything is changed, and says whether the data source's key policy
+lets the function's role use its key (output DataSourceKeyCheck); the other switches the data source to the
 function, and on destroy puts back what was there. No Knowledge Base, vector store or source bucket is made.
 
 Order: the inspection first (it gives the function its chunking: ``structure`` when the data source's is
@@ -17,7 +18,7 @@ switched, so that its first sync finds everything it needs.
 
 from __future__ import annotations
 
-from aws_cdk import Aws, CfnOutput, CustomResource, Duration, Stack
+from aws_cdk import Aws, CfnOutput, CfnResource, CustomResource, Duration, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
@@ -94,6 +95,14 @@ class AttachStack(Stack):
                 resources=[kb_arn],
             )
         )
+        # The inspection reads the data source's key policy (which key is known only then): this account's
+        # keys in this region (a key policy cannot be read across accounts).
+        self.attach_role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["kms:GetKeyPolicy"],
+                resources=[f"arn:{Aws.PARTITION}:kms:{Aws.REGION}:{Aws.ACCOUNT_ID}:key/*"],
+            )
+        )
         self.attach_function = lambda_.Function(
             self,
             "AttachFunction",
@@ -141,9 +150,14 @@ class AttachStack(Stack):
             vector_store=self.inspection.get_att_string("VectorStoreType"),
         )
         function = self.transform.function
+        # The inspection says whether the key policy lets this role use the data source's key (its role
+        # exists before the inspection runs; the role's policy, which needs the inspection, comes after).
+        inspection = self.inspection.node.default_child
+        assert isinstance(inspection, CfnResource)
+        inspection.add_property_override("FunctionRoleArn", self.transform.role.role_arn)
         # The data source's KMS key (serverSideEncryptionConfiguration), which encrypts its ingestion's
-        # transient data: the function reads and writes the intermediate files it may encrypt. An ARN of no
-        # key when the data source has none (the inspection's answer).
+        # transient data: the function reads and writes the intermediate files it may encrypt (inferred, not
+        # documented: aws-facts.md). An ARN of no key when the data source has none (the inspection's answer).
         self.transform.role.add_to_policy(
             iam.PolicyStatement(
                 actions=["kms:Decrypt", "kms:GenerateDataKey"],
@@ -210,6 +224,9 @@ class AttachStack(Stack):
             ("VectorStoreType", self.inspection.get_att_string("VectorStoreType")),
             ("KnowledgeBaseRoleArn", config.knowledge_base_role_arn),
             ("KnowledgeBasePolicyName", self.kb_policy.policy_name),
+            # One line: whether the data source's key policy lets the function's role use the key, or what
+            # to add to it (printed by `cdk deploy`, checked by `ckb doctor`).
+            ("DataSourceKeyCheck", self.inspection.get_att_string("DataSourceKeyCheck")),
             ("StackMode", "attach"),
             ("BatchRoleArn", self.batch.role.role_arn),
             ("RdsMetadataColumns", self.inspection.get_att_string("MetadataColumns")),

@@ -17,7 +17,6 @@ from constructs import Construct
 from stacks.bundling import function_code
 from stacks.config import StackConfig
 from stacks.logs import month_of_logs
-from stacks.storage import OUTPUT_PREFIX
 
 HANDLER = "contextual_kb.runtime.handler.lambda_handler"
 ARCHITECTURE = "arm64"
@@ -131,15 +130,8 @@ class TransformFunction(Construct):
                 actions=["s3:GetObject", "s3:PutObject"], resources=[intermediate.arn_for_objects("*")]
             )
         )
-        # Deleting, only outputs: a failed call takes back the outputs it wrote (no response names them).
-        # They lie under OUTPUT_PREFIX inside the directory of the KB's batch keys (a job's directory).
-        self.output_prefix = environment.get("OUTPUT_PREFIX", OUTPUT_PREFIX)
-        self.role.add_to_policy(
-            iam.PolicyStatement(
-                actions=["s3:DeleteObject"],
-                resources=[intermediate.arn_for_objects(f"*{self.output_prefix}*")],
-            )
-        )
+        # No delete: a failed call leaves its outputs (a concurrent call of the same event may own the same
+        # keys: runtime/outputs.py); they expire with the intermediate files.
         # Without ListBucket, S3 answers a missing key with 403, not 404: every document not yet remembered
         # would look like a permission failure (docs/SECURITY.md). It lists only this bucket.
         self.role.add_to_policy(

@@ -126,14 +126,17 @@ class KnowledgeBase(Construct):
         chunking = chunking_configuration(config)
         if chunking is not None:
             ingestion["chunkingConfiguration"] = chunking
-        # A data source's chunking cannot change: CloudFormation replaces it, creating the new one before
-        # deleting the old, so the name changes with the chunking (two sources of one name cannot coexist).
+        # A data source's chunking and knowledge base cannot change: CloudFormation replaces it, creating the
+        # new one before deleting the old, and cannot under the same name; so the name changes with the
+        # chunking and with what replaces the Knowledge Base (a data source's name is not create-only: a
+        # stack deployed before renames it in place).
         chunked_by = json.dumps(chunking, sort_keys=True)
+        source_of = naming.short_hash(f"{replaced_by}|{chunked_by}")
         self.data_source = bedrock.CfnDataSource(
             self,
             "DataSource",
             knowledge_base_id=self.knowledge_base.attr_knowledge_base_id,
-            name=naming.bedrock_name(stack.stack_name, f"-source-{naming.short_hash(chunked_by)}"),
+            name=naming.bedrock_name(stack.stack_name, f"-source-{source_of}"),
             data_source_configuration={"type": "S3", "s3Configuration": {"bucketArn": source.bucket_arn}},
             vector_ingestion_configuration=ingestion,
             server_side_encryption_configuration={"kmsKeyArn": key.key_arn} if key else None,

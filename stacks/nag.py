@@ -106,12 +106,6 @@ def _function(transform: TransformFunction, intermediate: str, model_id: str) ->
     )
     _ack(
         function_role,
-        f"IAM5[Resource::{intermediate}/*{transform.output_prefix}*]",
-        "A failed call deletes the outputs it wrote (no response names them); their keys follow the KB's "
-        "batch keys, so the grant is on the output prefix, and it deletes nothing else.",
-    )
-    _ack(
-        function_role,
         f"IAM5[Resource::<{_logical(transform.log_group)}.Arn>:log-stream:*]",
         "Lambda creates one log stream per execution environment in the function's own log group.",
     )
@@ -177,6 +171,12 @@ def _attach(stack: AttachStack) -> None:
         stack.attach_role,
         f"IAM5[Resource::<{_logical(stack.attach_log_group)}.Arn>:log-stream:*]",
         "Lambda creates one log stream per execution environment in the function's own log group.",
+    )
+    _ack(
+        stack.attach_role,
+        "IAM5[Resource::arn:<AWS::Partition>:kms:<AWS::Region>:<AWS::AccountId>:key/*]",
+        "The inspection reads the data source's key policy (kms:GetKeyPolicy only); which key is known only "
+        "when it reads the data source, so the grant is on this account's keys in this region.",
     )
     _ack(
         stack.provider,

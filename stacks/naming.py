@@ -42,18 +42,23 @@ def lowercase_base(stack_name: str) -> str:
     return base
 
 
-def collection_name(stack_name: str, *, standby_replicas: bool = True) -> str:
-    """The collection's name changes with what CloudFormation can only replace (a custom-named resource
-    cannot be replaced under the same name): its standby replicas. AWS's default keeps the name stacks
-    deployed before had."""
-    suffix = "-kb" if standby_replicas else "-kb-nosb"
+def collection_name(stack_name: str, *, standby_replicas: bool = True, customer_key: bool = False) -> str:
+    """The collection's name changes with what CloudFormation can only replace, or what AWS sets only at
+    its creation (a custom-named resource cannot be replaced under the same name): its standby replicas, and
+    its key (an encryption policy assigns its key to collections created after it). AWS's defaults keep the
+    name stacks deployed before had."""
+    suffix = "-kb" + ("" if standby_replicas else "-nosb") + ("-cmk" if customer_key else "")
     return fit(lowercase_base(stack_name), suffix, COLLECTION_MAX, whole=stack_name)
 
 
 def collection_names(stack_name: str) -> list[str]:
     """Every name this stack's collection may have: the policies cover each, so that while one collection
     replaces the other both are covered (the old one's index can be deleted, the new one created)."""
-    return [collection_name(stack_name, standby_replicas=s) for s in (True, False)]
+    return [
+        collection_name(stack_name, standby_replicas=standby, customer_key=key)
+        for standby in (True, False)
+        for key in (False, True)
+    ]
 
 
 def policy_name(stack_name: str, kind: str) -> str:

@@ -70,9 +70,11 @@ class OpenSearchVectorStore(Construct):
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         # Collection names: unique in the account and region; policy names 3-32 characters (stacks/naming.py).
-        name = naming.collection_name(stack.stack_name, standby_replicas=standby_replicas)
+        name = naming.collection_name(
+            stack.stack_name, standby_replicas=standby_replicas, customer_key=key is not None
+        )
         # The policies cover this stack's collection under each of its names (one replaces the other when
-        # standby replicas change; CloudFormation creates the new one before it deletes the old).
+        # standby replicas or the key change; CloudFormation creates the new one before it deletes the old).
         names = naming.collection_names(stack.stack_name)
         resource = [f"collection/{n}" for n in names]
         encryption = {"Rules": [{"ResourceType": "collection", "Resource": resource}]}
@@ -102,6 +104,11 @@ class OpenSearchVectorStore(Construct):
             type="VECTORSEARCH",
             standby_replicas="ENABLED" if standby_replicas else "DISABLED",
         )
+        # No tags in the collection's template: its Tags are create-only (CloudFormation schema) and its name
+        # is ours, so a tag added after the deploy (Tags.of(app).add, an aspect) would ask CloudFormation to
+        # replace it under the same name, which fails the update. The tags it is given go on through the API
+        # instead (CollectionTags, below), in place.
+        self.collection.add_property_deletion_override("Tags")
         self.collection.node.add_dependency(encryption_policy)
         self.collection.node.add_dependency(network_policy)
 
@@ -193,6 +200,26 @@ class OpenSearchVectorStore(Construct):
         )
         self.index.node.add_dependency(self.access)
         self.index.node.add_dependency(self.collection)
+        # The collection's tags (those Tags.of(app) gave it, read once the tag aspects have run), set through
+        # TagResource by the same function: in place, whatever changes (contextual_kb/resources/
+        # collection_tags.py).
+        self.index_role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["aoss:TagResource", "aoss:UntagResource"],
+                resources=[self.collection.attr_arn],
+            )
+        )
+        collection = self.collection
+        self.collection_tags = CustomResource(
+            self,
+            "CollectionTags",
+            service_token=self.provider.service_token,
+            resource_type="Custom::CollectionTags",
+            properties={
+                "CollectionArn": self.collection.attr_arn,
+                "Tags": collection.tags.rendered_tags,  # resolved at synth, after the tag aspects
+            },
+        )
         self.storage = StorageConfiguration(
             configuration={
                 "type": "OPENSEARCH_SERVERLESS",
@@ -209,8 +236,10 @@ class OpenSearchVectorStore(Construct):
             statements=[
                 iam.PolicyStatement(actions=["aoss:APIAccessAll"], resources=[self.collection.attr_arn]),
             ],
-            # A new collection replaces the Knowledge Base too (AWS's default keeps the identity it had).
-            identity=f"opensearch:{self.index_name}" + ("" if standby_replicas else ":no-standby"),
+            # A new collection replaces the Knowledge Base too (AWS's defaults keep the identity it had).
+            identity=f"opensearch:{self.index_name}"
+            + ("" if standby_replicas else ":no-standby")
+            + (":cmk" if key is not None else ""),
         )
 
 
@@ -269,5 +298,7 @@ class S3VectorStore(Construct):
                     resources=[self.index.attr_index_arn],
                 )
             ],
-            identity=f"s3vectors:{dimension}",
+            # The vector bucket's encryption is create-only: a key switched on or off replaces the bucket, its
+            # index and so the Knowledge Base, which needs a new name (without a key: the name it had).
+            identity=f"s3vectors:{dimension}" + (":cmk" if key is not None else ""),
         )

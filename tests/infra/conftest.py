@@ -76,23 +76,34 @@ def transform_function(template: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return found[0], found[1]["Properties"]
 
 
+# Templates synthesized this session, by context and tags: modules that need the same variant share it.
+_SYNTHESIZED: dict[str, tuple[Path, dict[str, Any]]] = {}
+
+
 def synth_variants(
-    folder: Path, variants: dict[str, dict[str, Any]]
+    folder: Path, variants: dict[str, dict[str, Any]], *, tags: dict[str, str] | None = None
 ) -> dict[str, tuple[Path, dict[str, Any]]]:
     """Each named context synthesized (cdk-nag runs in synth: an unacknowledged finding raises), its
-    template written to ``folder`` for cfn-lint and returned as a dict."""
+    template written to ``folder`` for cfn-lint and returned as a dict; ``tags`` added to the whole app as
+    a user's ``Tags.of(app).add(...)`` would. A context another module synthesized already is reused."""
+    from aws_cdk import Tags
     from aws_cdk.assertions import Template
 
     from stacks.app_builder import build_app
 
     out = {}
     for name, context in variants.items():
-        app, stack = build_app({**NO_BUNDLING, **context})
-        app.synth()
-        template = Template.from_stack(stack).to_json()
-        path = folder / f"{name}.json"
-        path.write_text(json.dumps(template))
-        out[name] = (path, template)
+        key = json.dumps([context, tags or {}], sort_keys=True)
+        if key not in _SYNTHESIZED:
+            app, stack = build_app({**NO_BUNDLING, **context})
+            for tag, value in (tags or {}).items():
+                Tags.of(app).add(tag, value)
+            app.synth()
+            template = Template.from_stack(stack).to_json()
+            path = folder / f"{name}.json"
+            path.write_text(json.dumps(template))
+            _SYNTHESIZED[key] = (path, template)
+        out[name] = _SYNTHESIZED[key]
     return out
 
 

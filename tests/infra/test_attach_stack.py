@@ -217,3 +217,28 @@ def test_attach_settings_that_cannot_work_fail_synth_in_one_line(
     with pytest.raises(ConfigError, match=message) as caught:
         load(context)
     assert "\n" not in str(caught.value)
+
+
+def test_the_inspection_checks_the_data_sources_key_for_the_function_role_and_says_it_as_an_output(
+    attached: dict[str, tuple[Path, dict[str, Any]]],
+) -> None:
+    """The inspection is given the function's role, may read key policies of this account's keys in this
+    region (and do nothing else with a key), and its one line on the data source's key is a stack output."""
+    _, template = attached["new-bucket"]
+    (inspection,) = resources(template, "Custom::DataSourceInspection").values()
+    role = inspection["Properties"]["FunctionRoleArn"]
+    assert role["Fn::GetAtt"][0].startswith("TransformRole") and role["Fn::GetAtt"][1] == "Arn"
+    (policy,) = [
+        r["Properties"]
+        for k, r in resources(template, "AWS::IAM::Policy").items()
+        if k.startswith("AttachRole")
+    ]
+    kms = [s for s in policy["PolicyDocument"]["Statement"] if any("kms:" in a for a in as_list(s["Action"]))]
+    (statement,) = kms
+    assert as_list(statement["Action"]) == ["kms:GetKeyPolicy"]
+    assert flat(statement["Resource"]).endswith(':key/*"]]}') and "AWS::AccountId" in flat(
+        statement["Resource"]
+    )
+    output = template["Outputs"]["DataSourceKeyCheck"]["Value"]
+    (inspection_id,) = resources(template, "Custom::DataSourceInspection")
+    assert output == {"Fn::GetAtt": [inspection_id, "DataSourceKeyCheck"]}

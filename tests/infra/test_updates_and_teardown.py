@@ -39,10 +39,11 @@ def test_standby_replicas_changed_gives_a_new_collection_and_a_new_knowledge_bas
     templates: dict[str, dict[str, Any]],
 ) -> None:
     """StandbyReplicas is create-only: the collection is replaced, so its name changes (and the Knowledge
-    Base's, whose storage configuration then changes); AWS's default keeps the name stacks had before."""
+    Base's, whose storage configuration then changes); AWS's default keeps the name stacks had before (with
+    a customer key here: ``-cmk``, tests/infra/test_replacements.py)."""
     with_standby = _only(templates["standby"], "AWS::OpenSearchServerless::Collection")["Properties"]
     without = _only(templates["no-standby"], "AWS::OpenSearchServerless::Collection")["Properties"]
-    assert with_standby["Name"] == "contextualkb-kb" and with_standby["StandbyReplicas"] == "ENABLED"
+    assert with_standby["Name"] == "contextualkb-kb-cmk" and with_standby["StandbyReplicas"] == "ENABLED"
     assert without["Name"] != with_standby["Name"] and without["StandbyReplicas"] == "DISABLED"
     kb_names = {
         _only(templates[n], "AWS::Bedrock::KnowledgeBase")["Properties"]["Name"]

@@ -65,34 +65,36 @@ def test_the_knowledge_base_name_changes_with_what_replaces_it(
     templates: dict[str, tuple[Path, dict[str, Any]]],
 ) -> None:
     """A new vector store or index replaces the Knowledge Base: its name changes with them, so the new one
-    never collides with the old while both exist; a KMS key or another chunking does not rename it."""
+    never collides with the old while both exist. A KMS key switched on or off is one (the vector bucket's
+    encryption is create-only; the collection's name carries its key: tests/infra/test_replacements.py);
+    another chunking does not rename it."""
 
     def kb_name(variant: dict[str, Any]) -> str:
         (kb,) = resources(templates[label(variant)][1], "AWS::Bedrock::KnowledgeBase").values()
         return str(kb["Properties"]["Name"])
 
-    opensearch = {kb_name(v) for v in VARIANTS[:-2] if v["vectorStore"] == "opensearch"}
-    s3vectors = {kb_name(v) for v in VARIANTS[:-2] if v["vectorStore"] == "s3vectors"}
-    assert len(opensearch) == 1 and len(s3vectors) == 1 and opensearch != s3vectors
+    by_store: dict[tuple[str, bool], set[str]] = {}
+    for variant in VARIANTS[:-2]:
+        by_store.setdefault((variant["vectorStore"], variant["kmsKey"]), set()).add(kb_name(variant))
+    assert all(len(names) == 1 for names in by_store.values())
+    assert len(set.union(*by_store.values())) == len(by_store) == 4
 
 
-def test_the_data_source_name_changes_with_its_chunking(
+def test_the_data_source_name_changes_with_its_chunking_and_its_knowledge_base(
     templates: dict[str, tuple[Path, dict[str, Any]]],
 ) -> None:
-    """A data source's chunking cannot change: CloudFormation replaces the data source, creating the new one
-    first, so its name must change with the chunking (and with nothing else)."""
+    """A data source's chunking and knowledge base cannot change: CloudFormation replaces the data source,
+    creating the new one first, so its name must change with either (and with nothing else)."""
 
     def source_name(variant: dict[str, Any]) -> str:
         (source,) = resources(templates[label(variant)][1], "AWS::Bedrock::DataSource").values()
         return str(source["Properties"]["Name"])
 
-    for store in ("opensearch", "s3vectors"):
-        chosen = [v for v in VARIANTS[:-2] if v["vectorStore"] == store]
-        by_chunking: dict[str, set[str]] = {}
-        for variant in chosen:
-            by_chunking.setdefault(variant["chunking"], set()).add(source_name(variant))
-        assert all(len(names) == 1 for names in by_chunking.values())  # a KMS key does not rename it
-        assert len(set.union(*by_chunking.values())) == len(by_chunking)
+    names = {(v["vectorStore"], v["kmsKey"], v["chunking"]): source_name(v) for v in VARIANTS[:-2]}
+    assert len(set(names.values())) == len(names)
+    # A setting of the function (the shared quota here) renames nothing.
+    (quota_source,) = resources(templates[label(QUOTA)][1], "AWS::Bedrock::DataSource").values()
+    assert quota_source["Properties"]["Name"] == names[("opensearch", False, "fixed_size")]
 
 
 def test_chunking_none_hands_whole_documents_to_the_function_that_chunks_them(

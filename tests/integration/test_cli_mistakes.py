@@ -192,7 +192,10 @@ def test_json_and_logs_stay_apart_and_parse(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_the_summary_tells_files_apart_at_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "80")
-    result = runner.invoke(app, ["demo", "--strategy", "structural", "--show", "0", "--no-eval"])
+    # The summary table alone (--question '': no query panels after it).
+    result = runner.invoke(
+        app, ["demo", "--strategy", "structural", "--show", "0", "--no-eval", "--question", ""]
+    )
     assert result.exit_code == 0, result.output
     table = [line for line in result.output.splitlines() if line[:1] in "┏┃┡│└"]
     assert table and all(len(line) <= 80 for line in table)

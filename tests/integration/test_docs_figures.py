@@ -62,6 +62,18 @@ EXCUSED = {
     "ckb eval --local --retrieval bm25,dense,hybrid": "needs the dense extra (torch); BM25 rows: eval_table",
     "python -m pytest -q tests/integration/test_security.py tests/infra/test_security_template.py": "tests",
     "python -m pytest tests/integration/test_contextualize.py tests/unit/test_batch_records.py -q": "tests",
+    "make bench-query": "timings of the query side on the local Knowledge Base: dated measurements",
+    'ckb ask "how does the token bucket refill?"': "test_local_kb.py: upload, sync, query and ask as shown",
+    "ckb local --strategy structural": "test_local_kb.py (ckb local used from other processes)",
+    (
+        "ckb upload events/documents --prefix docs/ && ckb sync && "
+        'ckb query "how does the token bucket refill"'
+    ): "test_local_kb.py: upload, sync, query and ask as shown",
+    "ckb mcp": "test_mcp.py (every tool through the MCP SDK's stdio client)",
+    "ckb mcp --stack ContextualKbAttached --region eu-central-1 --tag-key mcp-multirag-kb": (
+        "needs AWS; the options are tested on the local stack in test_mcp.py"
+    ),
+    "ckb mcp --transport streamable-http --port 8000": "test_mcp.py (HTTP bound to loopback)",
     "ckb eval --local --retrieval bm25,dense,hybrid --analyzers opensearch-builtin,code-aware": (
         "needs the dense extra (torch, make eval-dense); its BM25 rows are checked from eval_table"
     ),

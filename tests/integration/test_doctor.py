@@ -586,3 +586,47 @@ def test_the_alarms_are_heard_only_once_a_subscription_is_confirmed(
     if status == "warn":
         assert "alarmEmail" in alarms["todo"]
     aws.stubs["sns"].assert_no_pending_responses()
+
+
+KEY = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+
+
+@pytest.mark.parametrize(
+    ("line", "status", "detail", "todo"),
+    [
+        (
+            f"ok: the key policy of {KEY} lets the function's role R use it",
+            "ok",
+            "lets the function's role",
+            "",
+        ),
+        ("none: the data source has no KMS key", "ok", "no KMS key", ""),
+        (
+            f"add: the key policy of {KEY}: it lets no IAM policy grant kms:Decrypt and "
+            "kms:GenerateDataKey (no statement for arn:aws:iam::123456789012:root) and does not name the "
+            "role; add a statement allowing arn:aws:iam::123456789012:role/R kms:Decrypt and "
+            "kms:GenerateDataKey",
+            "warn",
+            "lets no IAM policy grant",
+            "add a statement allowing arn:aws:iam::123456789012:role/R",
+        ),
+        ("", "warn", "not checked", "deploy the stack again"),
+    ],
+)
+def test_an_attached_stack_says_what_the_inspection_found_of_the_data_sources_key(
+    aws: Clients, line: str, status: str, detail: str, todo: str
+) -> None:
+    """The deploy's inspection read the data source's key policy (DataSourceKeyCheck): doctor shows it, a
+    gap as a warning with what to add (the key's use on the intermediate files is inferred)."""
+    outputs = {**ATTACHED, **({"DataSourceKeyCheck": line} if line else {})}
+    healthy(
+        aws,
+        stack=lambda: aws.stubs["cloudformation"].add_response("describe_stacks", stack_outputs(**outputs)),
+    )
+    for _ in range(4):
+        aws.stubs["iam"].add_response("simulate_principal_policy", simulated("allowed"))
+    code, checks = doctor()
+    found = by_name(checks)["data source key"]
+    assert code == 0 and found["status"] == status, found
+    assert detail in found["detail"] and todo in found["todo"]
+    assert [c["name"] for c in checks][4] == "data source key"

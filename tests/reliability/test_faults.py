@@ -110,7 +110,9 @@ def test_s3_writes_failing_for_good_fail_loudly(fresh_standin: BedrockStandIn) -
     assert "cannot write output batch (InternalError)" in outcome.error
     # S3_MAX_ATTEMPTS for an object, then the call fails (writes run in parallel: a few objects are tried)
     assert outcome.put_most_per_object == 3
-    assert outcome.remembered_objects >= 0 and outcome.outputs_left == 0  # the call left no output behind
+    # What the failed call wrote is not deleted (a concurrent call of the same event may own the same keys:
+    # tests/integration/test_repeated_calls.py pins it); no response names it, a retry overwrites it.
+    assert outcome.remembered_objects >= 0
 
 
 def test_a_slow_s3_and_a_long_tail_still_end_before_the_lambda(fresh_standin: BedrockStandIn) -> None:

@@ -4,8 +4,9 @@ it cannot rot.
 
     runtime      what the Lambda runs (handler, contract, transformation, context strategies, the Claude
                  engine): imports nothing else of the package; the function's asset holds it alone
-    query        retrieve and rerank, answering, ingestion jobs, stack lookup: runtime
-    local        stand-ins, local S3, KB-style staging, fault harness, samples: runtime
+    query        retrieve and rerank, answering, ingestion jobs, stack lookup, the MCP server: runtime
+    local        stand-ins (the local Knowledge Base too), local S3, KB-style staging, fault harness,
+                 samples: runtime
     evaluation   metrics, lexical analysis, offline and deployed runs, dense retrieval: runtime, query, local
     deferred     contexts made later (pending documents, batch inference, ckb contextualize): runtime, query,
                  local

@@ -2,17 +2,22 @@
 
 A local S3 (moto) on 127.0.0.1; sample documents uploaded to a source bucket; each chunked the way the KB's
 fixed-size chunking does and staged as batch objects in the intermediate bucket, in the exact contract
-format; the real Lambda handler invoked on the event the KB would send; chunks shown before and after.
+format; the real Lambda handler invoked on the event the KB would send; chunks shown before and after. Then
+the query side: a local Knowledge Base over HTTP syncs the same documents (the real handler again, the
+contexts remembered) and answers a query as ``ckb query`` shows it.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import boto3
 from rich.console import Console
 
+from contextual_kb.cli.errors import CliError
 from contextual_kb.cli.render import STANDIN_CONTEXT, print_chunks, print_summary
 from contextual_kb.local import runner, s3server
 from contextual_kb.local.inputs import InputFileError
@@ -26,6 +31,8 @@ from contextual_kb.runtime.documents import assemble
 from contextual_kb.runtime.enrichment import BODY_SEPARATOR
 
 SOURCE_BUCKET = "contextual-kb-source-demo"
+DEMO_KNOWLEDGE_BASE = "DEMOKB0001"
+DEMO_DATA_SOURCE = "DEMODS0001"
 INTERMEDIATE_BUCKET = "contextual-kb-intermediate-demo"
 
 
@@ -38,7 +45,11 @@ def run_demo(
     chunks_per_batch: int,
     show: int,
     endpoint: ModelEndpoint | None = None,
+    then: Callable[[], None] | None = None,
+    question: str | None = None,
 ) -> bool:
+    """Stage and transform the documents, show them; then ``then`` (the demo's retrieval table) and, with
+    ``question``, the query side on the same local S3."""
     texts, notes = read_folder(documents)
     console.rule("contextual-kb demo (offline)")
     for note in notes:
@@ -75,25 +86,141 @@ def run_demo(
         )
         result = runner.invoke(event)
 
-    print_summary(console, result)
-    if endpoint is not None:
-        for line in model_lines(result, endpoint, [assemble(f.chunks).text for f in staged]):
-            console.print(f"  {line}")
-    for f in staged:
-        rebuilt = assemble(f.chunks).text
+        print_summary(console, result)
+        if endpoint is not None:
+            for line in model_lines(result, endpoint, [assemble(f.chunks).text for f in staged]):
+                console.print(f"  {line}")
+        for f in staged:
+            rebuilt = assemble(f.chunks).text
+            console.print(
+                f"  {f.source_uri.rsplit('/', 1)[-1]}: chunks hold {sum(len(c) for c in f.chunks):,} "
+                f"characters, the rebuilt document {len(rebuilt):,} (overlaps joined once)"
+            )
+        intact = _every_chunk_back_once(result)
         console.print(
-            f"  {f.source_uri.rsplit('/', 1)[-1]}: chunks hold {sum(len(c) for c in f.chunks):,} characters, "
-            f"the rebuilt document {len(rebuilt):,} (overlaps joined once)"
+            f"\nevery chunk back exactly once, in order, original text intact: {'yes' if intact else 'NO'}\n",
+            style="bold green" if intact else "bold red",
         )
-    intact = _every_chunk_back_once(result)
-    console.print(
-        f"\nevery chunk back exactly once, in order, original text intact: {'yes' if intact else 'NO'}\n",
-        style="bold green" if intact else "bold red",
-    )
-    if show:
-        standin = endpoint is not None and endpoint.kind == "stand-in"
-        print_chunks(console, result, show, label=STANDIN_CONTEXT if standin else "context")
+        if show:
+            standin = endpoint is not None and endpoint.kind == "stand-in"
+            print_chunks(console, result, show, label=STANDIN_CONTEXT if standin else "context")
+        # The query's sync runs the handler again: free when its contexts are remembered or the model is the
+        # stand-in; with remembering off, a paid endpoint would bill every context a second time.
+        if question and _would_pay_again(endpoint):
+            console.print(
+                "note: no query at the end: remembering is off (CONTEXT_MEMORY_PREFIX is empty), so the "
+                "local Knowledge Base's sync would pay for every context again",
+                markup=False,
+            )
+            question = None
+        # Queried before ``then`` runs, shown after it: the retrieval table's run resets moto's state (its
+        # mock_aws shares moto's backends with this local S3), so the demo ends with the query.
+        answered = (
+            query_demo(
+                question,
+                max_tokens=max_tokens,
+                overlap=overlap,
+                chunks_per_batch=chunks_per_batch,
+                standin=endpoint is not None and endpoint.kind == "stand-in",
+            )
+            if question
+            else None
+        )
+        if then is not None:
+            then()
+        if answered is not None:
+            answered(console)
     return intact
+
+
+def _would_pay_again(endpoint: ModelEndpoint | None) -> bool:
+    settings = handler.runtime()[0]
+    paid = endpoint is not None and endpoint.kind != "stand-in"
+    return paid and settings.context_strategy == "claude" and not settings.context_memory_prefix
+
+
+def query_demo(
+    question: str, *, max_tokens: int, overlap: int, chunks_per_batch: int, standin: bool, k: int = 3
+) -> Callable[[Console], None]:
+    """The query side on the documents just staged: a local Knowledge Base over HTTP on the demo's buckets
+    syncs them (its ingestion runs the real handler again, which finds the contexts remembered above) and
+    answers ``ckb query``'s Retrieve and Rerank. Returns what shows it, as ``ckb query`` shows it."""
+    from contextual_kb.cli.render import print_result_panels
+    from contextual_kb.evaluation.lexical import ANALYZERS
+    from contextual_kb.local.environment import environment
+    from contextual_kb.local.knowledge_base import (
+        DataSourceSpec,
+        KnowledgeBaseSpec,
+        LocalKnowledgeBase,
+        running,
+    )
+    from contextual_kb.query import aws_clients
+    from contextual_kb.query.ingestion import Ingestion
+    from contextual_kb.query.retrieval import Retriever
+
+    calls: list[int] = []
+    remembered: list[int] = []
+
+    def transform(event: dict[str, Any]) -> dict[str, Any]:
+        done = runner.invoke(event, capture_stdout=False)  # on the job's thread
+        model = done.summary().get("model", {})
+        calls.append(int(model.get("calls", 0)))
+        remembered.append(int(model.get("chunks_remembered", 0)))
+        return done.response
+
+    source = DataSourceSpec(
+        DEMO_DATA_SOURCE,
+        SOURCE_BUCKET,
+        INTERMEDIATE_BUCKET,
+        max_tokens=max_tokens,
+        overlap_percentage=overlap,
+        chunks_per_batch=chunks_per_batch,
+    )
+    service = LocalKnowledgeBase(
+        [KnowledgeBaseSpec(DEMO_KNOWLEDGE_BASE, [source])],
+        analyzer=ANALYZERS["index"],
+        s3=lambda: boto3.client("s3"),
+        invoke=transform,
+    )
+    with (
+        running(service) as kb,
+        environment(AWS_ENDPOINT_URL_BEDROCK_AGENT=kb.url, AWS_ENDPOINT_URL_BEDROCK_AGENT_RUNTIME=kb.url),
+    ):
+        region = aws_clients.region()
+        ingestion = Ingestion(
+            DEMO_KNOWLEDGE_BASE, DEMO_DATA_SOURCE, region, aws_clients.client("bedrock-agent", region)
+        )
+        states = list(ingestion.follow(ingestion.start(), interval=0.1))
+        job = states[-1]
+        if job.status != "COMPLETE" or job.statistics.get("numberOfDocumentsFailed"):
+            reasons = list(job.failure_reasons) + [
+                f"{d.uri}: {d.reason}" for d in ingestion.failed_documents()
+            ]
+            raise CliError(f"the local ingestion job ended {job.status}", "; ".join(reasons) or "no reason")
+        stats = job.statistics
+        synced = (
+            f"local Knowledge Base at {kb.url}: ingestion job {job.job_id} {job.status}: "
+            f"{stats.get('numberOfDocumentsScanned', 0)} scanned, "
+            f"{stats.get('numberOfNewDocumentsIndexed', 0)} indexed, "
+            f"{stats.get('numberOfDocumentsFailed', 0)} failed; its transformation made {sum(calls)} model "
+            f"calls and found {sum(remembered)} chunks' contexts remembered from the run above"
+        )
+        retriever = Retriever(
+            DEMO_KNOWLEDGE_BASE, region, client=aws_clients.client("bedrock-agent-runtime", region)
+        )
+        results = retriever.search(question, k=k)
+
+    def show(console: Console) -> None:
+        console.rule("query: a local Knowledge Base over HTTP (ckb sync, ckb query)")
+        console.print(synced, markup=False)
+        console.print(
+            f'ckb query "{question}" --k {k}: Retrieve (HYBRID; BM25 with the deployed index\'s analysis, '
+            "no vectors offline) then Rerank (a deterministic stand-in, not Cohere's model)",
+            markup=False,
+        )
+        print_result_panels(console, results, label=STANDIN_CONTEXT if standin else "context")
+
+    return show
 
 
 def read_folder(documents: Path) -> tuple[dict[str, str], list[str]]:

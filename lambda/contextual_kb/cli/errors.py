@@ -104,7 +104,7 @@ def explain(exc: BaseException) -> CliError | None:
             return CliError(
                 "transformation failed",
                 str(exc.error),
-                "The Knowledge Base would mark the file(s) failed; --logs shows the handler's log",
+                "The Knowledge Base is expected to mark the file(s) failed; --logs shows the handler's log",
             )
         return explain(exc.error)
     if isinstance(exc, StorageError):  # outside a transformation: ckb contextualize's own reads and writes
@@ -162,8 +162,8 @@ def _aws(exc: BaseException) -> CliError | None:
             f"{why} ({about})" if about else why,
             _CLIENT_ERROR_TODO.get(code, ""),
         )
-    if isinstance(exc, boto.BotoCoreError):
-        return CliError("AWS request failed", str(exc))
+    if isinstance(exc, boto.BotoCoreError):  # ParamValidationError's message spans lines: one here
+        return CliError("AWS request failed", " ".join(str(exc).split()))
     return None
 
 

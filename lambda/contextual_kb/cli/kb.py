@@ -20,14 +20,10 @@ from contextual_kb.cli.errors import CliError, choice, usage
 from contextual_kb.cli.paid import YES_HELP
 from contextual_kb.cli.terminal import console, error_console, plain, plain_line, write_json
 from contextual_kb.query import aws_clients
+from contextual_kb.query.answering import MODEL_ACCESS_TODO
 from contextual_kb.query.deployment import DEFAULT_STACK, Deployment
 from contextual_kb.query.ingestion import WAIT_SECONDS, Ingestion, Job
 from contextual_kb.query.retrieval import DEFAULT_RERANKER, RERANKERS, Result, Retriever
-
-MODEL_ACCESS_TODO = (
-    "On AccessDenied: submit Anthropic's use-case form once per account and allow aws-marketplace:Subscribe "
-    "and ViewSubscriptions (docs/OPERATIONS.md, Before the first deploy)"
-)
 
 Stack = Annotated[str, typer.Option(envvar="CKB_STACK", help="The deployed stack's name.", metavar="NAME")]
 Region = Annotated[str | None, typer.Option(help="AWS region.", show_default="AWS_REGION", metavar="REGION")]
@@ -480,23 +476,9 @@ def query(
     if as_json:
         write_json([r.as_dict() for r in results])
         return
-    out = console()
-    if not results:
-        out.print("no results")
-        return
-    table = Table(show_lines=True)
-    for name in ("#", "rerank", "retrieval", "source", "context", "chunk"):
-        table.add_column(name, overflow="fold")
-    for r in results:
-        table.add_row(
-            str(r.rank),
-            "" if r.rerank_score is None else f"{r.rerank_score:.3f}",
-            f"{r.retrieval_score:.3f}",
-            plain(r.source),
-            plain(_short(r.context, 200)),
-            plain(_short(r.text, 300)),
-        )
-    out.print(table)
+    from contextual_kb.cli.render import print_results
+
+    print_results(console(), results)
 
 
 def ask(
@@ -544,11 +526,6 @@ def _progress_line(status: str, stats: dict[str, int]) -> str:
     indexed = stats.get("numberOfNewDocumentsIndexed", 0) + stats.get("numberOfModifiedDocumentsIndexed", 0)
     scanned, failed = stats.get("numberOfDocumentsScanned", 0), stats.get("numberOfDocumentsFailed", 0)
     return f"{status}: {scanned} scanned, {indexed} indexed, {failed} failed"
-
-
-def _short(text: str, limit: int) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def register(app: typer.Typer) -> None:

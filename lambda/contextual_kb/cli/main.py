@@ -49,6 +49,7 @@ app = typer.Typer(
 )
 
 STRATEGIES = ("claude", "structural", "none")
+DEMO_QUESTION = "how does the token bucket refill"  # the demo's documents answer it (token_bucket.py)
 STRATEGY_HELP = (
     "Context strategy: claude, structural or none. claude calls the local Bedrock stand-in unless "
     "--bedrock (or ANTHROPIC_BEDROCK_BASE_URL) says otherwise."
@@ -305,9 +306,17 @@ def demo(
         Path | None,
         typer.Option(help=DATASET_HELP, exists=True, file_okay=False, metavar="FOLDER"),
     ] = None,
+    question: Annotated[
+        str,
+        typer.Option(
+            help="End with this query over the documents, through a local Knowledge Base ('' to skip).",
+            metavar="TEXT",
+        ),
+    ] = DEMO_QUESTION,
     yes: Annotated[bool, typer.Option("--yes", help=YES_HELP)] = False,
 ) -> None:
-    """Offline demo: local S3, KB-style chunking, the real handler, chunks before and after."""
+    """Offline demo: local S3, KB-style chunking, the real handler, chunks before and after; then a local
+    Knowledge Base syncs the documents and answers a query."""
 
     from contextual_kb.local.environment import offline_aws
 
@@ -328,6 +337,7 @@ def demo(
             evaluate,
             dataset,
             yes,
+            question,
         )
 
 
@@ -343,6 +353,7 @@ def _demo(
     evaluate: bool,
     dataset: Path | None,
     yes: bool,
+    question: str = "",
 ) -> None:
     from contextlib import nullcontext
     from functools import cache
@@ -369,9 +380,9 @@ def _demo(
             chunks_per_batch=chunks_per_batch,
             show=show,
             endpoint=endpoint,
+            then=(lambda: _demo_eval(out, strategy, endpoint, labelled())) if evaluate else None,
+            question=question or None,
         )
-        if evaluate:
-            _demo_eval(out, strategy, endpoint, labelled())
 
 
 def _benchmark_sizes(benchmark: tuple[Path, Path] | None) -> list[tuple[int, int]]:
@@ -404,13 +415,17 @@ def _demo_eval(out: Console, strategy: str, endpoint: object, benchmark: tuple[P
     print_table(out, rows, [5, 10, 20], title=f"codebase benchmark, dev split: {len(labelled)} queries")
 
 
+from contextual_kb.cli.agents import register as register_mcp  # noqa: E402
 from contextual_kb.cli.contextualize import register as register_contextualize  # noqa: E402
 from contextual_kb.cli.evaluate import register as register_eval  # noqa: E402
 from contextual_kb.cli.kb import register  # noqa: E402 - the commands that use the deployed stack
+from contextual_kb.cli.local import register as register_local  # noqa: E402
 
 register(app)
 register_eval(app)
 register_contextualize(app)
+register_local(app)
+register_mcp(app)
 
 
 def main() -> None:

@@ -140,3 +140,49 @@ def model_gave_nothing(summary: dict[str, Any]) -> bool:
     model = summary.get("model") or {}
     answered = int(model.get("chunks_from_model", 0)) + int(model.get("chunks_remembered", 0))
     return answered == 0 and sum(int(v) for v in (model.get("fallbacks") or {}).values()) > 0
+
+
+def print_results(console: Console, results: list[Any]) -> None:
+    """``ckb query``'s table: each result's scores, source, context and original chunk in columns apart
+    (``results``: ``query.retrieval.Result``)."""
+    if not results:
+        console.print("no results")
+        return
+    table = Table(show_lines=True)
+    for name in ("#", "rerank", "retrieval", "source", "context", "chunk"):
+        table.add_column(name, overflow="fold")
+    for r in results:
+        table.add_row(
+            str(r.rank),
+            "" if r.rerank_score is None else f"{r.rerank_score:.3f}",
+            f"{r.retrieval_score:.3f}",
+            plain(r.source),
+            plain(_short(r.context, 200)),
+            plain(_short(r.text, 300)),
+        )
+    console.print(table)
+
+
+def _short(text: str, limit: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def print_result_panels(console: Console, results: list[Any], *, label: str = "context") -> None:
+    """Results one panel each, as the demo shows chunks: rank, scores and source in the title, then the
+    context and the original chunk apart (``results``: ``query.retrieval.Result``)."""
+    if not results:
+        console.print("no results")
+        return
+    for r in results:
+        body = Text()
+        body.append(f"{label}: ", style="bold")
+        body.append(clean(r.context) if r.context else "(none)", style="green")
+        body.append("\n\nchunk: ", style="bold")
+        body.append(clean(_preview(r.text)), style="dim")
+        rerank = "" if r.rerank_score is None else f"rerank {r.rerank_score:.3f} · "
+        title = (
+            f"#{r.rank} · {rerank}retrieval {r.retrieval_score:.3f} · "
+            f"{source_label(r.source, max(MIN_SOURCE_WIDTH, console.width - 50))}"
+        )
+        console.print(Panel(body, title=plain(title), title_align="left"), soft_wrap=False)

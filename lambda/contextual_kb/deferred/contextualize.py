@@ -1005,7 +1005,7 @@ class Contextualizer:
         )
         for index, context in learned.items():
             merged[place_key(document.chunk(index), document.spans[index][0])] = context
-        self.memory.save(bucket, document.memory_key, merged)
+        self.memory.save(bucket, document.memory_key, merged, read=remembered)
 
     # --- S3 ---
     def _pending_keys(self) -> Iterator[str]:

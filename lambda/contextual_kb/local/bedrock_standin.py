@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import html
 import json
 import math
 import random
@@ -48,6 +49,7 @@ _CHUNK = re.compile(r"<chunk>\n?(.*?)\n?</chunk>", re.DOTALL)
 _NUMBERS = re.compile(r"^Chunks: ([\d, ]+)\.$", re.MULTILINE)
 _MARKER = re.compile(r"⟪chunk (\d+) (?P<code>[0-9a-f]{8})⟫")
 _WORD = re.compile(r"\S+")
+_SOURCE = re.compile(r'<source n="(?P<n>\d+)"[^>]*>\n(?P<body>.*?)\n</source>', re.DOTALL)
 
 
 def count_tokens(text: str) -> int:
@@ -262,7 +264,10 @@ class BedrockStandIn:
         if config.responder is not None:
             text = config.responder(seen)
         if text is None:
-            text = _contexts(document, question)
+            # ckb ask's prompt: its sources, each a block of its own, then the <question> block; a document
+            # to contextualize opens with <document>.
+            asked = document.startswith('<source n="') and "<question>" in question
+            text = _answer(f"{document}\n{question}") if asked else _contexts(document, question)
         output_tokens = count_tokens(text)
         stop_reason = "end_turn"
         if output_tokens > max_tokens:
@@ -461,6 +466,20 @@ def _contexts(document: str, question: str) -> str:
     match = _CHUNK.search(question)
     chunk = match.group(1) if match else question
     return f"This chunk is from {title}. It covers: {_summary(chunk)}."
+
+
+def _answer(prompt: str) -> str:
+    """``ckb ask``'s prompt (numbered sources, then the question): an answer citing the first source, made
+    by rule and saying so, so the plumbing (sources in, citations out) shows without a model."""
+    first = _SOURCE.search(prompt)
+    assert first is not None
+    # The source is its context, then its chunk's text, XML-escaped: quote the chunk's first words.
+    chunk = re.search(r"<text>(.*?)</text>", first.group("body"), re.DOTALL)
+    words = _WORD.findall(html.unescape(chunk.group(1) if chunk else first.group("body")))[:30]
+    return (
+        "(An answer by the Bedrock stand-in's rule, not a model's.) The most relevant source says: "
+        f'"{_cut(" ".join(words), 240)}" [{first.group("n")}]'
+    )
 
 
 class _Handler(BaseHTTPRequestHandler):

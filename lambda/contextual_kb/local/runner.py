@@ -81,10 +81,17 @@ class HandlerError(Exception):
 
 
 def invoke(
-    event: dict[str, Any], context: LocalLambdaContext | None = None, *, fresh: bool = True
+    event: dict[str, Any],
+    context: LocalLambdaContext | None = None,
+    *,
+    fresh: bool = True,
+    capture_stdout: bool = True,
 ) -> RunResult:
     """Invoke the real handler, then read inputs and outputs back. ``fresh``: settings, strategy and S3 client
-    built anew from the environment (else the ones already built, e.g. with a fault hook on the client)."""
+    built anew from the environment (else the ones already built, e.g. with a fault hook on the client).
+    ``capture_stdout`` False: the handler's log is still captured (its logger's stream), but standard output
+    is left alone, for a caller on another thread (the local Knowledge Base's jobs) while the main thread
+    prints."""
     if fresh:
         handler.runtime.cache_clear()
     s3 = boto3.client("s3")
@@ -101,7 +108,7 @@ def invoke(
     level = logger.log_level
     logger.setLevel(min(level, logging.INFO))
     try:
-        with contextlib.redirect_stdout(printed):
+        with contextlib.redirect_stdout(printed) if capture_stdout else contextlib.nullcontext():
             started = time.perf_counter()
             response = handler.lambda_handler(event, context or LocalLambdaContext())
             seconds = time.perf_counter() - started

@@ -17,6 +17,11 @@ from xml.sax.saxutils import escape, quoteattr
 from contextual_kb.query.retrieval import Result
 from contextual_kb.runtime.context.claude.prompts import BEDROCK_ANTHROPIC_VERSION
 
+# What to do when the answer's model call is refused (ckb ask and the MCP server's ask say the same).
+MODEL_ACCESS_TODO = (
+    "On AccessDenied: submit Anthropic's use-case form once per account and allow aws-marketplace:Subscribe "
+    "and ViewSubscriptions (docs/OPERATIONS.md, Before the first deploy)"
+)
 SYSTEM = (
     "You answer questions using only the numbered sources given, each in its own <source> element. Cite the "
     "sources you use as [n] after the sentence they support. If the sources do not contain the answer, say "

@@ -7,7 +7,8 @@ transformation model answers a 1-token call (AccessDenied explained: Anthropic's
 Marketplace permissions, SCPs that block ``global.`` profiles); the embedding model and the reranker; the
 account's Bedrock quotas for the model against the function's ``MAX_CONCURRENCY``; the intermediate bucket's
 lifecycle and the remembered contexts' prefix; that someone hears the alarms (a confirmed subscription to
-their topic).
+their topic). Attach mode also: the Knowledge Base's own role (IAM's policy
+simulator), and the deploy's one line on the data source's KMS key (the stack output DataSourceKeyCheck).
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ def run(deployment: Deployment, clients: Clients) -> Iterator[Check]:
     settings = None if unread else _settings(environment)
     if deployment.attached:  # a Knowledge Base the user had: its own role must have been given ours
         yield _guarded(_knowledge_base_role, deployment, clients, environment, settings, unread)
+        yield _data_source_key(deployment)
     yield _guarded(_chunking, deployment, clients, data_source, settings, unread)
     for check in (_model, _embedding, _reranker, _quotas, _lifecycle):
         yield _guarded(check, deployment, clients, environment, settings, unread)
@@ -216,6 +218,24 @@ def _knowledge_base_role(
     return Check(
         "knowledge base role", "ok", f"{role.rsplit('/', 1)[-1]} may invoke the function and use the bucket"
     )
+
+
+def _data_source_key(deployment: Deployment) -> Check:
+    """Attach mode: what the deploy's inspection found in the data source's key policy (its one line). That
+    the Knowledge Base encrypts the intermediate files with the data source's key is inferred, not
+    documented: a gap is a warning, with what to add."""
+    line = deployment.data_source_key_check
+    if not line:
+        return Check(
+            "data source key", "warn", "not checked: the stack predates the check", "deploy the stack again"
+        )
+    status, _, detail = line.partition(": ")
+    if status in {"ok", "none"}:
+        return Check("data source key", "ok", detail)
+    if status == "add":  # "<what is missing>; <what to add>"
+        missing, _, todo = detail.partition("; ")
+        return Check("data source key", "warn", missing, todo)
+    return Check("data source key", "warn", detail)
 
 
 def _chunking(

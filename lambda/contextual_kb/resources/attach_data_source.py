@@ -9,7 +9,11 @@ vectors are in an Aurora (RDS) table with no custom metadata field, until the de
 a column for each metadata attribute the function and ``ckb sync --reprocess`` add
 (``RdsMetadataColumns``). A ``null`` in GetDataSource's answer is taken as absent. It answers
 the function's chunking (``structure`` when the data source's chunking is NONE: the function must chunk
-whole documents), the source bucket (S3 data sources) and the vector store's type.
+whole documents), the source bucket (S3 data sources) and the vector store's type. With a KMS key on the
+data source it reads the key's policy (``kms:GetKeyPolicy``) and answers, in one line, whether the function's
+role can use the key through the IAM grant the stack gives it, and if not what to add to the key policy
+(``DataSourceKeyCheck``, a stack output and a ``ckb doctor`` line; never a refusal: that the Knowledge Base
+encrypts the intermediate files with the data source's key is inferred, not documented, see below).
 
 ``Custom::DataSourceAttachment`` writes:
 
@@ -38,6 +42,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import fnmatch
 import json
 import logging
 import zlib
@@ -66,6 +71,8 @@ NO_KEY = "none-on-the-data-source"
 STRUCTURE_COLUMNS = (("ckb_section", "text"), ("ckb_start", "bigint"), ("ckb_end", "bigint"))
 REPROCESS_COLUMN = ("ckb_reprocessed", "text")
 NO_COLUMNS = "none"
+# What the function does with the intermediate files' key (the stack's IAM grant on its role).
+KEY_USE = ("kms:Decrypt", "kms:GenerateDataKey")
 
 
 class AttachError(Exception):
@@ -226,9 +233,10 @@ def inspect(
     ).get("chunkingStrategy", "FIXED_SIZE")
     bucket_arn = str((configuration.get("s3Configuration") or {}).get("bucketArn", ""))
     storage = str((knowledge_base.get("storageConfiguration") or {}).get("type", ""))
-    # The data source's own key encrypts its ingestion's transient data (encryption-kb.html), the
-    # intermediate files the function reads and writes among them as far as AWS's pages say (aws-facts.md):
-    # the function is granted it. None: an ARN of no key, so that the grant is valid and grants nothing.
+    # The data source's own key encrypts its ingestion's transient data (encryption-kb.html); that the
+    # intermediate files the function reads and writes are among them is inferred, not documented
+    # (aws-facts.md): the function is granted it, on the safe side. None: an ARN of no key, so that the
+    # grant is valid and grants nothing.
     key = str((data_source.get("serverSideEncryptionConfiguration") or {}).get("kmsKeyArn") or "")
     partition = role.split(":")[1] if role.count(":") >= 5 else "aws"
     columns = rds_columns(knowledge_base, chunking, context_key, confirmed=rds_confirmed)
@@ -271,14 +279,106 @@ def rds_columns(
     return needed
 
 
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _names(statement: dict[str, Any], principals: set[str]) -> bool:
+    """The statement's Principal names one of ``principals`` (or everyone)."""
+    principal = statement.get("Principal")
+    if principal == "*":
+        return True
+    if not isinstance(principal, dict):
+        return False
+    return any(str(p) == "*" or str(p) in principals for p in _as_list(principal.get("AWS", [])))
+
+
+def _covers(statement: dict[str, Any], action: str) -> bool:
+    return any(
+        fnmatch.fnmatchcase(action.lower(), str(a).lower()) for a in _as_list(statement.get("Action", []))
+    )
+
+
+def key_policy_gap(policy: dict[str, Any], *, account: str, partition: str, role_arn: str) -> str | None:
+    """Why ``role_arn`` (a role of ``account``) cannot use the key for ``KEY_USE`` through an IAM grant under
+    this key policy, or None when it can. An IAM policy grants a key's use only when the key policy lets
+    IAM policies do so: a statement allowing the account (its root, or its ID) the actions (AWS's default
+    key policy: ``kms:*``); a statement naming the role itself does too. Conditions are not evaluated; an
+    unconditional Deny of the actions to the role, the account or everyone is a gap. Pure."""
+    root = f"arn:{partition}:iam::{account}:root"
+    principals = {root, account, role_arn}
+    statements = [s for s in _as_list(policy.get("Statement", [])) if isinstance(s, dict)]
+    for statement in statements:
+        if (
+            statement.get("Effect") == "Deny"
+            and "Condition" not in statement
+            and _names(statement, principals)
+        ):
+            denied = [a for a in KEY_USE if _covers(statement, a)]
+            if denied:
+                return f"statement {statement.get('Sid', '(no Sid)')} denies {', '.join(denied)}"
+    allowed = [s for s in statements if s.get("Effect") == "Allow" and _names(s, principals)]
+    if all(any(_covers(s, action) for s in allowed) for action in KEY_USE):
+        return None
+    use = " and ".join(KEY_USE)
+    return f"it lets no IAM policy grant {use} (no statement for {root}) and does not name the role"
+
+
+def key_check(key_arn: str, role_arn: str, policy: dict[str, Any] | None, error: str = "") -> str:
+    """One line on the data source's key for the function's role: ``ok: ...``, ``none: ...``, or what to add.
+    ``policy``: the key policy as read, or None with the ``error`` that stopped the read. Pure."""
+    if not key_arn:
+        return "none: the data source has no KMS key"
+    role = role_arn.rsplit("/", 1)[-1] or role_arn
+    use = " and ".join(KEY_USE)
+    parts = key_arn.split(":")
+    partition, key_account = (parts[1], parts[4]) if len(parts) > 5 else ("aws", "")
+    account = role_arn.split(":")[4] if role_arn.count(":") >= 5 else ""
+    if key_account and account and key_account != account:
+        return (
+            f"add: the data source's key {key_arn} is in account {key_account}: an IAM grant in {account} "
+            f"is not enough; its key policy there must allow {role_arn} {use}"
+        )
+    if policy is None:
+        return (
+            f"check: the key policy of {key_arn} could not be read ({error}); it must let IAM policies "
+            f"grant its use (a statement for arn:{partition}:iam::{account}:root) or allow {role_arn} {use}"
+        )
+    gap = key_policy_gap(policy, account=account, partition=partition, role_arn=role_arn)
+    if gap is None:
+        return f"ok: the key policy of {key_arn} lets the function's role {role} use it"
+    return (
+        f"add: the key policy of {key_arn}: {gap}; add a statement allowing {role_arn} {use} (or "
+        f"arn:{partition}:iam::{account}:root kms:*, AWS's default key policy)"
+    )
+
+
 # --- with AWS -----------------------------------------------------------------------------------------------
 
 
 class DataSources:
     """The few bedrock-agent calls, with errors turned into one line."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, kms: Any = None) -> None:
         self.client = client
+        self._kms = kms
+
+    def key_policy(self, key_arn: str) -> tuple[dict[str, Any] | None, str]:
+        """The key's default policy, or None and why it could not be read (one line)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        if self._kms is None:
+            import boto3
+
+            self._kms = boto3.client("kms", region_name=self.client.meta.region_name)
+        try:
+            text = self._kms.get_key_policy(KeyId=key_arn, PolicyName="default")["Policy"]
+            return json.loads(text), ""
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            return None, f"GetKeyPolicy: {error.get('Code', 'Unknown')}"
+        except (BotoCoreError, ValueError, KeyError, TypeError) as exc:  # an answer without a policy in it
+            return None, f"GetKeyPolicy: {exc}"
 
     @property
     def update_members(self) -> set[str]:
@@ -369,13 +469,24 @@ def _inspection(event: dict[str, Any], sources: DataSources) -> dict[str, Any]:
     physical = f"ckb-inspect:{kb_id}:{ds_id}"
     if event["RequestType"] == "Delete":
         return {"PhysicalResourceId": event.get("PhysicalResourceId", physical)}
+    knowledge_base = sources.knowledge_base(kb_id)
+    data_source = sources.data_source(kb_id, ds_id)
     data = inspect(
-        sources.knowledge_base(kb_id),
-        sources.data_source(kb_id, ds_id),
+        knowledge_base,
+        data_source,
         str(properties.get("RoleArn", "")),
         context_key=str(properties.get("ContextMetadataKey", "ckb_context")),
         rds_confirmed=str(properties.get("RdsMetadataColumns", "false")).lower() == "true",
     )
+    key = str((data_source.get("serverSideEncryptionConfiguration") or {}).get("kmsKeyArn") or "")
+    function_role = str(properties.get("FunctionRoleArn", ""))
+    if key and not function_role:
+        data["DataSourceKeyCheck"] = "check: not checked (the inspection was given no function role)"
+    else:
+        policy, error = sources.key_policy(key) if key else (None, "")
+        data["DataSourceKeyCheck"] = key_check(key, function_role, policy, error)
+    if not data["DataSourceKeyCheck"].startswith(("ok:", "none:")):
+        logger.warning("data source key: %s", data["DataSourceKeyCheck"])
     logger.info("inspected %s", json.dumps({"knowledgeBaseId": kb_id, "dataSourceId": ds_id, **data}))
     return {"PhysicalResourceId": physical, "Data": data}
 
@@ -474,4 +585,4 @@ def _detach(event: dict[str, Any], sources: DataSources) -> dict[str, Any]:
 def on_event(event: dict[str, Any], _context: Any) -> dict[str, Any]:
     import boto3
 
-    return handle(event, DataSources(boto3.client("bedrock-agent")))
+    return handle(event, DataSources(boto3.client("bedrock-agent"), boto3.client("kms")))

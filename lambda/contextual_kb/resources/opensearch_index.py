@@ -156,6 +156,10 @@ def _moved(event: dict[str, Any]) -> bool:
 
 
 def on_event(event: dict[str, Any], _context: Any) -> dict[str, Any]:
+    if event.get("ResourceType") == "Custom::CollectionTags":  # the same Provider: the collection's tags
+        from contextual_kb.resources import collection_tags
+
+        return collection_tags.on_event(event, _context)
     properties = event["ResourceProperties"]
     client = OpenSearch(str(properties["Endpoint"]), os.environ.get("AWS_REGION", ""))
     return handle(event, client)

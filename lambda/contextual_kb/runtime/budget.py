@@ -40,17 +40,25 @@ class WorkLeft:
         self.writes = 0  # output batch objects not written yet
         self.rereads = 0  # validated batch objects not kept in memory, not read again yet
         self.chars = 0  # characters of files not written yet (their structural pass may be left)
+        self.files = 0  # files not written yet
+        # Seconds the user's steps after the model take on one file, as declared, until measured.
+        self.after_steps_per_file = 0.0
         self._reads = _Latency()
         self._writes = _Latency()
         self._structural: list[float] = [0.0, 0.0]  # characters, seconds
+        self.unloaded = 0  # characters of files not loaded yet (their steps before the model may be left)
+        # The user's steps (runtime.sdk), before and after the context step: characters, seconds.
+        self._steps = {True: [0.0, 0.0], False: [0.0, 0.0]}
         self._lock = threading.Lock()
 
     # --- what the event holds, then what got done ---
-    def expect(self, *, writes: int = 0, rereads: int = 0, chars: int = 0) -> None:
+    def expect(self, *, writes: int = 0, rereads: int = 0, chars: int = 0, files: int = 0) -> None:
         with self._lock:
+            self.files += files
             self.writes += writes
             self.rereads += rereads
             self.chars += chars
+            self.unloaded += chars
 
     def read(self, seconds: float, *, reread: bool = False) -> None:
         with self._lock:
@@ -65,12 +73,26 @@ class WorkLeft:
     def file_done(self, chars: int) -> None:
         with self._lock:
             self.chars -= chars
+            self.files -= 1
 
     def note_structural(self, chars: int, seconds: float) -> None:
         """A structural pass took ``seconds`` for ``chars``: the measured speed replaces the default."""
         with self._lock:
             self._structural[0] += chars
             self._structural[1] += seconds
+
+    def file_loaded(self, chars: int) -> None:
+        """A file was read and given to the strategy (the user's steps before it have run on it)."""
+        with self._lock:
+            self.unloaded -= chars
+
+    def note_steps(self, chars: int, seconds: float, *, before: bool) -> None:
+        """The user's steps (``runtime.sdk``) before (or after) the context step took ``seconds`` on a
+        document of ``chars``: every file not loaded (or not written) yet will take them as long per
+        character, besides its structural pass."""
+        with self._lock:
+            self._steps[before][0] += chars
+            self._steps[before][1] += seconds
 
     # --- the tail (deadline.Tail) ---
     def io_seconds(self) -> float:
@@ -88,4 +110,9 @@ class WorkLeft:
             measured = chars / spent if spent > 0.05 else DEFAULT_CHARS_PER_SECOND
             speed = min(DEFAULT_CHARS_PER_SECOND * 10, measured)
             compute = max(0, self.chars) / speed
+            for before, (stepped, step_seconds) in self._steps.items():
+                if stepped > 0:
+                    compute += max(0, self.unloaded if before else self.chars) * step_seconds / stepped
+                elif not before:  # not measured yet: the steps after the model come last, as declared
+                    compute += max(0, self.files) * self.after_steps_per_file
         return self.io_seconds() + compute

@@ -34,6 +34,10 @@ class Tail(Protocol):
         """A structural pass of ``chars`` took ``seconds``: its speed, measured."""
         ...
 
+    def note_steps(self, chars: int, seconds: float, *, before: bool) -> None:
+        """The user's steps before (or after) the model took ``seconds`` on a document of ``chars``."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Deadline:
@@ -64,6 +68,10 @@ class Deadline:
     def note_structural(self, chars: int, seconds: float) -> None:
         if self.tail is not None:
             self.tail.note_structural(chars, seconds)
+
+    def note_steps(self, chars: int, seconds: float, *, before: bool) -> None:
+        if self.tail is not None:
+            self.tail.note_steps(chars, seconds, before=before)
 
     def passed(self) -> bool:
         return self.remaining() <= 0

@@ -7,7 +7,8 @@ from typing import Any
 
 
 class TransformationError(Exception):
-    """Base class: the Lambda fails and the Knowledge Base marks the file(s) as failed."""
+    """Base class: the Lambda fails and the Knowledge Base is expected to mark the file(s) as failed (observed
+    and expected; AWS documents no failure scope for the transformation call)."""
 
 
 class ContractError(TransformationError):

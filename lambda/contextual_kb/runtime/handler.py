@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+from collections.abc import Callable
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -25,7 +26,9 @@ from contextual_kb.runtime.models import parse_event
 from contextual_kb.runtime.observability import bind_event_keys, logger, metrics, tracer
 from contextual_kb.runtime.settings import Settings
 from contextual_kb.runtime.storage import S3BatchStore
-from contextual_kb.runtime.transform import RunStats, Transformation
+from contextual_kb.runtime.transform import RunStats, Steps, Transformation
+
+LambdaHandler = Callable[[dict[str, Any], LambdaContext], dict[str, Any]]
 
 
 @functools.cache
@@ -49,29 +52,44 @@ def _initialise() -> None:
 _initialise()
 
 
-@logger.inject_lambda_context(clear_state=True)
-@metrics.log_metrics(capture_cold_start_metric=True)
-@tracer.capture_lambda_handler(capture_response=False)
-def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    # With POWERTOOLS_METRICS_DISABLED, Powertools never clears what was added: a warm environment would carry
-    # the last invocation's metrics and dimensions over (and print them anyway once a metric has 100 values).
-    metrics.clear_metrics()
-    bind_event_keys(event)
-    try:
-        settings, strategy, store = runtime()
-        deadline = Deadline.from_remaining(
-            context.get_remaining_time_in_millis() / 1000, reserve_seconds=settings.deadline_reserve_seconds
-        )
-        response, stats = Transformation(settings, strategy, store).run(parse_event(event), deadline)
-    except TransformationError:
-        metrics.add_metric(name="TransformationErrors", unit=MetricUnit.Count, value=1)
-        logger.exception("transformation failed; the Knowledge Base will mark the file(s) as failed")
-        raise
-    record(strategy.name, stats)
-    return response.dump()
+def make_handler(steps: Steps | None = None) -> LambdaHandler:
+    """A Lambda handler running the transformation, with ``steps`` (the user's, ``runtime.sdk``) around the
+    context step. The repository's own function is ``make_handler()``: one implementation for both."""
+
+    @logger.inject_lambda_context(clear_state=True)
+    @metrics.log_metrics(capture_cold_start_metric=True)
+    @tracer.capture_lambda_handler(capture_response=False)
+    def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+        # With POWERTOOLS_METRICS_DISABLED, Powertools never clears what was added: a warm environment would
+        # carry the last invocation's metrics and dimensions over (and print them anyway once a metric has
+        # 100 values).
+        metrics.clear_metrics()
+        bind_event_keys(event)
+        try:
+            settings, strategy, store = runtime()
+            deadline = Deadline.from_remaining(
+                context.get_remaining_time_in_millis() / 1000,
+                reserve_seconds=settings.deadline_reserve_seconds,
+            )
+            response, stats = Transformation(settings, strategy, store, steps).run(
+                parse_event(event), deadline
+            )
+        except TransformationError:
+            metrics.add_metric(name="TransformationErrors", unit=MetricUnit.Count, value=1)
+            logger.exception(
+                "transformation failed; the Knowledge Base is expected to mark the file(s) as failed"
+            )
+            raise
+        record(strategy.name, stats, steps=steps is not None)
+        return response.dump()
+
+    return lambda_handler
 
 
-def record(strategy: str, stats: RunStats) -> None:
+lambda_handler = make_handler()
+
+
+def record(strategy: str, stats: RunStats, *, steps: bool = False) -> None:
     metrics.add_dimension(name="Strategy", value=strategy)
     _counts(
         ("Files", stats.files),
@@ -90,6 +108,12 @@ def record(strategy: str, stats: RunStats) -> None:
         # Chunks given the document-level context: no time was left to outline their document.
         ("ContextsDocumentLevel", stats.contexts_by_source.get(DOCUMENT_LEVEL, 0)),
     )
+    if steps:  # the user's steps (runtime.sdk): what they dropped and rewrote, and what did not fit
+        _counts(
+            ("ChunksDropped", stats.chunks_dropped),
+            ("ChunksRewritten", stats.chunks_rewritten),
+            ("StepMetadataLeftOut", stats.step_metadata_left_out),
+        )
     if stats.model.used:
         record_model(stats.model)
     logger.info("transformation complete", extra={"strategy": strategy, **stats.as_log()})

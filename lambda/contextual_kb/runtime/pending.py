@@ -143,17 +143,28 @@ class PendingStore:
     def __init__(self, client: Any) -> None:
         self._client = client
 
-    def save(self, bucket: str, key: str, document: PendingDocument) -> None:
+    def save(self, bucket: str, key: str, document: PendingDocument) -> bool:
+        """Write the record; True when it is new. One already there (the same document recorded by a retried
+        or concurrent call of the same event, or by a re-sync before ``ckb contextualize``) is replaced by
+        this one and answers False, so that ``DocumentsPending`` counts each record once. S3 creates an
+        object under ``If-None-Match: *`` only when none exists, the first of concurrent writes winning
+        (conditional-writes.html); 409 is a concurrent conditional write still under way."""
         from botocore.exceptions import BotoCoreError, ClientError
 
         from contextual_kb.runtime.errors import StorageError
 
-        try:
-            self._client.put_object(
-                Bucket=bucket, Key=key, Body=document.dump(), ContentType="application/json"
-            )
-        except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code", "Unknown")
-            raise StorageError(f"s3://{bucket}/{key}: cannot record a pending document ({code})") from exc
-        except BotoCoreError as exc:
-            raise StorageError(f"s3://{bucket}/{key}: cannot record a pending document ({exc})") from exc
+        body = document.dump()
+        for condition in ({"IfNoneMatch": "*"}, {}):
+            try:
+                self._client.put_object(
+                    Bucket=bucket, Key=key, Body=body, ContentType="application/json", **condition
+                )
+                return bool(condition)
+            except ClientError as exc:
+                code = exc.response.get("Error", {}).get("Code", "Unknown")
+                if condition and code in {"PreconditionFailed", "ConditionalRequestConflict"}:
+                    continue  # there already: written again, unconditionally, and not counted
+                raise StorageError(f"s3://{bucket}/{key}: cannot record a pending document ({code})") from exc
+            except BotoCoreError as exc:
+                raise StorageError(f"s3://{bucket}/{key}: cannot record a pending document ({exc})") from exc
+        return False

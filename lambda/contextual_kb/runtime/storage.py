@@ -64,25 +64,3 @@ class S3BatchStore:
             raise StorageError(f"s3://{bucket}/{key}: cannot write output batch ({code})") from exc
         except BotoCoreError as exc:
             raise StorageError(f"s3://{bucket}/{key}: cannot write output batch ({exc})") from exc
-
-    @tracer.capture_method(capture_response=False)
-    def delete(self, bucket: str, keys: list[str]) -> None:
-        """Delete ``keys`` (outputs of a call that failed), a thousand a request."""
-        for start in range(0, len(keys), 1000):
-            objects = [{"Key": key} for key in keys[start : start + 1000]]
-            try:
-                response = self._client.delete_objects(
-                    Bucket=bucket, Delete={"Objects": objects, "Quiet": True}
-                )
-            except ClientError as exc:
-                code = exc.response.get("Error", {}).get("Code", "Unknown")
-                raise StorageError(f"s3://{bucket}: cannot delete {len(objects)} output(s) ({code})") from exc
-            except BotoCoreError as exc:
-                raise StorageError(f"s3://{bucket}: cannot delete {len(objects)} output(s) ({exc})") from exc
-            failed = response.get("Errors") or []
-            if failed:
-                first = failed[0]
-                raise StorageError(
-                    f"s3://{bucket}/{first.get('Key')}: cannot delete ({first.get('Code')}), "
-                    f"and {len(failed) - 1} more"
-                )

@@ -20,7 +20,8 @@ the validated version by ETag).
 The whole invocation is budgeted, not only the model: what is left once the model stops (the structural
 pass, batch objects read again, outputs written) is estimated from the event and the S3 latency measured so
 far (``budget.WorkLeft``), and taken off the model's time. Reads and writes run ``S3_MAX_CONCURRENCY`` at a
-time. If the call fails, the outputs it wrote are deleted: none is left that no response names.
+time. If the call fails, the outputs it wrote are left at their keys (a concurrent call of the same event may
+name them); a retry overwrites them.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from __future__ import annotations
 import bisect
 import time
 from collections import Counter, deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -74,6 +75,41 @@ class BatchStore(Protocol):
     def delete(self, bucket: str, keys: list[str]) -> None: ...
 
 
+# A document's output, by the index of the KB's text items in document order: the items written in its
+# place, each with its context (none for an item left out: its chunk dropped, or merged into an earlier one).
+Placed = dict[int, list[tuple[ContentItem, ChunkContext | None]]]
+
+
+class Steps(Protocol):
+    """The user's own steps around the context step (``contextual_kb.runtime.sdk.Pipeline``).
+
+    ``before`` is given the document as the strategy would see it and its text chunks as items, each with
+    the index of the KB text item it stands for; it returns the document the strategy is given instead,
+    and a state ``after`` takes back with the strategy's contexts (one per chunk of that document).
+    """
+
+    # Seconds the steps after the context step take on one document, as declared: until the first is
+    # measured, the deadline's tail counts them for every document not written yet.
+    seconds_per_document: float
+
+    def before(
+        self,
+        document: SourceDocument,
+        chunks: Sequence[tuple[int, ContentItem]],
+        deadline: Deadline,
+        stats: RunStats,
+    ) -> tuple[SourceDocument, object]: ...
+
+    def after(
+        self,
+        state: object,
+        contexts: tuple[ChunkContext | None, ...],
+        deadline: Deadline,
+        stats: RunStats,
+        limit: MetadataLimit,
+    ) -> Placed: ...
+
+
 @dataclass
 class RunStats:
     """What one invocation did; emitted as metrics and one summary log line."""
@@ -91,14 +127,24 @@ class RunStats:
     chunked_without_outline: int = 0  # of those, chunked with no time left to read their outline
     metadata_truncated: int = 0
     context_errors: int = 0  # chunks whose context could not be put on them: passed through, logged
+    # The user's steps (runtime.sdk): chunks they dropped (by reason), chunks whose text they replaced,
+    # keys they added that the store's metadata limit left no room for.
+    chunks_dropped: int = 0
+    chunks_rewritten: int = 0
+    step_metadata_left_out: int = 0
+    dropped_by_reason: Counter[str] = field(default_factory=Counter)
     contexts_by_source: Counter[str] = field(default_factory=Counter)
     model: ModelAccounting = field(default_factory=ModelAccounting)
 
     def as_log(self) -> dict[str, object]:
         out: dict[str, object] = {
-            k: v for k, v in vars(self).items() if k not in {"contexts_by_source", "model"}
+            k: v
+            for k, v in vars(self).items()
+            if k not in {"contexts_by_source", "model", "dropped_by_reason"}
         }
         out["contexts_by_source"] = dict(self.contexts_by_source)
+        if self.dropped_by_reason:
+            out["dropped_by_reason"] = dict(self.dropped_by_reason)
         if self.model.used:
             out["model"] = self.model.as_log()
         return out
@@ -121,13 +167,17 @@ class _LoadedFile:
     document: SourceDocument
     size: int  # bytes of its batch objects, as validated
     rechunked: _Rechunked | None = None
+    stepped: object = None  # the user's steps' state (Steps.before), when they ran on this document
 
 
 class Transformation:
-    def __init__(self, settings: Settings, strategy: ContextStrategy, store: BatchStore) -> None:
+    def __init__(
+        self, settings: Settings, strategy: ContextStrategy, store: BatchStore, steps: Steps | None = None
+    ) -> None:
         self.settings = settings
         self.strategy = strategy
         self.store = store
+        self.steps = steps
 
     @tracer.capture_method(capture_response=False)
     def run(
@@ -146,6 +196,9 @@ class Transformation:
             },
         )
         bucket = event.bucket_name
+        work.expect(files=len(event.input_files))
+        if self.steps is not None:
+            work.after_steps_per_file = self.steps.seconds_per_document
         validated = self._validate_all(event, work)
         directory = shared_directory(ref.key for file in event.input_files for ref in file.content_batches)
         writer = OutputWriter(self.store, bucket, parallelism=self.settings.s3_max_concurrency, work=work)
@@ -163,7 +216,12 @@ class Transformation:
                 if self.settings.chunking == "structure" and document.document.text:
                     document, rechunked = self._rechunk(document, deadline)
                 size = sum(validated.sizes[ref.key] for ref in file.content_batches)
-                loaded.append(_LoadedFile(file, batches, document, size, rechunked))
+                stepped = None
+                if self.steps is not None and document.chunk_count:
+                    chunks = self._step_chunks(file, batches, document, rechunked, stats)
+                    document, stepped = self.steps.before(document, chunks, deadline, stats)
+                work.file_loaded(size)
+                loaded.append(_LoadedFile(file, batches, document, size, rechunked, stepped))
                 yield document
 
         try:
@@ -171,13 +229,17 @@ class Transformation:
                 current = loaded.popleft()
                 if result.document is not current.document:  # results must come back in order
                     raise RuntimeError("strategy returned documents out of order")
-                outputs.append(self._write_file(current, result.contexts, stats, writer, directory))
+                placed = None
+                if self.steps is not None and current.stepped is not None:
+                    limit = metadata_limit(self.settings.vector_store)
+                    placed = self.steps.after(current.stepped, result.contexts, deadline, stats, limit)
+                outputs.append(self._write_file(current, result.contexts, stats, writer, directory, placed))
                 work.file_done(current.size)
             if loaded:
                 raise RuntimeError(f"strategy returned no result for {len(loaded)} file(s)")
             writer.finish()
         except BaseException:
-            writer.take_back()
+            writer.abandon()
             raise
         return TransformationResponse(outputFiles=outputs), stats
 
@@ -291,6 +353,39 @@ class Transformation:
         )
         return rechunked, _Rechunked(chunks, first, chunked.outline is None)
 
+    def _step_chunks(
+        self,
+        file: InputFile,
+        batches: dict[str, BatchObject],
+        document: SourceDocument,
+        rechunked: _Rechunked | None,
+        stats: RunStats,
+    ) -> list[tuple[int, ContentItem]]:
+        """The document's text chunks as the user's steps are given them, each with the index of the KB
+        text item it stands for: the KB's items, or ours in their place with ``CHUNKING=structure``."""
+        items = [
+            item
+            for ref in file.batches_in_document_order()
+            for item in batches[ref.key].file_contents
+            if item.is_text
+        ]
+        if rechunked is None:
+            return list(enumerate(items))
+        limit = metadata_limit(self.settings.vector_store)
+        chunks: list[tuple[int, ContentItem]] = []
+        for owner, item in enumerate(items):
+            for index in range(rechunked.first[owner], rechunked.first[owner + 1]):
+                chunk_item, left_out = _chunk_item(
+                    item,
+                    rechunked.chunks[index],
+                    document.document.text,
+                    limit=limit,
+                    file_metadata=file.file_metadata,
+                )
+                stats.metadata_truncated += int(left_out)
+                chunks.append((owner, chunk_item))
+        return chunks
+
     def _write_file(
         self,
         loaded: _LoadedFile,
@@ -298,6 +393,7 @@ class Transformation:
         stats: RunStats,
         writer: OutputWriter,
         directory: str,
+        placed: Placed | None = None,
     ) -> OutputFile:
         file = loaded.file
         chunk_count = loaded.document.chunk_count
@@ -319,8 +415,7 @@ class Transformation:
         out_refs: list[ContentBatchRef] = []
         file_stats = Counter[str]()
 
-        def contextualized(item: ContentItem, index: int) -> ContentItem:
-            context = contexts[index]
+        def contextualized(item: ContentItem, context: ChunkContext | None, index: int) -> ContentItem:
             try:
                 done = enrich(
                     item,
@@ -356,15 +451,18 @@ class Transformation:
                     file_stats["non_text_items"] += 1
                     continue
                 file_stats["chunks_in"] += 1
-                if rechunked is None:
-                    items.append(contextualized(item, text_index))
+                if placed is not None:  # the user's steps shaped the document's chunks (runtime.sdk)
+                    for number, (chunk_item, context) in enumerate(placed.get(text_index, ())):
+                        items.append(contextualized(chunk_item, context, number))
+                elif rechunked is None:
+                    items.append(contextualized(item, contexts[text_index], text_index))
                 else:
                     for index in range(rechunked.first[text_index], rechunked.first[text_index + 1]):
                         chunk_item, left_out = _chunk_item(
                             item, rechunked.chunks[index], text, limit=limit, file_metadata=file.file_metadata
                         )
                         file_stats["metadata_truncated"] += int(left_out)
-                        items.append(contextualized(chunk_item, index))
+                        items.append(contextualized(chunk_item, contexts[index], index))
                 text_index += 1
             for part, part_items in enumerate(_parts(items), 1):
                 key = output_key(ref.key, directory=directory, prefix=settings.output_prefix, part=part)

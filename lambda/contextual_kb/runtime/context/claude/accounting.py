@@ -53,7 +53,8 @@ class ModelAccounting:
     grouped_units: int = 0  # CONTEXT_MODE=auto: document units asked in groups (too short to cache)
     fallbacks: Counter[str] = field(default_factory=Counter)  # chunks given the fallback, by reason
     deferred: int = 0  # CONTEXT_DEFER=always: chunks left for `ckb contextualize` (structural for now)
-    documents_pending: int = 0  # documents recorded as pending
+    documents_pending: int = 0  # documents recorded as pending (a record new in the bucket)
+    documents_pending_refreshed: int = 0  # records already there (another call of the same document)
     pending_errors: int = 0  # pending records that could not be written (logged)
     windowed_documents: int = 0
     # The quota shared by every invocation (MODEL_QUOTA_TABLE): seconds calls waited for their turns, summed
@@ -131,6 +132,7 @@ class ModelAccounting:
             "fallbacks": dict(self.fallbacks),
             "deferred": self.deferred,
             "documents_pending": self.documents_pending,
+            "documents_pending_refreshed": self.documents_pending_refreshed,
             "pending_errors": self.pending_errors,
             "windowed_documents": self.windowed_documents,
             "quota_wait_seconds": round(self.quota_wait_seconds, 1),

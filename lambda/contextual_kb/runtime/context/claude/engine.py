@@ -262,7 +262,7 @@ class _Run:
         # Contexts made later are found through the remembered contexts: no memory, nothing to defer.
         self.defer = self.settings.context_defer if self.memory_on else "never"
         self.ids = invocation.ids
-        self.pending_saves: list[Future[None]] = []
+        self.pending_saves: list[Future[bool]] = []
         self._memory_warned = False
         self.clock = self.deadline.clock
         self.recent: list[float] = []  # durations of recent calls, successful or not
@@ -516,14 +516,20 @@ class _Run:
         if opened.learned and opened.memory_key:
             merged = {**_by_place(opened), **opened.learned}
             saves.append(
-                (io.submit(self.s.memory.save, self.bucket, opened.memory_key, merged), len(opened.learned))
+                (
+                    io.submit(
+                        self.s.memory.save, self.bucket, opened.memory_key, merged, read=opened.remembered
+                    ),
+                    len(opened.learned),
+                )
             )
         self.planner.remove(opened.seq)
         del self.open[opened.seq]
         return DocumentContexts(opened.document, tuple(opened.contexts))
 
-    def _record_pending(self, opened: _Open) -> None:
-        """Record the document for ``ckb contextualize`` (idempotent: keyed by its text and prompt)."""
+    def _record_pending(self, opened: _Open) -> bool:
+        """Record the document for ``ckb contextualize`` (idempotent: keyed by its text and prompt); True when
+        the record is new."""
         document = opened.document
         text = document.document.text
         pending = record(
@@ -543,7 +549,7 @@ class _Run:
             self.settings.context_memory_prefix,
             document.source,
         )
-        self.s.pending.save(self.bucket, key, pending)
+        return self.s.pending.save(self.bucket, key, pending)
 
     def _await_saves(self, saves: list[tuple[Future[None], int]]) -> None:
         """Wait for the pending records and remembered contexts to be written, while the deadline allows
@@ -552,7 +558,12 @@ class _Run:
         pending = [(future, 1) for future in self.pending_saves]
         self.pending_saves.clear()
         written, failed = self._await_writes(pending, "could not record a pending document")
-        self.acct.documents_pending += written
+        # A record another call of the same document wrote first is refreshed, not counted again.
+        new = sum(
+            1 for f, _ in pending if f.done() and not f.cancelled() and not f.exception() and f.result()
+        )
+        self.acct.documents_pending += new
+        self.acct.documents_pending_refreshed += written - new
         self.acct.pending_errors += failed
         written, failed = self._await_writes(saves, "could not remember contexts")
         self.acct.contexts_remembered_written += written

@@ -8,6 +8,11 @@ table, a page header) each keep their own: a retried call or a re-sync of unchan
 model call for them. Memory is an optimisation: a failure to read or write it is counted and logged, never
 fatal.
 
+Two calls of the same document may run at once (the Knowledge Base may call again: aws-facts.md): a save
+is conditional on the object being as this call read it (``If-Match`` its ETag, ``If-None-Match: *`` when
+there was none); when another call wrote it since, the save reads it again and merges (its contexts kept,
+ours over them where both have one), so a call that learned less never erases what another remembered.
+
 Format 1 (until 2026-11) keyed contexts by the chunk's text alone. Such an object is still read, for the
 chunks whose text occurs once in their document (where the key is unambiguous); the next write of that
 document's contexts stores them in format 2, by place. Nothing else is needed to migrate.
@@ -31,6 +36,9 @@ from contextual_kb.runtime.storage import S3_CONFIG
 
 FORMAT_VERSION = 2
 LEGACY_VERSION = 1
+# Conditional writes tried before a last unconditional one (each lost race reads the object again).
+SAVE_ATTEMPTS = 3
+_CHANGED = {"PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey"}
 
 
 def chunk_key(chunk: str) -> str:
@@ -56,6 +64,7 @@ class Remembered:
 
     by_place: Mapping[str, str] = field(default_factory=dict)
     by_text: Mapping[str, str] = field(default_factory=dict)
+    etag: str = ""  # of the object read ("" when there was none): a save writes only over that version
 
     def get(self, chunk: str, start: int, *, unique: bool) -> str | None:
         """The context of the chunk at ``start``; a format-1 entry only if the chunk's text is ``unique`` in
@@ -87,33 +96,70 @@ class ContextMemory:
         self.client = client or boto3.client("s3", config=S3_CONFIG)  # shared with the pending records
 
     def load(self, bucket: str, key: str) -> Remembered:
+        found, etag = self._read(bucket, key)
+        if found is None:
+            return Remembered(etag=etag)  # missing, or not ours: as if nothing were remembered
+        version, valid = found
+        if version == FORMAT_VERSION:
+            return Remembered(by_place=valid, etag=etag)
+        return Remembered(by_text=valid, etag=etag)
+
+    def _read(self, bucket: str, key: str) -> tuple[tuple[int, dict[str, str]] | None, str]:
+        """((format version, its valid entries) or None, the object's ETag or "" when it is missing)."""
         try:
             response = self.client.get_object(Bucket=bucket, Key=key)
             data = json.loads(response["Body"].read())
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "Unknown")
             if code in {"NoSuchKey", "404", "NotFound"}:
-                return Remembered()
+                return None, ""
             raise StorageError(f"s3://{bucket}/{key}: cannot read remembered contexts ({code})") from exc
         except (BotoCoreError, ValueError) as exc:
             raise StorageError(f"s3://{bucket}/{key}: cannot read remembered contexts ({exc})") from exc
+        etag = str(response.get("ETag", ""))
         if not isinstance(data, dict) or data.get("version") not in {FORMAT_VERSION, LEGACY_VERSION}:
-            return Remembered()  # not ours: as if nothing were remembered
+            return None, etag
         contexts = data.get("contexts")
         if not isinstance(contexts, dict):
-            return Remembered()
+            return None, etag
         valid = {k: v for k, v in contexts.items() if isinstance(k, str) and isinstance(v, str) and v}
-        return Remembered(by_place=valid) if data["version"] == FORMAT_VERSION else Remembered(by_text=valid)
+        return (int(data["version"]), valid), etag
 
-    def save(self, bucket: str, key: str, contexts: Mapping[str, str]) -> None:
-        """``contexts`` by place key (format 2)."""
-        body = json.dumps({"version": FORMAT_VERSION, "contexts": dict(contexts)}, ensure_ascii=False)
+    def save(
+        self, bucket: str, key: str, contexts: Mapping[str, str], *, read: Remembered | None = None
+    ) -> None:
+        """``contexts`` by place key (format 2), written over the version ``read`` (what this call loaded;
+        None: read it now). Another call's write since then is read and merged (module docstring)."""
+        entries = dict(contexts)
+        if read is None:
+            found, etag = self._read(bucket, key)
+            entries = {**(found[1] if found and found[0] == FORMAT_VERSION else {}), **entries}
+        else:
+            etag = read.etag
+        for _ in range(SAVE_ATTEMPTS):
+            condition = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
+            if self._put(bucket, key, entries, condition):
+                return
+            found, etag = self._read(bucket, key)  # another call wrote it: its contexts, ours over them
+            entries = {**(found[1] if found and found[0] == FORMAT_VERSION else {}), **dict(contexts)}
+        self._put(bucket, key, entries, {})  # still racing: the last write stands, as before
+
+    def _put(self, bucket: str, key: str, entries: Mapping[str, str], condition: dict[str, str]) -> bool:
+        """Write; False when the condition did not hold (another call wrote the object since)."""
+        body = json.dumps({"version": FORMAT_VERSION, "contexts": dict(entries)}, ensure_ascii=False)
         try:
             self.client.put_object(
-                Bucket=bucket, Key=key, Body=body.encode("utf-8"), ContentType="application/json"
+                Bucket=bucket,
+                Key=key,
+                Body=body.encode("utf-8"),
+                ContentType="application/json",
+                **condition,
             )
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "Unknown")
+            if condition and code in _CHANGED:
+                return False
             raise StorageError(f"s3://{bucket}/{key}: cannot write remembered contexts ({code})") from exc
         except BotoCoreError as exc:
             raise StorageError(f"s3://{bucket}/{key}: cannot write remembered contexts ({exc})") from exc
+        return True

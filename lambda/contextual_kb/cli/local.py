@@ -1,0 +1,99 @@
+"""``ckb local``: a whole deployment on 127.0.0.1 (``local/stack.py``) until Ctrl-C, for ``ckb upload``,
+``sync``, ``query``, ``ask``, ``doctor``, ``eval --stack`` and ``ckb mcp`` run in another shell with the
+variables it prints."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated
+
+import typer
+
+from contextual_kb.cli.errors import choice
+from contextual_kb.cli.terminal import console, error_console
+
+STRATEGIES = ("claude", "structural", "none")
+
+
+@contextmanager
+def running_stack(*, max_tokens: int = 300, overlap: int = 20, dense: bool = False) -> Iterator[object]:
+    """The local stack with the deployed index's analysis (and MiniLM vectors with ``dense``)."""
+    from contextual_kb.evaluation.lexical import ANALYZERS
+    from contextual_kb.local.stack import local_stack
+
+    embed = None
+    if dense:
+        from contextual_kb.cli.errors import usage
+        from contextual_kb.evaluation.dense import DenseUnavailableError, MiniLm
+
+        embed = MiniLm().embed
+        try:
+            embed(["a probe, so a missing dense extra is said now"])
+        except DenseUnavailableError as exc:
+            raise usage("--dense", str(exc)) from None
+    with local_stack(
+        analyzer=ANALYZERS["index"], embed=embed, max_tokens=max_tokens, overlap_percentage=overlap
+    ) as stack:
+        yield stack
+
+
+def local(
+    strategy: Annotated[
+        str,
+        typer.Option(
+            envvar="CONTEXT_STRATEGY",
+            help="The transformation's context strategy (claude calls the local Bedrock stand-in).",
+            callback=choice(STRATEGIES),
+            metavar="NAME",
+        ),
+    ] = "claude",
+    max_tokens: Annotated[
+        int, typer.Option(help="The data source's fixed-size chunking: tokens per chunk.", min=1, metavar="N")
+    ] = 300,
+    overlap: Annotated[
+        int, typer.Option(help="Fixed-size chunking: overlap percentage.", min=0, max=99, metavar="PCT")
+    ] = 20,
+    dense: Annotated[
+        bool,
+        typer.Option(
+            "--dense", help="Vectors too (MiniLM, the dense extra): SEMANTIC search, and HYBRID fuses both."
+        ),
+    ] = False,
+    until_stdin_closes: Annotated[
+        bool, typer.Option("--until-stdin-closes", help="Stop when standard input closes (a parent's pipe).")
+    ] = False,
+) -> None:
+    """A local Knowledge Base and stack on 127.0.0.1 (local S3, the Bedrock stand-in, ingestion that runs the
+    real handler), until Ctrl-C: prints the variables that point ckb, boto3 and ckb mcp at it."""
+    os.environ["CONTEXT_STRATEGY"] = strategy
+    started = time.perf_counter()
+    with running_stack(max_tokens=max_tokens, overlap=overlap, dense=dense) as stack:
+        out = console()
+        environment = stack.environment()  # type: ignore[attr-defined]
+        for name, value in environment.items():
+            out.print(f"export {name}={shlex.quote(value)}", markup=False, highlight=False)
+        sys.stdout.flush()
+        error_console().print(
+            f"local stack {environment['CKB_STACK']} ready in {time.perf_counter() - started:.1f} s "
+            f"(strategy {strategy}); in another shell, set the variables above, then: ckb upload DOCS; ckb "
+            "sync; ckb query TEXT. Its Rerank is a deterministic stand-in (BM25 among the candidates), not "
+            "a model, and ckb ask's answers are the Bedrock stand-in's, made by rule. Ctrl-C stops it (and "
+            "forgets everything)."
+        )
+        try:
+            if until_stdin_closes:
+                sys.stdin.read()  # returns at EOF: the parent closed the pipe or died
+            else:
+                while True:
+                    time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+
+
+def register(app: typer.Typer) -> None:
+    app.command(name="local")(local)
