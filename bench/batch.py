@@ -1,7 +1,7 @@
 """Contexts made later (issue 20): the cost of `ckb contextualize` against the on-demand floor, the command at
 scale, and the speed of an ingestion that defers every context against one that calls the model in the Lambda.
 
-    .venv/bin/python bench/batch.py [cost] [speed] [scale] [--dataset PATH]   # make bench-batch (~8 min)
+    .venv/bin/python bench/batch.py [cost] [speed] [scale] [workflow] [--dataset PATH]   # make bench-batch
 
 cost: ``ckb contextualize --local`` on the codebase corpus (90 documents, 737 chunks): the handler with
 CONTEXT_DEFER=always, then batch records of 20 and 40 chunks through the batch inference stand-in (its
@@ -19,6 +19,11 @@ process, once with it in a child process.
 
 scale: ``ckb contextualize`` over 90, 360 and 1,440 pending documents with every S3 request of the command
 delayed 20 ms: the whole run's seconds, and the plan's peak memory.
+
+workflow: the deferred workflow's looks (``deferred/workflow.py``'s step, each a new execution's) over the
+same 1,440 pending documents at the same 20 ms, beside the single process on the same documents: each look's
+seconds (the first plans and submits; the last stores and settles), the longest against Lambda's 15 minutes,
+the cost against the floor. One shard: the workflow runs one look per execution (no Distributed Map split).
 """
 
 from __future__ import annotations
@@ -188,6 +193,61 @@ def scale(copies: tuple[int, ...] = (1, 4, 16), latency_ms: float = 20.0) -> Non
         )
 
 
+def workflow(copies: int = 16, latency_ms: float = 20.0) -> None:
+    """The workflow's looks against the single process, on the same pending documents and S3 latency."""
+    import time
+
+    import boto3
+
+    from contextual_kb.deferred.concurrency import S3_CONNECTIONS
+    from contextual_kb.deferred.offline import REGION, LocalWorld
+    from contextual_kb.deferred.workflow import step
+    from contextual_kb.local.batch_standin import BatchConfig
+
+    def delayed_s3() -> object:
+        from botocore.config import Config
+
+        client = boto3.client("s3", region_name=REGION, config=Config(max_pool_connections=S3_CONNECTIONS))
+        client.meta.events.register("request-created.s3", lambda **_: time.sleep(latency_ms / 1000))
+        return client
+
+    documents = load_documents_copied(copies)
+    with LocalWorld(documents, BatchConfig(step_seconds=0.02)) as world:
+        world.ingest("always")
+        started = time.perf_counter()
+        single = world.contextualizer(s3=delayed_s3(), poll_seconds=0.05).run()
+        single_seconds = time.perf_counter() - started
+    looks: list[tuple[str, float]] = []
+    with LocalWorld(documents, BatchConfig(step_seconds=0.02)) as world:
+        world.ingest("always")
+        mode = "start"
+        while True:
+            look = world.contextualizer(s3=delayed_s3(), follow=False)
+            look.claim.owner = f"workflow:look-{len(looks)}"
+            started = time.perf_counter()
+            result = step({"mode": mode}, look, reingest=None)
+            looks.append((result["outcome"], time.perf_counter() - started))
+            if result["outcome"] != "waiting" or len(looks) > 1000:
+                break
+            mode = "resume"
+            time.sleep(0.05)  # the wait between looks (Step Functions'), not counted
+        summary = result["summary"]
+    print(f"\nthe deferred workflow's looks ({latency_ms:.0f} ms per S3 request, one shard):\n")
+    print(
+        "| pending documents | looks | first look (plan, submit) s | last look (store, settle) s | "
+        "longest s | looks' sum s | single process s | cost / floor (workflow) | cost / floor (single) | "
+        "pending after |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    seconds = [s for _, s in looks]
+    print(
+        f"| {summary['documents']:,} | {len(looks)} | {seconds[0]:.1f} | {seconds[-1]:.1f} | "
+        f"{max(seconds):.1f} | {sum(seconds):.1f} | {single_seconds:.1f} | {summary['cost_vs_floor']} | "
+        f"{single.cost_vs_floor} | {summary['pending_after']} |",
+        flush=True,
+    )
+
+
 def load_documents_copied(copies: int) -> list[dict]:
     """The corpus ``copies`` times over, each copy's documents with their own name and a first line of their
     own (another text: another pending record)."""
@@ -209,16 +269,20 @@ if __name__ == "__main__":
 
     parser = argparse.ArgumentParser(description="contexts made later: cost, speed, scale")
     # no ``choices``: Python 3.11's argparse checks an empty default list against them and refuses it
-    parser.add_argument("parts", nargs="*", metavar="cost|speed|scale", help="all three when none is given")
+    parser.add_argument(
+        "parts", nargs="*", metavar="cost|speed|scale|workflow", help="all four when none is given"
+    )
     parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASET, help="a codebase-format corpus")
     args = parser.parse_args()
-    if unknown := sorted(set(args.parts) - {"cost", "speed", "scale"}):
-        parser.error(f"unknown part {unknown[0]!r}: choose cost, speed or scale")
+    if unknown := sorted(set(args.parts) - {"cost", "speed", "scale", "workflow"}):
+        parser.error(f"unknown part {unknown[0]!r}: choose cost, speed, scale or workflow")
     DATASET = args.dataset
-    parts = args.parts or ["cost", "speed", "scale"]
+    parts = args.parts or ["cost", "speed", "scale", "workflow"]
     if "cost" in parts:
         cost()
     if "speed" in parts:
         speed()
     if "scale" in parts:
         scale()
+    if "workflow" in parts:
+        workflow()

@@ -29,6 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "lambda" / "contextual_kb"
 # What of the package the function runs: the runtime part alone (and the package's own __init__).
 RUNTIME_PARTS = ("__init__.py", "py.typed", "runtime")
+# The deferred workflow's step (stacks/deferred_workflow.py): ckb contextualize's code and what it imports
+# (the runtime, and query's re-ingestion and stack clients); its own asset, never the function's.
+WORKFLOW_PARTS = (*RUNTIME_PARTS, "query", "deferred")
 STAGING = ROOT / "cdk.out" / ".bundle-input"
 BUNDLE_CACHE = ROOT / "cdk.out" / ".bundles"
 DOCKER_PLATFORMS = {"arm64": "linux/arm64", "x86_64": "linux/amd64"}
@@ -42,14 +45,14 @@ def runtime_requirements() -> list[str]:
     return [r for r in project["dependencies"] if r.split("==")[0].split("[")[0].lower() not in provided]
 
 
-def _inputs() -> dict[str, bytes]:
+def _inputs(parts: tuple[str, ...] = RUNTIME_PARTS) -> dict[str, bytes]:
     """Relative path -> content of everything the asset is built from."""
     files = {
         "requirements.txt": "\n".join(runtime_requirements()).encode() + b"\n",
         "constraints.txt": (ROOT / "constraints.txt").read_bytes(),
         "asset_build.py": ASSET_BUILD.read_bytes(),
     }
-    for part in RUNTIME_PARTS:
+    for part in parts:
         path = PACKAGE / part
         found = sorted(path.rglob("*")) if path.is_dir() else [path]
         for file in found:
@@ -58,22 +61,22 @@ def _inputs() -> dict[str, bytes]:
     return files
 
 
-def bundle_key(architecture: str) -> str:
+def bundle_key(architecture: str, parts: tuple[str, ...] = RUNTIME_PARTS) -> str:
     """Equal inputs, equal bundles: the hash of the staged inputs and the platform."""
     digest = hashlib.sha256(architecture.encode())
-    for name, content in sorted(_inputs().items()):
+    for name, content in sorted(_inputs(parts).items()):
         digest.update(name.encode() + b"\0" + hashlib.sha256(content).digest())
     return digest.hexdigest()[:32]
 
 
-def stage(architecture: str) -> tuple[Path, str]:
+def stage(architecture: str, parts: tuple[str, ...] = RUNTIME_PARTS) -> tuple[Path, str]:
     """The input folder for this content (written once), and its key."""
-    key = bundle_key(architecture)
+    key = bundle_key(architecture, parts)
     folder = STAGING / key
     if not folder.is_dir():
         building = STAGING / f"{key}.staging-{os.getpid()}"
         shutil.rmtree(building, ignore_errors=True)
-        for name, content in _inputs().items():
+        for name, content in _inputs(parts).items():
             target = building / name
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(content)
@@ -81,9 +84,9 @@ def stage(architecture: str) -> tuple[Path, str]:
     return folder, key
 
 
-def build(target: Path, architecture: str) -> None:
+def build(target: Path, architecture: str, parts: tuple[str, ...] = RUNTIME_PARTS) -> None:
     """The bundle into ``target``: built once per content (cdk.out/.bundles), then copied."""
-    source, key = stage(architecture)
+    source, key = stage(architecture, parts)
     cached = BUNDLE_CACHE / f"{key}-{architecture}"
     if not cached.is_dir():
         building = BUNDLE_CACHE / f"{cached.name}.building-{os.getpid()}"
@@ -95,12 +98,13 @@ def build(target: Path, architecture: str) -> None:
 
 @jsii.implements(ILocalBundling)
 class LocalPipBundling:
-    def __init__(self, architecture: str) -> None:
+    def __init__(self, architecture: str, parts: tuple[str, ...] = RUNTIME_PARTS) -> None:
         self.architecture = architecture
+        self.parts = parts
 
     def try_bundle(self, output_dir: str, *, image: DockerImage, **_: object) -> bool:
         try:
-            build(Path(output_dir), self.architecture)
+            build(Path(output_dir), self.architecture, self.parts)
         except (OSError, subprocess.CalledProcessError) as exc:
             print(f"local bundling failed ({exc}); falling back to Docker", file=sys.stderr)
             return False
@@ -117,8 +121,10 @@ def docker_command(architecture: str) -> list[str]:
     ]
 
 
-def function_code(architecture: str) -> lambda_.Code:
-    source, key = stage(architecture)
+def function_code(architecture: str, parts: tuple[str, ...] = RUNTIME_PARTS) -> lambda_.Code:
+    """The transformation function's asset (the runtime alone), or, given ``WORKFLOW_PARTS``, the deferred
+    workflow step's."""
+    source, key = stage(architecture, parts)
     return lambda_.Code.from_asset(
         str(source),
         asset_hash=key,
@@ -126,7 +132,7 @@ def function_code(architecture: str) -> lambda_.Code:
         bundling=BundlingOptions(
             image=lambda_.Runtime.PYTHON_3_13.bundling_image,
             platform=DOCKER_PLATFORMS[architecture],
-            local=LocalPipBundling(architecture),
+            local=LocalPipBundling(architecture, parts),
             command=docker_command(architecture),
         ),
     )

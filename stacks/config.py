@@ -102,6 +102,11 @@ class StackConfig(BaseModel):
     # The Knowledge Base's own ingestion logs (APPLICATION_LOGS), delivered to a log group of the stack; off
     # for a Knowledge Base whose logs are already delivered elsewhere.
     ingestion_logs: bool = Field(default=True, alias="ingestionLogs")
+    # The deferred loop as a serverless workflow (docs/DEFERRED.md, "In the cloud"): when to look for pending
+    # work; unset: no workflow (ckb contextualize by hand).
+    auto_contextualize: Literal["nightly", "after-ingestion", "both"] | None = Field(
+        default=None, alias="autoContextualize"
+    )
 
     # --- attach mode: contextual retrieval for a Knowledge Base the user already has (docs/ATTACH.md) ---
     knowledge_base_id: str | None = Field(default=None, alias="knowledgeBaseId", pattern=r"^[0-9a-zA-Z]{10}$")
@@ -147,6 +152,11 @@ class StackConfig(BaseModel):
     @model_validator(mode="after")
     def _combinations(self) -> StackConfig:
         self._attach_is_whole()
+        if self.attach and self.auto_contextualize:
+            raise ValueError(
+                "autoContextualize in attach mode: not supported yet (the stack has no source bucket to "
+                "grant the re-ingestion's marks on); run ckb contextualize, or deploy the full stack"
+            )
         if self.alarm_email and self.alarm_topic_arn:
             raise ValueError(
                 "alarmEmail with alarmTopicArn: the alarms go to your topic; subscribe the address to it"

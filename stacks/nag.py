@@ -43,6 +43,8 @@ def acknowledge(stack: ContextualKbStack | AttachStack) -> None:
         intermediate = _bucket(stack.storage.intermediate)
         _function(stack.transform, intermediate, stack.config.model_id)
         _full_stack(stack)
+        if stack.deferred is not None:
+            stack.deferred.acknowledge(stack.storage.intermediate, stack.storage.source)
     _batch(stack.batch, intermediate, stack.config.model_id)
     _alarm_topic(stack.alarm_topic)
 

@@ -10,6 +10,7 @@ from stacks.alarm_topic import AlarmTopic
 from stacks.batch import BatchRole
 from stacks.bundling import resources_code
 from stacks.config import StackConfig
+from stacks.deferred_workflow import DeferredWorkflow
 from stacks.function import TransformFunction
 from stacks.ingestion_logs import IngestionLogs
 from stacks.knowledge_base import KnowledgeBase, knowledge_base_role
@@ -85,6 +86,22 @@ class ContextualKbStack(Stack):
             shares_quota=config.shares_quota,
             ingestion=self.ingestion_logs,
         )
+        self.deferred = (
+            DeferredWorkflow(
+                self,
+                "Deferred",
+                schedule=config.auto_contextualize,
+                intermediate=self.storage.intermediate,
+                source=self.storage.source,
+                batch_role=self.batch.role,
+                model_id=config.model_id,
+                knowledge_base_id=kb.knowledge_base.attr_knowledge_base_id,
+                data_source_id=kb.data_source.attr_data_source_id,
+                topic=self.alarm_topic.topic,
+            )
+            if config.auto_contextualize
+            else None
+        )
         for name, value in (
             ("KnowledgeBaseId", kb.knowledge_base.attr_knowledge_base_id),
             ("DataSourceId", kb.data_source.attr_data_source_id),
@@ -96,5 +113,10 @@ class ContextualKbStack(Stack):
             ("BatchRoleArn", self.batch.role.role_arn),
             ("AlarmTopicArn", self.alarm_topic.topic.topic_arn),
             *([("IngestionLogGroupName", self.ingestion_logs.log_group_name)] if self.ingestion_logs else []),
+            *(
+                [("ContextualizeStateMachineArn", self.deferred.state_machine.state_machine_arn)]
+                if self.deferred
+                else []
+            ),
         ):
             CfnOutput(self, name, value=value)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from stacks.deferred_workflow import ALARM_IDS
 from tests.infra.conftest import cfn_lint, resources
 from tests.infra.test_readme_commands import ROOT, _environment, as_synth, cdk_commands
 
@@ -129,7 +130,8 @@ def test_each_alarms_description_links_to_its_runbook_entry(
         steps = re.findall(r"^\d\. ", body, re.MULTILINE)
         assert len(steps) == 3, entry[:40]
         assert "`" in body  # the commands that show it
-    assert seen | {"AttemptsWithoutQuotaTurns"} == headings  # the quota's alarm: tests/infra/test_variants.py
+    # The quota's alarm: tests/infra/test_variants.py; the deferred workflow's: test_deferred_workflow.py.
+    assert seen | {"AttemptsWithoutQuotaTurns", *ALARM_IDS} == headings
 
 
 @pytest.mark.parametrize("name", VARIANTS)

@@ -240,11 +240,13 @@ def adapt_assembly(
     *,
     attributes: dict[tuple[str, str], str],
     function_environment: dict[str, str],
+    step_environment: dict[str, str] | None = None,
 ) -> list[str]:
     """A copy of a cloud assembly that ministack deploys: the refused types left out (``attributes``: the
     values of their attributes, by logical-id prefix and name), the template's new hash written into both
     manifests, the transformation's asset rebuilt for this machine, ``function_environment`` added to the
-    transformation function. The logical ids left out are returned."""
+    transformation function (``step_environment`` to the deferred workflow's step, its asset rebuilt too).
+    The logical ids left out are returned."""
     from stacks import bundling
 
     shutil.rmtree(target, ignore_errors=True)
@@ -255,15 +257,21 @@ def adapt_assembly(
     removed = strip_unsupported(template, attributes)
     for resource in template["Resources"].values():
         properties = resource.get("Properties", {})
-        if resource["Type"] == "AWS::Lambda::Function" and properties.get("Handler", "").startswith(
-            "contextual_kb.runtime."
+        handler = properties.get("Handler", "")
+        if resource["Type"] == "AWS::Lambda::Function" and handler.startswith(
+            ("contextual_kb.runtime.", "contextual_kb.deferred.")
         ):
-            properties["Environment"]["Variables"].update(function_environment)
+            # The deferred workflow's step (autoContextualize) has an asset of its own.
+            step = handler.startswith("contextual_kb.deferred.")
+            properties["Environment"]["Variables"].update(
+                (step_environment or {}) if step else function_environment
+            )
             if host_architecture() != "arm64":
                 asset = target / f"asset.{properties['Code']['S3Key'].removesuffix('.zip')}"
                 shutil.rmtree(asset)
                 asset.mkdir()
-                bundling.build(asset, host_architecture())
+                parts = bundling.WORKFLOW_PARTS if step else bundling.RUNTIME_PARTS
+                bundling.build(asset, host_architecture(), parts)
     new = json.dumps(template, indent=1).encode()
     path.write_bytes(new)
     old_hash, new_hash = hashlib.sha256(old).hexdigest(), hashlib.sha256(new).hexdigest()

@@ -112,6 +112,23 @@ def contextualize(
     poll_seconds: Annotated[
         float, typer.Option(help="Seconds between job status checks.", min=0.01, metavar="SECONDS")
     ] = 30.0,
+    status: Annotated[
+        bool,
+        typer.Option(
+            "--status",
+            help="Where the deferred loop stands, reading only: the run under way (or the latest), who "
+            "holds it, its jobs, contexts stored, documents re-ingested and the cost so far against the "
+            "floor; with autoContextualize, the workflow's latest executions.",
+        ),
+    ] = False,
+    workflow: Annotated[
+        bool,
+        typer.Option(
+            "--workflow",
+            help="Start the stack's workflow (autoContextualize) instead of running here: one look, in AWS, "
+            "that resumes the run under way or plans a new one. --status follows it.",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print only the summary, as JSON.")] = False,
     yes: Annotated[bool, typer.Option("--yes", help=YES_HELP)] = False,
     stack: Stack = DEFAULT_STACK,
@@ -123,6 +140,11 @@ def contextualize(
     from contextual_kb.runtime.context.claude.pricing import batch_prices_for
     from contextual_kb.runtime.errors import TransformationError
 
+    if status or workflow:
+        if local:
+            raise usage("--status" if status else "--workflow", "reads the stack's run, not with --local")
+        _status(stack, region, start=workflow, as_json=as_json)
+        return
     try:
         batch_prices_for("claude-haiku-4-5", batch_prices)
     except TransformationError as exc:
@@ -277,6 +299,79 @@ def _on_aws(
     )
     summary = contextualizer.run(reingest=_reingest(deployment, ingestion, s3, log) if reingest else None)
     return summary.as_dict()
+
+
+def _status(stack: str, region: str | None, *, start: bool, as_json: bool) -> None:
+    """``--status`` (and ``--workflow``, which starts a look first): the run from the intermediate bucket,
+    the workflow's executions from Step Functions."""
+    from contextual_kb.deferred.status import run_status, start_workflow, workflow_runs
+    from contextual_kb.query import aws_clients
+
+    deployment = deployment_of(stack, region)
+    machine = deployment.state_machine_arn
+    if start and not machine:
+        raise CliError(
+            f"stack {deployment.stack} has no deferred workflow",
+            "it was deployed without autoContextualize",
+            "deploy it with -c autoContextualize=nightly (or after-ingestion, both), or run ckb "
+            "contextualize here",
+        )
+    states = aws_clients.client("stepfunctions", deployment.region) if machine else None
+    started = start_workflow(states, machine) if start else ""
+    result = run_status(aws_clients.client("s3", deployment.region), deployment.intermediate_bucket)
+    result["workflow"] = workflow_runs(states, machine) if states is not None else None
+    if started:
+        result["started"] = started
+    if as_json:
+        write_json(result)
+        return
+    _print_status(result)
+
+
+def _print_status(result: dict[str, Any]) -> None:
+    out = console()
+    if result.get("started"):
+        out.print(f"started the workflow: {result['started']}", markup=False)
+    if not result["run"]:
+        out.print(
+            "no run yet: nothing was contextualized (ckb contextualize --dry-run quotes it)", markup=False
+        )
+    else:
+        table = Table(title=f"ckb contextualize {result['run']}", show_header=False)
+        table.add_column("what")
+        table.add_column("value", justify="right")
+        rows: list[tuple[str, Any]] = [
+            ("phase", result["phase"]),
+            ("under way, held by", result["held_by"] if result["under_way"] else "no (finished)"),
+        ]
+        if "pending" in result:
+            cost_vs_floor = result["cost_vs_floor"]
+            rows += [
+                ("pending chunks planned", result["pending"]),
+                ("documents", result["documents"]),
+                ("records", result["records"]),
+                ("jobs submitted / stored", f"{result['jobs_submitted']} / {result['jobs_stored']}"),
+                ("contexts stored", result["contexts_stored"]),
+                ("failed records", result["failed_records"]),
+                ("documents re-ingested", result["reingested_documents"]),
+                ("cost so far", f"${result['cost_usd']:.4f}"),
+                ("floor (on demand, each document once)", f"${result['floor_usd']:.4f}"),
+                ("cost / floor", "-" if cost_vs_floor is None else f"{cost_vs_floor:.3f}"),
+            ]
+        for name, value in rows:
+            table.add_row(name, plain(str(value)))
+        out.print(table)
+        for job in result.get("jobs", []):
+            out.print(f"job {job['name']}: {job['status']} ({job['records']} records)", markup=False)
+    if result["workflow"] is None:
+        out.print("no deferred workflow on this stack (deploy with -c autoContextualize=...)", markup=False)
+        return
+    runs = Table(title="the workflow's latest looks")
+    for column in ("execution", "status", "outcome", "run", "started"):
+        runs.add_column(column)
+    for execution in result["workflow"]:
+        runs.add_row(*(plain(str(execution[k])) for k in ("name", "status", "outcome", "run", "started")))
+    out.print(runs)
 
 
 def _reingest(deployment: Any, ingestion: Any, s3: Any, log: Any) -> Any:

@@ -36,6 +36,10 @@ class ContextualizeError(Exception):
     """The run cannot go on; the message says why and what to do."""
 
 
+class BusyError(ContextualizeError):
+    """Another process holds the run (its claim is live): nothing is wrong, the run is under way there."""
+
+
 class Claim:
     def __init__(
         self,
@@ -45,13 +49,16 @@ class Claim:
         *,
         lease_seconds: float = LEASE_SECONDS,
         clock: Callable[[], float] = time.time,
+        owner: str = "",
     ) -> None:
         self.s3 = s3
         self.bucket = bucket
         self.key = key
         self.lease_seconds = lease_seconds
         self.clock = clock  # compared with S3's LastModified: a skew of seconds is nothing to a lease
-        self.owner = uuid.uuid4().hex
+        # A process's own, or a workflow execution's name: each of its steps is a new process, and one
+        # that finds the claim still naming its owner (a step retried after a timeout) takes it at once.
+        self.owner = owner or uuid.uuid4().hex
         self.run = ""
         self.etag = ""  # of the claim as this process last wrote it; "" when it holds none
         self._renewed = 0.0
@@ -98,14 +105,20 @@ class Claim:
                     f"{self.where} was claimed and released while this run started: run it again"
                 )
         body, etag, age = seen
-        if body.get("owner") and age < self.lease_seconds:
-            raise ContextualizeError(
-                f"run {body['run']} is under way in another ckb contextualize (its claim renewed "
+        if body.get("owner") and body["owner"] != self.owner and age < self.lease_seconds:
+            owner = str(body["owner"])
+            holder = (
+                f"the stack's deferred workflow (execution {owner.removeprefix('workflow:')})"
+                if owner.startswith("workflow:")
+                else "another ckb contextualize"
+            )
+            raise BusyError(
+                f"run {body['run']} is under way in {holder} (its claim renewed "
                 f"{max(age, 0):.0f} s ago; a claim lapses {self.lease_seconds:.0f} s after its last "
                 "renewal): wait for it to end, then run again to see its result"
             )
         if not self._write(body["run"], {"IfMatch": etag}):
-            raise ContextualizeError(
+            raise BusyError(
                 f"another ckb contextualize took over run {body['run']} at the same moment: wait for it to "
                 "end, then run again"
             )

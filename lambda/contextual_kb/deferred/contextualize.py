@@ -39,7 +39,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import closing, suppress
 from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -74,6 +74,7 @@ ON_DEMAND_SLICE = 50
 # A conditional write or delete refused: the object changed (412), a concurrent write won (409), or is gone.
 CHANGED_MEANWHILE = {"PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey"}
 CURRENT = "current.json"
+NOTHING_PENDING = "nothing pending: no job submitted"
 # A pending record deleted, or rewritten unreadable, between the plan's two passes.
 GONE, BROKEN = "gone", "broken"
 # When nothing is known of a document's context length, an output's estimate (dry run): measured on the
@@ -97,6 +98,9 @@ class Options:
     dry_run: bool = False
     poll_seconds: float = 30.0
     timeout_hours: int = 24
+    # False: one look at the jobs, and the run left unfinished (its claim released) while any still runs:
+    # the workflow's steps, whose waits are Step Functions' (deferred/workflow.py). True: followed to the end.
+    follow: bool = True
 
 
 @dataclass
@@ -108,6 +112,7 @@ class Summary:
     records: int = 0
     jobs: int = 0
     jobs_failed: int = 0
+    jobs_running: int = 0  # not ended at the last look (a run not followed to the end: Options.follow)
     on_demand_records: int = 0
     model_contexts: int = 0  # chunks of these documents with a model context once the run is over
     contexts_stored: int = 0  # of which made by this run
@@ -182,6 +187,7 @@ class Contextualizer:
         progress: Callable[[str, int, int], None] = lambda *_: None,
         sleep: Callable[[float], None] = time.sleep,
         confirm: Callable[[Summary], None] | None = None,
+        owner: str = "",
     ) -> None:
         self.s3 = s3
         # Shown the plan's estimate before anything is submitted (a new run, not a dry one); raises to stop.
@@ -195,7 +201,7 @@ class Contextualizer:
         self.sleep = sleep
         self.memory = ContextMemory(s3)
         # Which run is under way, held by this process while it works (``claim.py``).
-        self.claim = Claim(s3, options.bucket, options.batch_prefix + CURRENT)
+        self.claim = Claim(s3, options.bucket, options.batch_prefix + CURRENT, owner=owner)
 
     @property
     def s3(self) -> Any:
@@ -209,20 +215,32 @@ class Contextualizer:
             self.memory = ContextMemory(client)
 
     # --- the run ---
-    def run(self, reingest: Reingest | None = None) -> Summary:
+    def run(self, reingest: Reingest | None = None, *, plan: bool = True) -> Summary:
         """The run: claimed first (``claim.py``), so that two at once never plan the same pending chunks;
-        an unfinished one whose process stopped is resumed. A dry run claims nothing and writes nothing."""
+        an unfinished one whose process stopped is resumed. A dry run claims nothing and writes nothing.
+        ``plan`` false: only an unfinished run is resumed, none planned (the workflow's job-end checks)."""
         if self.options.dry_run:
             return self._dry_run()
+        if not plan and self.unfinished() is None:
+            return Summary(notes=["no run under way: nothing to resume"])
         run = self.claim.take(_new_run())
         try:
-            return self._run(run, reingest)
+            summary = self._run(run, reingest)
+            if summary.jobs_running:  # not followed to the end: the next look (any process) resumes it
+                self.claim.release()
+            return summary
         except BaseException:
             # Stopped on an error or an interrupt: the next run resumes at once. A release that fails
             # hides nothing: the claim then lapses, and the error raised is the run's own.
             with suppress(Exception):
                 self.claim.release()
             raise
+
+    def unfinished(self) -> dict[str, Any] | None:
+        """The state of the run the claim names, when it is unfinished; None when no run is under way."""
+        seen = self.claim.peek()
+        state = self._load(seen[0]["run"]) if seen is not None else None
+        return state if state is not None and state["phase"] != "done" else None
 
     def _dry_run(self) -> Summary:
         """The plan's quote; an unfinished run's documents are left out of it (resuming it pays for
@@ -256,7 +274,7 @@ class Contextualizer:
             state = self._plan(run)
             if not state["records"] and not state["touched"]:
                 summary = Summary(**state["summary"])
-                summary.notes.append("nothing pending: no job submitted")
+                summary.notes.append(NOTHING_PENDING)
                 self.claim.release(finished=True)
                 return summary
             if not state["records"]:  # only documents awaiting re-ingestion: nothing to ask
@@ -269,7 +287,11 @@ class Contextualizer:
             state["phase"] = "submitted"
             self._save(state)
         if state["phase"] == "submitted":
-            self._collect_and_store(state)
+            running = self._collect_and_store(state)
+            if running:
+                summary = Summary(**state["summary"])
+                summary.jobs_running = running
+                return summary
             state["phase"] = "stored"
             self._save(state)
         summary = Summary(**state["summary"])
@@ -627,12 +649,13 @@ class Contextualizer:
             self._save(state)  # resumable: a second run does not submit it again
 
     # --- collect and store ---
-    def _collect_and_store(self, state: dict[str, Any]) -> None:
+    def _collect_and_store(self, state: dict[str, Any]) -> int:
         """Each step's outputs stored, then the state saved with what it stored and what failed: a resume
         repeats at most the step it stopped in, whose writes are idempotent (remembered contexts merged by
         place; pending records settled only at the end, from the remembered contexts themselves), and
         whose on-demand answers were kept in S3 a slice at a time (a resume asks again at most the slice
-        it stopped in)."""
+        it stopped in). Returns the jobs still running when not followed to the end (``Options.follow``),
+        nothing after them done yet; 0 once every job is stored."""
         summary = Summary(**state["summary"])
         rejected: Counter[str] = Counter(summary.answers_rejected)
         on_demand = state["on_demand"]
@@ -648,6 +671,8 @@ class Contextualizer:
             for job in pending_jobs:
                 self._follow(state, job, summary, rejected)
             pending_jobs = [job for job in state["jobs"] if job["arn"] and not job["stored"]]
+            if pending_jobs and not self.options.follow:
+                return len(pending_jobs)
             if pending_jobs:
                 self.claim.renew()
                 self.sleep(self.options.poll_seconds)
@@ -676,6 +701,7 @@ class Contextualizer:
         )
         summary.failed_records = len(final)
         self._checkpoint(state, summary, rejected)
+        return 0
 
     def _follow(
         self, state: dict[str, Any], job: dict[str, Any], summary: Summary, rejected: Counter[str]
@@ -1079,7 +1105,8 @@ class Contextualizer:
 
 
 def _new_run() -> str:
-    return datetime.now().strftime("%Y%m%d%H%M%S") + uuid.uuid4().hex[:6]
+    # UTC: the name says when it was planned wherever it was (the workflow's stuck alarm reads it).
+    return datetime.now(UTC).strftime("%Y%m%d%H%M%S") + uuid.uuid4().hex[:6]
 
 
 def _parse_pending(body: bytes) -> PendingDocument | None:

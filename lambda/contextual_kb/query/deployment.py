@@ -37,6 +37,7 @@ class Deployment:
     ingestion_log_group: str = ""  # the Knowledge Base's own ingestion logs (none: not delivered)
     alarm_topic_arn: str = ""  # the topic every alarm notifies (none: a stack from before it had one)
     data_source_key_check: str = ""  # attach: the inspection's line on the data source's KMS key
+    state_machine_arn: str = ""  # the deferred workflow (autoContextualize; none: not deployed)
 
     @property
     def attached(self) -> bool:
@@ -81,4 +82,5 @@ class Deployment:
             ingestion_log_group=outputs.get("IngestionLogGroupName", ""),
             alarm_topic_arn=outputs.get("AlarmTopicArn", ""),
             data_source_key_check=outputs.get("DataSourceKeyCheck", ""),
+            state_machine_arn=outputs.get("ContextualizeStateMachineArn", ""),
         )

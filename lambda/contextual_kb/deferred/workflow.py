@@ -1,0 +1,208 @@
+"""The deferred loop as the stack's workflow runs it (``-c autoContextualize=...``,
+``stacks/deferred_workflow.py``): the Lambda step of an AWS Step Functions execution, running ``ckb
+contextualize``'s own code (``Contextualizer``), never a copy of it.
+
+One execution is one look: the run the claim names is resumed (or, started with ``mode: start``, a new one
+planned when none is under way), its jobs submitted, looked at once, and those ended stored; once every job
+is stored, the run is settled, its documents marked and one ingestion job started. A run whose jobs still
+run is left unfinished, its claim released: the next look, by the workflow (on a job's end event, or its
+schedule, since the events are best effort) or by ``ckb contextualize``, resumes it from the S3 state
+object. So the CLI and the workflow finish each other's runs, and the claim keeps two from running at once:
+a step that finds the claim held by a live process answers ``busy`` and does nothing.
+
+The claim's owner is the execution's name: a step retried by Step Functions after a timeout (its process
+gone without releasing) takes the claim back at once instead of waiting for the lease to lapse.
+
+Outcomes (the state machine's Choice reads them): ``done`` (a run finished), ``waiting`` (jobs still run),
+``busy`` (another process holds the run), ``idle`` (nothing under way, or nothing pending), ``ingesting``
+(an ingestion job runs: it may record pending documents while they are planned; the next look plans).
+Errors are raised: Step Functions' retries and catches carry the failure policy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from contextual_kb.deferred.claim import BusyError
+from contextual_kb.deferred.contextualize import NOTHING_PENDING, Contextualizer, Options, Reingest, Summary
+from contextual_kb.deferred.records import Limits
+from contextual_kb.deferred.reingest import Reingested, reingest_s3
+
+NAMESPACE = "ContextualKB"
+SERVICE = "contextual-kb-deferred"
+# An ingestion job already running when the documents are marked is waited for this long (Ingestion.start),
+# within the step's 15 minutes; past it the step fails, and its retry marks and starts again.
+INGESTION_WAIT_SECONDS = 600.0
+MODES = ("start", "resume")
+
+
+def options_from_environment(environ: dict[str, str] | None = None) -> Options:
+    """The step's settings: the function's environment, set by the stack (``stacks/deferred_workflow.py``)."""
+    env = dict(os.environ if environ is None else environ)
+    given = {
+        attribute: int(env[name])
+        for name, attribute in (
+            ("CKB_BATCH_MIN_RECORDS", "min_records"),
+            ("CKB_BATCH_MAX_RECORDS", "max_job_records"),
+            ("CKB_BATCH_MAX_FILE_RECORDS", "max_file_records"),
+            ("CKB_BATCH_MAX_FILE_BYTES", "max_file_bytes"),
+            ("CKB_BATCH_MAX_JOB_BYTES", "max_job_bytes"),
+        )
+        if env.get(name)
+    }
+    limits = Limits(**given)
+    return Options(
+        bucket=env["INTERMEDIATE_BUCKET"],
+        role_arn=env["BATCH_ROLE_ARN"],
+        group_size=int(env.get("GROUP_SIZE") or 40),
+        limits=limits,
+        batch_prices=env.get("BATCH_PRICES", ""),
+        model_prices=env.get("MODEL_PRICES", ""),
+        on_demand_retry=env.get("ON_DEMAND_RETRY", "") == "true",
+        follow=False,  # Step Functions waits, not the function
+    )
+
+
+def step(
+    event: dict[str, Any],
+    contextualizer: Contextualizer,
+    *,
+    reingest: Reingest | None,
+    ingestion_running: Callable[[], str] = lambda: "",
+    clock: Callable[[], float] = time.time,
+) -> dict[str, Any]:
+    """One look at the deferred loop (see the module's docstring). ``ingestion_running``: the id of an
+    ingestion job running on the data source, or ""."""
+    mode = str(event.get("mode") or "resume")
+    if mode not in MODES:
+        raise ValueError(f"mode {mode!r} is not one of {', '.join(MODES)}")
+    unfinished = contextualizer.unfinished()
+    if unfinished is None and mode == "resume":
+        return _result("idle", Summary(notes=["no run under way: nothing to resume"]))
+    if unfinished is None:
+        job = ingestion_running()
+        if job:
+            return _result(
+                "ingesting",
+                Summary(notes=[f"ingestion job {job} is running: planned at the next look, once it ends"]),
+            )
+    try:
+        summary = contextualizer.run(reingest=reingest, plan=mode == "start")
+    except BusyError as exc:
+        return _result("busy", Summary(notes=[str(exc)]))
+    if summary.jobs_running:
+        outcome = "waiting"
+    elif not summary.run or NOTHING_PENDING in summary.notes:
+        outcome = "idle"
+    else:
+        outcome = "done"
+    result = _result(outcome, summary)
+    started = (unfinished or {}).get("run") or summary.run
+    result["run_age_seconds"] = run_age_seconds(started, clock) if outcome == "waiting" else 0.0
+    return result
+
+
+def run_age_seconds(run: str, clock: Callable[[], float] = time.time) -> float:
+    """How long ago run ``run`` was planned: its name starts with its UTC time (``YYYYmmddHHMMSS``), whoever
+    planned it (the workflow or ``ckb contextualize``)."""
+    try:
+        planned = datetime.strptime(run[:14], "%Y%m%d%H%M%S").replace(tzinfo=UTC)
+    except ValueError:
+        return 0.0
+    return max(0.0, clock() - planned.timestamp())
+
+
+def metrics_line(result: dict[str, Any]) -> str:
+    """The step's figures as one CloudWatch embedded-metric-format line: the dashboard and alarms read them
+    (a run's age while it waits; failed records, contexts stored and cost when a run ends)."""
+    summary = result["summary"]
+    values = {"RunAgeSeconds": float(result.get("run_age_seconds", 0.0))}
+    if result["outcome"] == "done":
+        values.update(
+            {
+                "FailedRecords": float(summary.get("failed_records", 0)),
+                "ContextsStored": float(summary.get("contexts_stored", 0)),
+                "CostUsd": float(summary.get("cost_usd", 0.0)),
+                "FloorUsd": float(summary.get("floor_usd", 0.0)),
+                # What a run cost above its floor (0 when at or under it): the alarm's own figure.
+                "CostAboveFloorUsd": max(
+                    0.0, float(summary.get("cost_usd", 0.0)) - float(summary.get("floor_usd", 0.0))
+                ),
+                "AwaitingReingestion": float(summary.get("awaiting_reingestion", 0)),
+            }
+        )
+    units = {"RunAgeSeconds": "Seconds"}
+    return json.dumps(
+        {
+            "_aws": {
+                "Timestamp": int(time.time() * 1000),
+                "CloudWatchMetrics": [
+                    {
+                        "Namespace": NAMESPACE,
+                        "Dimensions": [["service"]],
+                        "Metrics": [{"Name": name, "Unit": units.get(name, "None")} for name in values],
+                    }
+                ],
+            },
+            "service": SERVICE,
+            "outcome": result["outcome"],
+            "run": summary.get("run", ""),
+            **values,
+        }
+    )
+
+
+def _result(outcome: str, summary: Summary) -> dict[str, Any]:
+    # Small: Step Functions' payload limit is 256 KB, and a summary is a few hundred bytes (not the records).
+    return {
+        "outcome": outcome,
+        "run": summary.run,
+        "jobs_running": summary.jobs_running,
+        "summary": summary.as_dict(),
+    }
+
+
+def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """The Lambda entry point: AWS clients from the function's environment and role."""
+    from contextual_kb.deferred import services
+    from contextual_kb.deferred.concurrency import S3_CONNECTIONS
+    from contextual_kb.query import aws_clients
+    from contextual_kb.query.ingestion import Ingestion
+    from contextual_kb.runtime.context.claude.client import ClaudeClient
+
+    region = os.environ.get("AWS_REGION", "")
+    s3 = aws_clients.client("s3", region, connections=S3_CONNECTIONS)
+    ingestion = Ingestion(os.environ["KNOWLEDGE_BASE_ID"], os.environ["DATA_SOURCE_ID"], region)
+    execution = str(event.get("execution") or getattr(context, "aws_request_id", ""))
+
+    def start_job() -> tuple[str, int | None]:
+        job = ingestion.start(fresh=True, wait_seconds=INGESTION_WAIT_SECONDS, notify=print)
+        return f"{job.job_id} {job.status}", None  # not followed: the ingestion runs on its own
+
+    def reingest(sources: list[str]) -> Reingested:
+        return reingest_s3(s3, sources, start_job, print)
+
+    contextualizer = Contextualizer(
+        s3,
+        aws_clients.client("bedrock", region),
+        options_from_environment(),
+        source_state=services.source_state(s3),
+        on_demand=services.on_demand(
+            ClaudeClient(region=region, timeout_seconds=120, max_retries=4, max_connections=8)
+        ),
+        log=print,
+        owner=f"workflow:{execution}",
+    )
+
+    def running() -> str:
+        job = ingestion.running()
+        return job.job_id if job is not None else ""
+
+    result = step(event, contextualizer, reingest=reingest, ingestion_running=running)
+    print(metrics_line(result))
+    return result

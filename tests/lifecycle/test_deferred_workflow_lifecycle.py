@@ -1,0 +1,176 @@
+"""The deferred workflow deployed (``-c autoContextualize=both -c contextDefer=always``) on ministack, with
+the real CDK CLI: the transformation, deployed, ingests a document with every context deferred; the deployed
+state machine's looks plan, submit to the batch inference stand-in (the step's ``bedrock`` endpoint), store
+and re-ingest (the document marked in the source bucket, an ingestion job started on ministack's Knowledge
+Base); the deployed transformation then finds every context remembered and defers nothing.
+
+Bedrock's job events cannot be sent on ministack (PutEvents with an ``aws.*`` source is refused, as on
+AWS): the looks are started as the job-end rule and the schedule start them (``{"mode": "resume"}``), which
+is also the "event never delivered" case: the schedule's looks finish the run.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contextual_kb.local.batch_standin import BatchConfig, BatchStandIn
+from tests.lifecycle.ministack import Ministack, adapt_assembly, cdk
+from tests.lifecycle.test_stack_lifecycle import EVENT, STACK, _deploy, _stack_resources, _synth, engine
+
+pytestmark = pytest.mark.lifecycle
+__all__ = ["engine"]  # the module's fixture: ministack and the stand-ins
+
+CONTEXT = ["-c", "vectorStore=s3vectors", "-c", "autoContextualize=both", "-c", "contextDefer=always"]
+DOCUMENT = "docs/payments-runbook.md"
+
+
+def _ingest(ministack: Ministack, outputs: dict[str, str]) -> dict[str, Any]:
+    """The sample event on the deployed transformation, its document in the stack's source bucket."""
+    s3 = ministack.client("s3")
+    intermediate, source = outputs["IntermediateBucketName"], outputs["SourceBucketName"]
+    for path in (EVENT / "objects").rglob("*"):
+        if path.is_file():
+            key = path.relative_to(EVENT / "objects").as_posix()
+            s3.put_object(Bucket=intermediate, Key=key, Body=path.read_bytes())
+    s3.put_object(Bucket=source, Key=DOCUMENT, Body=b"# Payments runbook\n")
+    event = json.loads((EVENT / "event.json").read_text())
+    event["bucketName"] = intermediate
+    event["inputFiles"][0]["originalFileLocation"]["s3_location"]["uri"] = f"s3://{source}/{DOCUMENT}"
+    reply = ministack.client("lambda").invoke(
+        FunctionName=outputs["TransformFunctionName"], Payload=json.dumps(event).encode()
+    )
+    payload = json.loads(reply["Payload"].read())
+    assert reply["StatusCode"] == 200 and "FunctionError" not in reply, payload
+    return dict(payload)
+
+
+def _pending(ministack: Ministack, bucket: str) -> list[str]:
+    listed = ministack.client("s3").list_objects_v2(Bucket=bucket, Prefix="contextual-kb/pending/")
+    return [o["Key"] for o in listed.get("Contents", [])]
+
+
+def _look(ministack: Ministack, machine: str, mode: str) -> dict[str, Any]:
+    """One execution, as a schedule or the job-end rule starts it; its output."""
+    states = ministack.client("stepfunctions")
+    arn = states.start_execution(stateMachineArn=machine, input=json.dumps({"mode": mode}))["executionArn"]
+    for _ in range(600):
+        described = states.describe_execution(executionArn=arn)
+        if described["status"] != "RUNNING":
+            assert described["status"] == "SUCCEEDED", described
+            return dict(json.loads(described["output"]))
+        time.sleep(0.2)
+    raise AssertionError(f"execution {arn} still running")
+
+
+def _knowledge_base(agent: Any) -> tuple[str, str]:
+    """A Knowledge Base and data source on ministack's API (its CloudFormation does not provision one): the
+    re-ingestion's ingestion job starts there."""
+    kb = agent.create_knowledge_base(
+        name="kb",
+        roleArn="arn:aws:iam::000000000000:role/kb",
+        knowledgeBaseConfiguration={"type": "VECTOR", "vectorKnowledgeBaseConfiguration": {
+            "embeddingModelArn": "arn:aws:bedrock:us-east-1::foundation-model/amazon.titan-embed-text-v2:0"}},
+        storageConfiguration={"type": "S3_VECTORS", "s3VectorsConfiguration": {
+            "indexArn": "arn:aws:s3vectors:us-east-1:000000000000:bucket/b/index/i"}},
+    )["knowledgeBase"]  # fmt: skip
+    source = agent.create_data_source(
+        knowledgeBaseId=kb["knowledgeBaseId"],
+        name="docs",
+        dataSourceConfiguration={"type": "S3", "s3Configuration": {"bucketArn": "arn:aws:s3:::docs"}},
+    )["dataSource"]
+    return str(kb["knowledgeBaseId"]), str(source["dataSourceId"])
+
+
+def _destroy(ministack: Ministack, work: Path, machine: str) -> None:
+    """Destroy: the workflow's log groups, state machine and schedules go with the stack."""
+    deployed = _stack_resources(ministack.client("cloudformation"))
+    ran = cdk(
+        ["destroy", STACK, "--app", str(work / "deferred-ministack"), "--force"],
+        ministack.environment(),
+        work,
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    groups = {g["logGroupName"] for g in ministack.client("logs").describe_log_groups()["logGroups"]}
+    ours = [physical for logical, (kind, physical) in deployed.items()
+            if kind == "AWS::Logs::LogGroup" and logical.startswith("Deferred")]  # fmt: skip
+    assert len(ours) == 2 and not set(ours) & groups
+    machines = ministack.client("stepfunctions").list_state_machines()["stateMachines"]
+    assert machine not in {m["stateMachineArn"] for m in machines}
+
+
+def test_the_deployed_workflow_contextualizes_what_ingestion_deferred(engine: dict[str, Any]) -> None:
+    ministack: Ministack = engine["ministack"]
+    work: Path = engine["work"]
+    ran = cdk(["bootstrap", "aws://000000000000/us-east-1"], ministack.environment(), work)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    agent = ministack.client("bedrock-agent")
+    kb_id, ds_id = _knowledge_base(agent)
+    standin = BatchStandIn(ministack.client("s3"), BatchConfig(min_records=1, step_seconds=0.5)).start()
+    try:
+        _synth(work / "deferred", CONTEXT)
+        adapt_assembly(
+            work / "deferred",
+            work / "deferred-ministack",
+            STACK,
+            attributes={},
+            function_environment={"ANTHROPIC_BEDROCK_BASE_URL": engine["bedrock"].url},
+            step_environment={
+                "AWS_ENDPOINT_URL_BEDROCK": standin.url,
+                "CKB_BATCH_MIN_RECORDS": "1",
+                "KNOWLEDGE_BASE_ID": kb_id,
+                "DATA_SOURCE_ID": ds_id,
+            },
+        )
+        outputs = _deploy(engine, work / "deferred-ministack")
+        kinds = {kind for kind, _ in _stack_resources(ministack.client("cloudformation")).values()}
+        for kind in ("AWS::StepFunctions::StateMachine", "AWS::Scheduler::Schedule", "AWS::Events::Rule"):
+            assert kind in kinds, kind
+        machine, intermediate = outputs["ContextualizeStateMachineArn"], outputs["IntermediateBucketName"]
+        schedules = ministack.client("scheduler").list_schedules()["Schedules"]
+        assert len([s for s in schedules if s["Target"]["Arn"] == machine]) == 3
+
+        # Ingestion with every context deferred: no model call, the document pending.
+        answered = engine["bedrock"].stats.answered
+        _ingest(ministack, outputs)
+        assert engine["bedrock"].stats.answered == answered and len(_pending(ministack, intermediate)) == 1
+
+        first = _look(ministack, machine, "start")
+        assert first["outcome"] in {"waiting", "done"}, first
+        looks = [first]
+        while looks[-1]["outcome"] == "waiting":  # the job-end rule's (or the schedule's) looks
+            time.sleep(0.5)
+            looks.append(_look(ministack, machine, "resume"))
+            assert len(looks) < 60
+        summary = looks[-1]["summary"]
+        assert looks[-1]["outcome"] == "done" and summary["run"] == first["run"]
+        assert summary["contexts_stored"] == summary["pending_before"] > 0 and summary["pending_after"] == 0
+        assert summary["reingested_documents"] == 1 and _pending(ministack, intermediate) == []
+
+        def creates() -> int:
+            return sum(1 for operation, _ in standin.requests if operation == "CreateModelInvocationJob")
+
+        assert creates() == 1  # submitted once, whatever the looks
+        jobs = agent.list_ingestion_jobs(knowledgeBaseId=kb_id, dataSourceId=ds_id)["ingestionJobSummaries"]
+        assert len(jobs) == 1  # the re-ingestion's
+        marked = ministack.client("s3").get_object(
+            Bucket=outputs["SourceBucketName"], Key=f"{DOCUMENT}.metadata.json"
+        )
+        assert "ckb_reprocessed" in marked["Body"].read().decode()
+        # Nothing left to plan (ministack's ingestion job stays running: the look plans nothing meanwhile).
+        assert _look(ministack, machine, "start")["outcome"] in {"idle", "ingesting"}
+        assert _look(ministack, machine, "resume")["outcome"] == "idle" and creates() == 1
+
+        # The re-ingestion (ministack's ingestion never calls the transformation: invoked here): every
+        # context remembered, nothing deferred, no model call.
+        again = _ingest(ministack, outputs)
+        assert again["outputFiles"] and _pending(ministack, intermediate) == []
+        assert engine["bedrock"].stats.answered == answered
+
+        _destroy(ministack, work, machine)
+    finally:
+        standin.stop()
