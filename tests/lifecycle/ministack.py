@@ -245,7 +245,7 @@ def adapt_assembly(
     values of their attributes, by logical-id prefix and name), the template's new hash written into both
     manifests, the transformation's asset rebuilt for this machine, ``function_environment`` added to the
     transformation function. The logical ids left out are returned."""
-    from stacks import bundling
+    from contextual_kb.cdk import bundling
 
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(source, target, symlinks=True)

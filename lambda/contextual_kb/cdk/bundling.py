@@ -1,12 +1,15 @@
 """The function's asset: the runtime package and its pinned dependencies for the Lambda's platform.
 
-``stacks/asset_build.py`` builds it (what goes in, and why the AWS SDK does not), from an input folder staged
-here: the runtime requirements of ``pyproject.toml``, ``constraints.txt`` and ``lambda/contextual_kb``'s
-runtime part. Both bundling paths run that one script on that one folder, so they give the same contents:
-locally with this machine's ``pip``, or, when that fails, in CDK's Python 3.13 image for the function's
-platform (``platform`` set, so an x86 machine does not bundle x86 wheels for an arm64 function). The asset's
-hash is the hash of the staged inputs: a change to them, and nothing else, makes a new asset; a bundle built
-once is reused (``make synth`` synthesizes two stores).
+``asset_build.py`` beside it builds it (what goes in, and why the AWS SDK does not), from an input folder
+staged here: the runtime requirements and constraints shipped in this package (``function-requirements.txt``,
+the project's dependencies less the AWS SDK; ``function-constraints.txt``, its ``constraints.txt``; kept equal
+by tests/infra/test_constructs.py) and the installed package's runtime part. Nothing is read from a
+repository: a user with only the installed package gets the same inputs, so the same key and the same bytes.
+Both bundling paths run that one script on that one folder, so they give the same contents: locally with
+this machine's ``pip``, or, when that fails, in CDK's Python 3.13 image for the function's platform
+(``platform`` set, so an x86 machine does not bundle x86 wheels for an arm64 function). The asset's hash is
+the hash of the staged inputs: a change to them, and nothing else, makes a new asset; a bundle built once is
+reused (``make synth`` synthesizes two stores).
 """
 
 from __future__ import annotations
@@ -16,37 +19,44 @@ import os
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import jsii
 from aws_cdk import AssetHashType, BundlingOptions, DockerImage, ILocalBundling
 from aws_cdk import aws_lambda as lambda_
 
-from stacks import asset_build
+from contextual_kb.cdk import asset_build
 
-ROOT = Path(__file__).resolve().parent.parent
-PACKAGE = ROOT / "lambda" / "contextual_kb"
+HERE = Path(__file__).resolve().parent
+PACKAGE = HERE.parent  # the installed contextual_kb (or lambda/contextual_kb in a checkout)
+REQUIREMENTS = HERE / "function-requirements.txt"
+CONSTRAINTS = HERE / "function-constraints.txt"
 # What of the package the function runs: the runtime part alone (and the package's own __init__).
 RUNTIME_PARTS = ("__init__.py", "py.typed", "runtime")
-STAGING = ROOT / "cdk.out" / ".bundle-input"
-BUNDLE_CACHE = ROOT / "cdk.out" / ".bundles"
+# Under the CDK app's own output folder (the CLI runs the app where cdk.json is): built once, reused by
+# every synth of that app.
+STAGING = Path("cdk.out").absolute() / ".bundle-input"
+BUNDLE_CACHE = Path("cdk.out").absolute() / ".bundles"
 DOCKER_PLATFORMS = {"arm64": "linux/arm64", "x86_64": "linux/amd64"}
 ASSET_BUILD = Path(asset_build.__file__)
 
 
 def runtime_requirements() -> list[str]:
     """The function's dependencies: the project's, less the AWS SDK the Lambda runtime provides."""
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return [line for line in REQUIREMENTS.read_text().splitlines() if line.strip()]
+
+
+def requirements_of(dependencies: list[str]) -> list[str]:
+    """What ``function-requirements.txt`` must hold for these project dependencies (checked by a test)."""
     provided = {name.replace("_", "-") for name in asset_build.PROVIDED_BY_LAMBDA}
-    return [r for r in project["dependencies"] if r.split("==")[0].split("[")[0].lower() not in provided]
+    return [r for r in dependencies if r.split("==")[0].split("[")[0].lower() not in provided]
 
 
 def _inputs() -> dict[str, bytes]:
     """Relative path -> content of everything the asset is built from."""
     files = {
         "requirements.txt": "\n".join(runtime_requirements()).encode() + b"\n",
-        "constraints.txt": (ROOT / "constraints.txt").read_bytes(),
+        "constraints.txt": CONSTRAINTS.read_bytes(),
         "asset_build.py": ASSET_BUILD.read_bytes(),
     }
     for part in RUNTIME_PARTS:

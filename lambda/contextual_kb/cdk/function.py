@@ -14,13 +14,13 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from stacks.bundling import function_code
-from stacks.config import StackConfig
-from stacks.logs import month_of_logs
+from contextual_kb.cdk.bundling import function_code
+from contextual_kb.cdk.config import PROFILE_PREFIXES, StackConfig
+from contextual_kb.cdk.logs import month_of_logs
 
 HANDLER = "contextual_kb.runtime.handler.lambda_handler"
 ARCHITECTURE = "arm64"
-_PROFILE_PREFIXES = ("global.", "us.", "eu.", "apac.", "jp.", "au.", "ca.", "us-gov.")
+_PROFILE_PREFIXES = PROFILE_PREFIXES
 
 
 def model_statements(model_id: str) -> list[iam.PolicyStatement]:
