@@ -5,7 +5,7 @@ Deployed: the transformation function and its role, an intermediate bucket (or t
 ``intermediateBucketName``), a policy on the Knowledge Base's own service role (invoke the function and its
 versions; read and write the intermediate bucket; its KMS key when there is one), the function's dashboard
 and alarms (notifying the stack's SNS topic, or the user's), the delivery of the Knowledge Base's own
-ingestion logs to a log group of the stack (``stacks/ingestion_logs.py``), and two custom resources
+ingestion logs to a log group of the stack (``contextual_kb/cdk/ingestion_logs.py``), and two custom resources
 (``contextual_kb/resources/attach_data_source.py``): one reads the Knowledge Base and the data source and
 refuses what cannot be attached, before anything is changed, and says whether the data source's key policy
 lets the function's role use its key (output DataSourceKeyCheck); the other switches the data source to the

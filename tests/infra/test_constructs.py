@@ -202,3 +202,38 @@ def test_the_shipped_requirements_are_the_projects() -> None:
     assert bundling.runtime_requirements() == bundling.requirements_of(project["dependencies"])
     assert bundling.CONSTRAINTS.read_bytes() == (ROOT / "constraints.txt").read_bytes()
     assert Path(bundling.__file__).parent.parent == ROOT / "lambda" / "contextual_kb"
+
+
+@pytest.mark.parametrize("example", ["path_metadata", "redact_emails"])
+def test_an_examples_handler_is_the_functions(example: str) -> None:
+    """``handler_file``: the module in the asset's inputs, the function running its ``handler``."""
+    from contextual_kb.cdk import ContextualKnowledgeBase
+
+    app = cdk.App(context=NO_BUNDLING)
+    stack = cdk.Stack(app, "Example")
+    handler = ROOT / "examples" / example / "handler.py"
+    parts = ContextualKnowledgeBase(
+        stack, "Default", settings={"vectorStore": "s3vectors"}, handler_file=handler
+    )
+    app.synth()
+    template = Template.from_stack(stack).to_json()
+    assert resources(template, "AWS::Lambda::Function")[function_id_of(template, "handler.handler")]
+    inputs = bundling._inputs(((handler.name, handler.read_bytes()),))
+    assert inputs[f"{bundling.HANDLER_MODULES}/handler.py"] == handler.read_bytes()
+    assert parts.transform.function.node.default_child is not None
+
+
+def function_id_of(template: dict[str, Any], handler: str) -> str:
+    (found,) = [
+        name
+        for name, r in resources(template, "AWS::Lambda::Function").items()
+        if r["Properties"].get("Handler") == handler
+    ]
+    return found
+
+
+def test_a_handler_file_that_is_not_a_module_fails_in_one_line(tmp_path: Path) -> None:
+    app = cdk.App(context=NO_BUNDLING)
+    stack = cdk.Stack(app, "Handler")
+    with pytest.raises(ConfigError, match="not a Python module"):
+        ContextualTransformation(stack, "Contextual", handler_file=tmp_path / "missing.py")

@@ -342,7 +342,7 @@ def test_the_docker_fallback_runs_the_same_build_for_the_functions_platform() ->
 
     folder, key = bundling.stage("arm64")
     assert (folder / "asset_build.py").read_bytes() == bundling.ASSET_BUILD.read_bytes()
-    assert (folder / "constraints.txt").read_bytes() == (bundling.ROOT / "constraints.txt").read_bytes()
+    assert (folder / "constraints.txt").read_bytes() == (ROOT / "constraints.txt").read_bytes()
     assert (folder / "requirements.txt").read_text().split() == bundling.runtime_requirements()
     assert sorted(p.name for p in (folder / "contextual_kb").iterdir()) == [
         "__init__.py",

@@ -7,7 +7,7 @@
 - ``StackConfig``, ``load``, ``ConfigError``: the settings (the ``-c`` context keys of docs/SETTINGS.md).
 """
 
-from contextual_kb.cdk.config import ConfigError, StackConfig, load
+from contextual_kb.cdk.config import ConfigError, StackConfig, load, setting_names
 from contextual_kb.cdk.contextual_knowledge_base import ContextualKnowledgeBase
 from contextual_kb.cdk.transformation import ContextualTransformation, TransformationMixin
 
@@ -18,4 +18,5 @@ __all__ = [
     "StackConfig",
     "TransformationMixin",
     "load",
+    "setting_names",
 ]

@@ -52,8 +52,13 @@ def requirements_of(dependencies: list[str]) -> list[str]:
     return [r for r in dependencies if r.split("==")[0].split("[")[0].lower() not in provided]
 
 
-def _inputs() -> dict[str, bytes]:
-    """Relative path -> content of everything the asset is built from."""
+# Modules of the user's own handler (docs/SDK.md), staged here and put beside contextual_kb in the asset.
+HANDLER_MODULES = "handler_modules"
+
+
+def _inputs(modules: tuple[tuple[str, bytes], ...] = ()) -> dict[str, bytes]:
+    """Relative path -> content of everything the asset is built from; ``modules``: (file name, content) of
+    the user's handler modules."""
     files = {
         "requirements.txt": "\n".join(runtime_requirements()).encode() + b"\n",
         "constraints.txt": CONSTRAINTS.read_bytes(),
@@ -65,25 +70,26 @@ def _inputs() -> dict[str, bytes]:
         for file in found:
             if file.is_file() and "__pycache__" not in file.parts and file.suffix != ".pyc":
                 files[f"contextual_kb/{file.relative_to(PACKAGE).as_posix()}"] = file.read_bytes()
+    files.update({f"{HANDLER_MODULES}/{name}": content for name, content in modules})
     return files
 
 
-def bundle_key(architecture: str) -> str:
+def bundle_key(architecture: str, modules: tuple[tuple[str, bytes], ...] = ()) -> str:
     """Equal inputs, equal bundles: the hash of the staged inputs and the platform."""
     digest = hashlib.sha256(architecture.encode())
-    for name, content in sorted(_inputs().items()):
+    for name, content in sorted(_inputs(modules).items()):
         digest.update(name.encode() + b"\0" + hashlib.sha256(content).digest())
     return digest.hexdigest()[:32]
 
 
-def stage(architecture: str) -> tuple[Path, str]:
+def stage(architecture: str, modules: tuple[tuple[str, bytes], ...] = ()) -> tuple[Path, str]:
     """The input folder for this content (written once), and its key."""
-    key = bundle_key(architecture)
+    key = bundle_key(architecture, modules)
     folder = STAGING / key
     if not folder.is_dir():
         building = STAGING / f"{key}.staging-{os.getpid()}"
         shutil.rmtree(building, ignore_errors=True)
-        for name, content in _inputs().items():
+        for name, content in _inputs(modules).items():
             target = building / name
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(content)
@@ -91,9 +97,9 @@ def stage(architecture: str) -> tuple[Path, str]:
     return folder, key
 
 
-def build(target: Path, architecture: str) -> None:
+def build(target: Path, architecture: str, modules: tuple[tuple[str, bytes], ...] = ()) -> None:
     """The bundle into ``target``: built once per content (cdk.out/.bundles), then copied."""
-    source, key = stage(architecture)
+    source, key = stage(architecture, modules)
     cached = BUNDLE_CACHE / f"{key}-{architecture}"
     if not cached.is_dir():
         building = BUNDLE_CACHE / f"{cached.name}.building-{os.getpid()}"
@@ -105,12 +111,13 @@ def build(target: Path, architecture: str) -> None:
 
 @jsii.implements(ILocalBundling)
 class LocalPipBundling:
-    def __init__(self, architecture: str) -> None:
+    def __init__(self, architecture: str, modules: tuple[tuple[str, bytes], ...] = ()) -> None:
         self.architecture = architecture
+        self.modules = modules
 
     def try_bundle(self, output_dir: str, *, image: DockerImage, **_: object) -> bool:
         try:
-            build(Path(output_dir), self.architecture)
+            build(Path(output_dir), self.architecture, self.modules)
         except (OSError, subprocess.CalledProcessError) as exc:
             print(f"local bundling failed ({exc}); falling back to Docker", file=sys.stderr)
             return False
@@ -127,8 +134,9 @@ def docker_command(architecture: str) -> list[str]:
     ]
 
 
-def function_code(architecture: str) -> lambda_.Code:
-    source, key = stage(architecture)
+def function_code(architecture: str, modules: tuple[tuple[str, bytes], ...] = ()) -> lambda_.Code:
+    """The function's asset; ``modules``: the user's handler modules, beside ``contextual_kb``."""
+    source, key = stage(architecture, modules)
     return lambda_.Code.from_asset(
         str(source),
         asset_hash=key,
@@ -136,7 +144,7 @@ def function_code(architecture: str) -> lambda_.Code:
         bundling=BundlingOptions(
             image=lambda_.Runtime.PYTHON_3_13.bundling_image,
             platform=DOCKER_PLATFORMS[architecture],
-            local=LocalPipBundling(architecture),
+            local=LocalPipBundling(architecture, modules),
             command=docker_command(architecture),
         ),
     )

@@ -11,6 +11,7 @@ alone has: CDK leaves ``Default`` out of logical IDs.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from aws_cdk import aws_lambda as lambda_
@@ -35,7 +36,10 @@ class ContextualKnowledgeBase(Construct):
         *,
         settings: StackConfig | Mapping[str, Any] | None = None,
         code: lambda_.Code | None = None,
+        handler_file: str | Path | None = None,
     ) -> None:
+        """``settings``: the context keys of docs/SETTINGS.md (or a ``StackConfig``); ``handler_file``: your
+        own handler module (docs/SDK.md) instead of ours."""
         super().__init__(scope, construct_id)
         self.config = config = settings_of(settings)
         if config.attach:
@@ -54,6 +58,7 @@ class ContextualKnowledgeBase(Construct):
             intermediate_bucket=self.storage.intermediate,
             code=code,
             monitoring=False,
+            handler_file=handler_file,
         )
         self.transform = self.transformation.transform
         role = knowledge_base_role(self)

@@ -21,6 +21,7 @@ Knowledge Base that is not VECTOR, a data source that already runs another trans
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
@@ -33,8 +34,9 @@ from constructs import Construct, IConstruct, IValidation
 
 from contextual_kb.cdk import nag
 from contextual_kb.cdk.alarm_topic import AlarmTopic
+from contextual_kb.cdk.bundling import function_code
 from contextual_kb.cdk.config import ConfigError, StackConfig, load
-from contextual_kb.cdk.function import TransformFunction
+from contextual_kb.cdk.function import ARCHITECTURE, HANDLER, TransformFunction
 from contextual_kb.cdk.ingestion_logs import IngestionLogs
 from contextual_kb.cdk.knowledge_base import transformation_statements
 from contextual_kb.cdk.monitoring import Monitoring
@@ -67,12 +69,15 @@ class ContextualTransformation(Construct):
         monitoring: bool = True,
         chunking: dict[str, str] | None = None,
         vector_store: str | None = None,
+        handler_file: str | Path | None = None,
     ) -> None:
         """``settings``: the stack's context keys (docs/SETTINGS.md), or a ``StackConfig``.
         ``intermediate_bucket``: yours (its key, if any, is granted); else one is made with its access-log
         bucket (``kmsKey``, ``intermediateExpirationDays``). ``monitoring``: alarms and dashboard now; the
         higher-level construct passes False and calls ``add_monitoring`` once its ingestion logs exist.
-        ``chunking``, ``vector_store``: the function's settings when the config's are not the final word."""
+        ``chunking``, ``vector_store``: the function's settings when the config's are not the final word.
+        ``handler_file``: your own handler module (docs/SDK.md: ``handler`` made with ``@transformation`` or
+        ``Pipeline``), put beside ``contextual_kb`` in the asset; the function runs ``<module>.handler``."""
         super().__init__(scope, construct_id)
         self.config = config = settings_of(settings)
         self.storage: Storage | None = None
@@ -87,6 +92,13 @@ class ContextualTransformation(Construct):
             intermediate_bucket = self.storage.intermediate
         self.intermediate = intermediate_bucket
         self.key = intermediate_bucket.encryption_key
+        handler = HANDLER
+        if handler_file is not None:
+            module = Path(handler_file)
+            if module.suffix != ".py" or not module.is_file():
+                raise ConfigError(f"handler_file {module}: not a Python module")
+            code = code or function_code(ARCHITECTURE, ((module.name, module.read_bytes()),))
+            handler = f"{module.stem}.handler"
         self.transform = TransformFunction(
             self,
             "Transform",
@@ -95,6 +107,7 @@ class ContextualTransformation(Construct):
             code=code,
             chunking=chunking,
             vector_store=vector_store,
+            handler=handler,
         )
         self.function = self.transform.function
         self.alarm_topic: AlarmTopic | None = None

@@ -69,7 +69,7 @@ class OpenSearchVectorStore(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
-        # Collection names: unique in the account and region; policy names 3-32 characters (stacks/naming.py).
+        # Collection names: unique in the account and region; policy names 3-32 characters (naming.py).
         name = naming.collection_name(
             stack.stack_name, standby_replicas=standby_replicas, customer_key=key is not None
         )
