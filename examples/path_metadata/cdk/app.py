@@ -1,6 +1,7 @@
 """This example's CDK app: the whole contextual Knowledge Base (contextual_kb.cdk.ContextualKnowledgeBase)
 with ../handler.py as the transformation function's handler. Settings as the repository's stack takes them
-(`-c name=value`, docs/SETTINGS.md). `cdk synth` / `cdk deploy` here, with `pip install "contextual-kb[cdk]"`."""
+(`-c name=value`, docs/SETTINGS.md). `cdk synth` or `cdk deploy` here, after
+`pip install "contextual-kb[cdk]"`."""
 
 from pathlib import Path
 
