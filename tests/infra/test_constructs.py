@@ -237,3 +237,46 @@ def test_a_handler_file_that_is_not_a_module_fails_in_one_line(tmp_path: Path) -
     stack = cdk.Stack(app, "Handler")
     with pytest.raises(ConfigError, match="not a Python module"):
         ContextualTransformation(stack, "Contextual", handler_file=tmp_path / "missing.py")
+
+
+def test_the_mixin_keeps_chunking_and_parsing_given_as_cdk_structs() -> None:
+    """A data source whose configuration is given as CDK's property classes (not dicts): chunking and parsing
+    come out exactly as without the construct, with the transformation beside them."""
+
+    def app_with(contextual: bool) -> dict[str, Any]:
+        app = cdk.App(context=NO_BUNDLING)
+        stack = cdk.Stack(app, "Structs")
+        source = bedrock.CfnDataSource(
+            stack,
+            "Source",
+            knowledge_base_id="KB12345678",
+            name="docs",
+            data_source_configuration=bedrock.CfnDataSource.DataSourceConfigurationProperty(
+                type="S3",
+                s3_configuration=bedrock.CfnDataSource.S3DataSourceConfigurationProperty(
+                    bucket_arn=l1_app.DOCS_BUCKET
+                ),
+            ),
+            vector_ingestion_configuration=bedrock.CfnDataSource.VectorIngestionConfigurationProperty(
+                chunking_configuration=bedrock.CfnDataSource.ChunkingConfigurationProperty(
+                    chunking_strategy="NONE"
+                ),
+                parsing_configuration=bedrock.CfnDataSource.ParsingConfigurationProperty(
+                    parsing_strategy="BEDROCK_DATA_AUTOMATION"
+                ),
+            ),
+        )
+        if contextual:
+            source.with_(ContextualTransformation(stack, "Contextual").mixin())
+        app.synth()
+        return Template.from_stack(stack).to_json()
+
+    before, after = app_with(False), app_with(True)
+    kept = data_source(before)["VectorIngestionConfiguration"]
+    ingestion = data_source(after)["VectorIngestionConfiguration"]
+    assert {k: v for k, v in ingestion.items() if k != "CustomTransformationConfiguration"} == kept
+    assert kept.keys() == {"ChunkingConfiguration", "ParsingConfiguration"}
+    assert (
+        ingestion["CustomTransformationConfiguration"]["Transformations"][0]["StepToApply"] == "POST_CHUNKING"
+    )
+    assert replaced(before, after) == {}
