@@ -90,15 +90,14 @@ def test_ckb_and_the_constructs_work_from_the_installed_wheel(venv: Path, tmp_pa
     assert str(venv) in where.stdout and str(ROOT) not in where.stdout
 
 
-def synth(venv: Path, app: Path, folder: Path, *context: str) -> Path:
-    """``cdk synth`` of ``app`` (copied into ``folder``) by the pinned CLI with the venv's Python."""
-    folder.mkdir(parents=True, exist_ok=True)
-    if app != folder / "app.py":
-        shutil.copy(app, folder / "app.py")
-    out = folder / "cdk.out"
+def synth(venv: Path, app: Path, work: Path, name: str, *context: str) -> Path:
+    """``cdk synth`` of ``app`` by the pinned CLI with the venv's Python, run in ``work`` (one folder for
+    every app: one ``cdk.out`` cache of built assets), into ``work/<name>.out``."""
+    work.mkdir(parents=True, exist_ok=True)
+    out = work / f"{name}.out"
     result = run_outside(
-        venv, *CDK_CLI, "synth", "--quiet", "--app", f"{venv / 'bin' / 'python'} app.py", "-o", str(out),
-        *context, cwd=folder,
+        venv, *CDK_CLI, "synth", "--quiet", "--app", f"{venv / 'bin' / 'python'} {app}", "-o", str(out),
+        *context, cwd=work,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return out
@@ -138,9 +137,18 @@ def tree(folder: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def user_apps(venv: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("user-apps")
-    return {name: synth(venv, USER_APPS / f"{name}.py", root / name) for name in ("alpha_app", "l1_app")}
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The user's folder: their apps, run from here."""
+    return tmp_path_factory.mktemp("user")
+
+
+@pytest.fixture(scope="module")
+def user_apps(venv: Path, work: Path) -> dict[str, Path]:
+    apps = {}
+    for name in ("alpha_app", "l1_app"):
+        shutil.copy(USER_APPS / f"{name}.py", work / f"{name}.py")
+        apps[name] = synth(venv, work / f"{name}.py", work, name)
+    return apps
 
 
 @pytest.mark.parametrize("name", ["alpha_app", "l1_app"])
@@ -180,12 +188,10 @@ def test_the_asset_is_the_checkouts_byte_for_byte(user_apps: dict[str, Path], tm
 
 
 @pytest.mark.parametrize("example", ["path_metadata", "redact_emails"])
-def test_an_examples_app_deploys_its_handler_with_the_construct(
-    venv: Path, tmp_path: Path, example: str
-) -> None:
-    folder = tmp_path / example
+def test_an_examples_app_deploys_its_handler_with_the_construct(venv: Path, work: Path, example: str) -> None:
+    folder = work / "examples" / example
     shutil.copytree(ROOT / "examples" / example, folder)
-    out = synth(venv, folder / "cdk" / "app.py", folder / "cdk", "-c", "vectorStore=s3vectors")
+    out = synth(venv, folder / "cdk" / "app.py", work, example, "-c", "vectorStore=s3vectors")
     lint(venv, out)
     handlers = {
         r["Properties"]["Handler"]
