@@ -68,6 +68,9 @@ def build(app: cdk.App, *, contextual: bool = True, settings: dict[str, Any] | N
 
 
 if __name__ == "__main__":
+    from contextual_kb.cdk import setting_names
+
     application = cdk.App()
-    build(application)
+    given = {key: application.node.try_get_context(key) for key in setting_names()}  # -c name=value
+    build(application, settings={key: value for key, value in given.items() if value is not None})
     application.synth()

@@ -20,7 +20,7 @@ from constructs import Construct
 from contextual_kb.cdk import nag
 from contextual_kb.cdk.batch import BatchRole
 from contextual_kb.cdk.bundling import resources_code
-from contextual_kb.cdk.config import StackConfig
+from contextual_kb.cdk.config import ConfigError, StackConfig
 from contextual_kb.cdk.ingestion_logs import IngestionLogs
 from contextual_kb.cdk.knowledge_base import KnowledgeBase, knowledge_base_role
 from contextual_kb.cdk.storage import Storage
@@ -43,7 +43,7 @@ class ContextualKnowledgeBase(Construct):
         super().__init__(scope, construct_id)
         self.config = config = settings_of(settings)
         if config.attach:
-            raise ValueError(
+            raise ConfigError(
                 "knowledgeBaseId: a ContextualKnowledgeBase makes its own (attach: docs/ATTACH.md)"
             )
         self.storage = Storage(
