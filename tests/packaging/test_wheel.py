@@ -114,11 +114,7 @@ def asset_of(out: Path) -> Path:
     """The transformation function's asset folder in a cloud assembly."""
     for template in out.glob("*.template.json"):
         for resource in json.loads(template.read_text())["Resources"].values():
-            if (
-                resource["Type"] == "AWS::Lambda::Function"
-                and resource["Properties"]["Handler"].endswith(".handler")
-                and "Code" in resource["Properties"]
-            ):
+            if resource["Type"] == "AWS::Lambda::Function" and "Code" in resource["Properties"]:
                 key = resource["Properties"]["Code"]["S3Key"]
                 if not isinstance(key, str):
                     continue
