@@ -10,7 +10,7 @@ from typing import Any
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_bedrock as bedrock
-from aws_cdk.assertions import Template
+from aws_cdk.assertions import Annotations, Match, Template
 
 from contextual_kb.cdk import ConfigError, ContextualTransformation, bundling
 from tests.conftest import ROOT
@@ -26,12 +26,17 @@ def synth(build: Any, **options: Any) -> dict[str, Any]:
     return Template.from_stack(stack).to_json()
 
 
-def synth_error(build: Any, **options: Any) -> str:
+def synth_errors(build: Any, **options: Any) -> list[str]:
+    """The error annotations a synth leaves (``cdk synth`` prints each as one line and fails)."""
     app = cdk.App(context=NO_BUNDLING)
-    build(app, **options)
-    with pytest.raises(Exception) as caught:
-        app.synth()
-    return str(caught.value)
+    stack = build(app, **options)
+    app.synth()
+    found = Annotations.from_stack(stack).find_error("*", Match.any_value())
+    return [f"{message.id}: {message.entry.data}" for message in found]
+
+
+def synth_error(build: Any, **options: Any) -> str:
+    return "\n".join(synth_errors(build, **options))
 
 
 def data_source(template: dict[str, Any]) -> dict[str, Any]:
@@ -159,7 +164,16 @@ def other_transformation(app: cdk.App) -> cdk.Stack:
 
 def test_a_data_source_with_another_transformation_fails_at_synth_and_is_left_alone() -> None:
     error = synth_error(other_transformation)
-    assert "Other/Source: the data source already has a custom transformation" in error
+    assert "/Other/Source: the data source already has a custom transformation" in error
+    app = cdk.App(context=NO_BUNDLING)
+    stack = other_transformation(app)
+    app.synth()
+    (step,) = data_source(Template.from_stack(stack).to_json())["VectorIngestionConfiguration"][
+        "CustomTransformationConfiguration"
+    ]["Transformations"]
+    assert step["TransformationFunction"]["TransformationLambdaConfiguration"]["LambdaArn"].endswith(
+        ":theirs"
+    )
     app = cdk.App(context=NO_BUNDLING)
     stack = cdk.Stack(app, "Value")
     transformation = ContextualTransformation(stack, "Contextual")
@@ -188,11 +202,12 @@ def test_settings_are_validated_as_context_values_are() -> None:
 
 
 def test_every_error_is_one_line_each(apps: Any) -> None:
-    error = synth_error(l1_app.build, source_type="CUSTOM", kind="KENDRA")
-    lines = [
-        line for line in error.splitlines() if "UserL1Kb/" in line and "no custom transformation" in line
+    errors = synth_errors(l1_app.build, source_type="CUSTOM", kind="KENDRA")
+    assert sorted(errors) == [
+        "/UserL1Kb/Source: a KENDRA Knowledge Base runs no custom transformation (VECTOR only)",
+        "/UserL1Kb/Source: a data source of type CUSTOM takes no custom transformation",
     ]
-    assert len(lines) == 2
+    assert synth_errors(l1_app.build) == []
 
 
 def test_the_shipped_requirements_are_the_projects() -> None:

@@ -210,3 +210,17 @@ def test_the_readme_shows_the_code_the_user_app_runs() -> None:
     assert len(code.splitlines()) < 15
     app = {line.strip() for line in (USER_APPS / "alpha_app.py").read_text().splitlines()}
     assert [line for line in lines if line.split("  #")[0].strip() not in app] == []
+
+
+def test_bad_input_fails_the_clis_synth_in_one_line(
+    venv: Path, work: Path, user_apps: dict[str, Path]
+) -> None:
+    """What the user sees: `cdk synth` fails, the problem on one line, no traceback."""
+    result = run_outside(
+        venv, *CDK_CLI, "synth", "--quiet", "--app", f"{venv / 'bin' / 'python'} {work / 'l1_app.py'}",
+        "-o", str(work / "bad.out"), "-c", "userSourceType=CUSTOM", cwd=work,
+    )  # fmt: skip
+    shown = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "ERROR a data source of type CUSTOM takes no custom transformation" in shown
+    assert "Traceback" not in shown

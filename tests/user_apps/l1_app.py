@@ -72,5 +72,10 @@ if __name__ == "__main__":
 
     application = cdk.App()
     given = {key: application.node.try_get_context(key) for key in setting_names()}  # -c name=value
-    build(application, settings={key: value for key, value in given.items() if value is not None})
+    build(
+        application,
+        settings={key: value for key, value in given.items() if value is not None},
+        # a bad input for tests/packaging: what `cdk synth` prints for it
+        source_type=application.node.try_get_context("userSourceType") or "S3",
+    )
     application.synth()

@@ -30,7 +30,7 @@ from aws_cdk import aws_bedrock as bedrock
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
-from constructs import Construct, IConstruct, IValidation
+from constructs import Construct, IConstruct
 
 from contextual_kb.cdk import nag
 from contextual_kb.cdk.alarm_topic import AlarmTopic
@@ -114,8 +114,9 @@ class ContextualTransformation(Construct):
         self.monitoring: Monitoring | None = None
         if monitoring:
             self.add_monitoring()
-        self._problems: list[tuple[IConstruct, str]] = []
-        self.node.add_validation(_Checks(self))
+        # Checked when the app is synthesized (an aspect: the data source may be joined after this line);
+        # each problem an error annotation on its construct, which `cdk synth` prints as one line.
+        cdk.Aspects.of(cdk.Stack.of(self)).add(_Checks(self))
         nag.acknowledge_transformation(self)
 
     def add_monitoring(self, ingestion: IngestionLogs | None = None) -> Monitoring:
@@ -174,7 +175,8 @@ class ContextualTransformation(Construct):
         (``iam.IRole``), or the alpha ``KnowledgeBase`` (its ``grant_principal``)."""
         cfn = getattr(knowledge_base, "node", None) and knowledge_base.node.default_child  # type: ignore[attr-defined]
         if isinstance(cfn, bedrock.CfnKnowledgeBase):
-            self._problems.extend((cfn, p) for p in _knowledge_base_problems(cfn))
+            for problem in _knowledge_base_problems(cfn):
+                cdk.Annotations.of(cfn).add_error(problem)
         principal = knowledge_base.grant_principal
         for statement in transformation_statements(self.function, self.intermediate, self.key):
             principal.add_to_principal_policy(statement)
@@ -214,20 +216,17 @@ class ContextualTransformation(Construct):
         )
 
 
-@jsii.implements(IValidation)
+@jsii.implements(cdk.IAspect)
 class _Checks:
-    """At synth: every data source that runs this transformation, and every Knowledge Base granted it."""
+    """At synth: every data source of the stack that runs this transformation, whichever way it was joined."""
 
     def __init__(self, transformation: ContextualTransformation) -> None:
         self.transformation = transformation
 
-    def validate(self) -> list[str]:
-        t = self.transformation
-        errors = [f"{where.node.path}: {problem}" for where, problem in t._problems]
-        for found in cdk.Stage.of(t).node.find_all():  # type: ignore[union-attr]
-            if isinstance(found, bedrock.CfnDataSource) and t._applied_to(found):
-                errors += [f"{found.node.path}: {p}" for p in t._data_source_problems(found)]
-        return sorted(set(errors))
+    def visit(self, node: IConstruct) -> None:
+        if isinstance(node, bedrock.CfnDataSource) and self.transformation._applied_to(node):
+            for problem in self.transformation._data_source_problems(node):
+                cdk.Annotations.of(node).add_error(problem)
 
 
 class TransformationMixin(cdk.Mixin):
@@ -248,7 +247,7 @@ class TransformationMixin(cdk.Mixin):
                 construct.vector_ingestion_configuration
             )
         except ConfigError as exc:  # reported at synth, with the data source's path
-            self.transformation._problems.append((construct, str(exc)))
+            cdk.Annotations.of(construct).add_error(str(exc))
             return
         construct.vector_ingestion_configuration = value
 
