@@ -13,7 +13,9 @@ CDK's Docker image when there is no ``pip``. The same pins, the same platform, t
    runtime carries;
 3. the runtime package copied: ``contextual_kb/__init__.py`` and ``contextual_kb/runtime/``, never the
    command line, evaluation or local tooling; no ``__pycache__``; and the user's handler modules, if any
-   (``handler_modules/*.py``), beside it.
+   (``handler_modules/*.py``), beside it;
+4. the same bytes whoever builds it: RECORD lines of the console scripts (outside the asset, naming the
+   building interpreter) dropped.
 
 Standard library only: it runs in the bundling image too.
 """
@@ -63,6 +65,17 @@ def remove_empty_folders(output: Path) -> None:
             Path(folder).rmdir()
 
 
+def drop_records_outside(output: Path) -> None:
+    """RECORD lines of files outside the asset (console scripts under ../../bin, never shipped): their
+    hashes cover the building interpreter's path (the scripts' first line), so the same inputs built by
+    another Python (a user's venv, this checkout's) would give other bytes."""
+    for record in output.glob("*.dist-info/RECORD"):
+        lines = record.read_text().splitlines(keepends=True)
+        kept = [line for line in lines if not line.startswith("../")]
+        if kept != lines:
+            record.write_text("".join(kept))
+
+
 def build(source: Path, output: Path, architecture: str, python: str = sys.executable) -> None:
     subprocess.run(pip_command(python, output, source, architecture), check=True)
     for name in PROVIDED_BY_LAMBDA:
@@ -80,6 +93,7 @@ def build(source: Path, output: Path, architecture: str, python: str = sys.execu
     for cache in list(output.rglob("__pycache__")):
         shutil.rmtree(cache, ignore_errors=True)
     shutil.rmtree(output / "bin", ignore_errors=True)  # console scripts: of no use in a function
+    drop_records_outside(output)
 
 
 def main() -> None:
