@@ -3,6 +3,7 @@ they leave alone (chunking, parsing: an update, not a replacement), and what fai
 
 from __future__ import annotations
 
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -295,3 +296,18 @@ def test_the_mixin_keeps_chunking_and_parsing_given_as_cdk_structs() -> None:
         ingestion["CustomTransformationConfiguration"]["Transformations"][0]["StepToApply"] == "POST_CHUNKING"
     )
     assert replaced(before, after) == {}
+
+
+def test_the_asset_names_nothing_of_the_python_that_built_it(tmp_path: Path) -> None:
+    """No RECORD line of a file outside the asset (the console scripts, whose first line is the building
+    interpreter's path): the same inputs give the same bytes in a user's venv and in this checkout
+    (tests/packaging compares the two whole)."""
+    bundling.build(tmp_path, "arm64")
+    outside = [
+        f"{record.parent.name}: {line}"
+        for record in tmp_path.glob("*.dist-info/RECORD")
+        for line in record.read_text().splitlines()
+        if line.startswith("../")
+    ]
+    assert outside == []
+    assert sys.executable.encode() not in b"".join(p.read_bytes() for p in tmp_path.rglob("RECORD"))
