@@ -1,6 +1,7 @@
 # Two commands matter: `make demo` and `make test`. Both create .venv and install on first use.
 # Direct dependencies are pinned in pyproject.toml; everything else in constraints.txt
-# (refresh: .venv/bin/pip freeze --exclude-editable > constraints.txt).
+# (refresh: .venv/bin/pip freeze --exclude-editable > constraints.txt, and copy it to
+# lambda/contextual_kb/cdk/function-constraints.txt, which the installed package builds the function from).
 # The interpreter and the venv are variables: `make test PYTHON=python3.13 VENV=.venv313` runs the suite on
 # the function's Python (.ci/run does).
 PYTHON ?= python3

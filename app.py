@@ -3,8 +3,8 @@
 
 import sys
 
+from contextual_kb.cdk.config import ConfigError
 from stacks.app_builder import build_app
-from stacks.config import ConfigError
 
 try:
     app, _ = build_app()

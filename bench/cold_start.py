@@ -72,7 +72,7 @@ def cold_start(handler_module: str) -> dict[str, float]:
 
 def asset() -> dict[str, float]:
     sys.path.insert(0, str(ROOT))
-    from stacks.bundling import build
+    from contextual_kb.cdk.bundling import build
 
     with tempfile.TemporaryDirectory() as folder:
         target = Path(folder) / "asset"

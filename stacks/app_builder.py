@@ -9,9 +9,9 @@ from typing import Any
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
+from contextual_kb.cdk.config import StackConfig, check_context_keys, load
+from stacks import attach
 from stacks.attach import AttachStack
-from stacks.config import check_context_keys, load
-from stacks.nag import acknowledge
 from stacks.stack import ContextualKbStack
 
 CDK_JSON = Path(__file__).resolve().parent.parent / "cdk.json"
@@ -35,11 +35,10 @@ def build_app(
     kind = AttachStack if config.attach else ContextualKbStack  # attach: to a Knowledge Base the user has
     stack = kind(app, config.stack_name, config=config, code=code)  # type: ignore[arg-type]
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
-    acknowledge(stack)
+    if isinstance(stack, AttachStack):  # the full stack's constructs acknowledge their own findings
+        attach.acknowledge(stack)
     return app, stack
 
 
 def _context_keys() -> list[str]:
-    from stacks.config import StackConfig
-
     return [f.alias for f in StackConfig.model_fields.values() if f.alias]

@@ -5,7 +5,7 @@ Deployed: the transformation function and its role, an intermediate bucket (or t
 ``intermediateBucketName``), a policy on the Knowledge Base's own service role (invoke the function and its
 versions; read and write the intermediate bucket; its KMS key when there is one), the function's dashboard
 and alarms (notifying the stack's SNS topic, or the user's), the delivery of the Knowledge Base's own
-ingestion logs to a log group of the stack (``stacks/ingestion_logs.py``), and two custom resources
+ingestion logs to a log group of the stack (``contextual_kb/cdk/ingestion_logs.py``), and two custom resources
 (``contextual_kb/resources/attach_data_source.py``): one reads the Knowledge Base and the data source and
 refuses what cannot be attached, before anything is changed, and says whether the data source's key policy
 lets the function's role use its key (output DataSourceKeyCheck); the other switches the data source to the
@@ -26,16 +26,24 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
-from stacks.alarm_topic import AlarmTopic
-from stacks.batch import BatchRole
-from stacks.bundling import resources_code
-from stacks.config import StackConfig
-from stacks.function import TransformFunction
-from stacks.ingestion_logs import IngestionLogs
-from stacks.knowledge_base import transformation_statements
-from stacks.logs import month_of_logs
-from stacks.monitoring import Monitoring
-from stacks.storage import Storage
+from contextual_kb.cdk.alarm_topic import AlarmTopic
+from contextual_kb.cdk.batch import BatchRole
+from contextual_kb.cdk.bundling import resources_code
+from contextual_kb.cdk.config import StackConfig
+from contextual_kb.cdk.function import TransformFunction
+from contextual_kb.cdk.ingestion_logs import IngestionLogs
+from contextual_kb.cdk.knowledge_base import transformation_statements
+from contextual_kb.cdk.logs import month_of_logs
+from contextual_kb.cdk.monitoring import Monitoring
+from contextual_kb.cdk.nag import (
+    ack,
+    acknowledge_alarm_topic,
+    acknowledge_batch,
+    acknowledge_function,
+    bucket_in_findings,
+    logical,
+)
+from contextual_kb.cdk.storage import Storage
 
 ATTACH_HANDLER = "contextual_kb.resources.attach_data_source.on_event"
 
@@ -234,3 +242,47 @@ class AttachStack(Stack):
             *([("IngestionLogGroupName", self.ingestion_logs.log_group_name)] if self.ingestion_logs else []),
         ):
             CfnOutput(self, name, value=value)
+
+
+def acknowledge(stack: AttachStack) -> None:
+    """cdk-nag acknowledgments: what only the attach stack has, and its function, batch role and topic."""
+    intermediate = stack.intermediate
+    acknowledge_function(stack.transform, bucket_in_findings(intermediate), stack.config.model_id)
+    acknowledge_alarm_topic(stack.alarm_topic)
+    acknowledge_batch(stack.batch, intermediate, stack.config.model_id)
+    ack(
+        stack.attach_function,
+        "L1",
+        "Python 3.13, like the transformation function: the attach resource is tested on it.",
+    )
+    ack(
+        stack.attach_role,
+        f"IAM5[Resource::<{logical(stack.attach_log_group)}.Arn>:log-stream:*]",
+        "Lambda creates one log stream per execution environment in the function's own log group.",
+    )
+    ack(
+        stack.attach_role,
+        "IAM5[Resource::arn:<AWS::Partition>:kms:<AWS::Region>:<AWS::AccountId>:key/*]",
+        "The inspection reads the data source's key policy (kms:GetKeyPolicy only); which key is known only "
+        "when it reads the data source, so the grant is on this account's keys in this region.",
+    )
+    ack(
+        stack.provider,
+        "IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]",
+        "CDK's custom-resource Provider framework gives its function this managed policy (logs only).",
+    )
+    ack(
+        stack.provider,
+        f"IAM5[Resource::<{logical(stack.attach_function)}.Arn>:*]",
+        "The Provider framework may invoke any version of the attach function (CDK's own grant).",
+    )
+    ack(
+        stack.kb_policy,
+        f"IAM5[Resource::{bucket_in_findings(stack.intermediate)}/*]",
+        "The KB writes and reads its intermediate files (batch objects) under keys it chooses per job.",
+    )
+    ack(
+        stack.kb_policy,
+        f"IAM5[Resource::<{logical(stack.transform.function)}.Arn>:*]",
+        "The KB service may invoke a version or alias of the function (documented requirement).",
+    )

@@ -1,5 +1,5 @@
 """Every example is whole: a handler module the function's asset can run (it imports nothing of
-contextual_kb but the runtime), a README, and the marked place for its CDK app."""
+contextual_kb but the runtime), a README, and its CDK app on the public constructs."""
 
 from __future__ import annotations
 
@@ -24,8 +24,10 @@ def test_an_example_imports_only_the_runtime_and_is_a_lambda_handler(name: str) 
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_an_example_has_its_readme_and_the_place_for_its_cdk_app(name: str) -> None:
+def test_an_example_has_its_readme_and_its_cdk_app(name: str) -> None:
     readme = (EXAMPLES / name / "README.md").read_text()
     assert f"tests/examples/test_{name}.py" in readme
     assert "handler.handler" in readme
-    assert (EXAMPLES / name / "cdk" / "README.md").read_text().startswith("# CDK app: to come")
+    app = (EXAMPLES / name / "cdk" / "app.py").read_text()
+    assert "from contextual_kb.cdk import ContextualKnowledgeBase" in app
+    assert "handler_file=HANDLER" in app and 'parent.parent / "handler.py"' in app

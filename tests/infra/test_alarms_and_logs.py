@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from stacks.deferred_workflow import ALARM_IDS
+from contextual_kb.cdk.deferred_workflow import ALARM_IDS
 from tests.infra.conftest import cfn_lint, resources
 from tests.infra.test_readme_commands import ROOT, _environment, as_synth, cdk_commands
 
@@ -320,7 +320,7 @@ def test_a_malformed_address_or_arn_fails_synth_in_one_line(
     ],
 )
 def test_addresses_sns_cannot_mail_are_refused(value: str) -> None:
-    from stacks.config import ConfigError, load
+    from contextual_kb.cdk.config import ConfigError, load
 
     with pytest.raises(ConfigError, match=r"alarmEmail: .* is not an email address"):
         load({"alarmEmail": value})
@@ -338,14 +338,14 @@ def test_addresses_sns_cannot_mail_are_refused(value: str) -> None:
     ],
 )
 def test_arns_that_are_not_a_topics_are_refused(value: str) -> None:
-    from stacks.config import ConfigError, load
+    from contextual_kb.cdk.config import ConfigError, load
 
     with pytest.raises(ConfigError, match=r"alarmTopicArn: .* is not an SNS topic's ARN"):
         load({"alarmTopicArn": value})
 
 
 def test_good_addresses_and_arns_are_taken() -> None:
-    from stacks.config import load
+    from contextual_kb.cdk.config import load
 
     assert load({"alarmEmail": "first.last+ops@mail.example.co.uk"}).alarm_email
     assert load(
@@ -356,7 +356,7 @@ def test_good_addresses_and_arns_are_taken() -> None:
 
 def test_delivery_names_fit_their_limit_for_any_stack_name() -> None:
     """Delivery sources and destinations: ``[\\w-]``, 1-60 characters, unique in the account and region."""
-    from stacks import naming
+    from contextual_kb.cdk import naming
 
     long_a, long_b = "A" * 100 + "-one", "A" * 100 + "-two"
     names = {naming.delivery_name(stack, "-kb-logs") for stack in (long_a, long_b, "ContextualKb")}

@@ -143,7 +143,7 @@ def test_the_data_source_is_switched_last_and_the_function_chunks_as_its_data_so
 
 def test_attach_mode_has_its_own_default_stack_name() -> None:
     """A deploy in attach mode must never update the full stack (whose Knowledge Base it would delete)."""
-    from stacks.config import load
+    from contextual_kb.cdk.config import load
 
     assert load(ATTACH).stack_name == "ContextualKbAttached"
     assert load({**ATTACH, "stackName": "TeamDocsContext"}).stack_name == "TeamDocsContext"
@@ -212,7 +212,7 @@ def test_the_inspection_is_told_the_functions_metadata_key_and_whether_aurora_co
 def test_attach_settings_that_cannot_work_fail_synth_in_one_line(
     context: dict[str, Any], message: str
 ) -> None:
-    from stacks.config import ConfigError, load
+    from contextual_kb.cdk.config import ConfigError, load
 
     with pytest.raises(ConfigError, match=message) as caught:
         load(context)

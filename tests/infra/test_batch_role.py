@@ -82,7 +82,7 @@ def test_batch_files_outlive_a_job_however_short_the_intermediate_files_live() -
 
 
 def test_context_defer_is_a_stack_setting_and_one_place_only() -> None:
-    from stacks.config import ConfigError, load
+    from contextual_kb.cdk.config import ConfigError, load
 
     assert load({"contextDefer": "always"}).function_defer == {"CONTEXT_DEFER": "always"}
     assert load({}).function_defer == {}
@@ -95,7 +95,7 @@ def test_context_defer_is_a_stack_setting_and_one_place_only() -> None:
 def test_the_shared_quota_is_set_by_its_stack_settings_only() -> None:
     """modelRequestsPerMinute / modelTokensPerMinute make the table and set the function; the function's own
     variables for it are refused in functionEnvironment (the stack names the table), in one line."""
-    from stacks.config import ConfigError, load
+    from contextual_kb.cdk.config import ConfigError, load
 
     assert load({}).shares_quota is False
     config = load({"modelTokensPerMinute": 400_000})

@@ -1,6 +1,6 @@
-"""The deferred workflow (``-c autoContextualize=...``, stacks/deferred_workflow.py) in the synthesized
-template: its state machine's failure policy, when it looks, least privilege per step, logs, alarms, its own
-asset; cdk-nag (in synth) and cfn-lint clean; absent without the option."""
+"""The deferred workflow (``-c autoContextualize=...``, contextual_kb/cdk/deferred_workflow.py) in the
+synthesized template: its state machine's failure policy, when it looks, least privilege per step, logs,
+alarms, its own asset; cdk-nag (in synth) and cfn-lint clean; absent without the option."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from stacks.deferred_workflow import ALARM_IDS
+from contextual_kb.cdk.deferred_workflow import ALARM_IDS
 from tests.infra.conftest import as_list, cfn_lint, flat, resources, synth_variants, transform_function
 
 VARIANTS = {
@@ -164,12 +164,12 @@ def test_its_logs_are_kept_a_month_and_deleted_with_the_stack_and_its_alarms_not
 def test_the_step_has_its_own_asset_the_function_keeps_the_runtime_alone(
     templates: dict[str, tuple[Path, dict[str, Any]]],
 ) -> None:
-    from stacks import bundling
+    from contextual_kb.cdk import bundling
 
     _, template = templates["both"]
     _, step = step_function(template)
     assert step["Properties"]["Handler"] == "contextual_kb.deferred.workflow.lambda_handler"
-    folder, key = bundling.stage("arm64", bundling.WORKFLOW_PARTS)
+    folder, key = bundling.stage("arm64", parts=bundling.WORKFLOW_PARTS)
     runtime_folder, runtime_key = bundling.stage("arm64")
     assert key != runtime_key
     assert sorted(p.name for p in (folder / "contextual_kb").iterdir()) == [
@@ -191,9 +191,9 @@ def test_the_step_has_its_own_asset_the_function_keeps_the_runtime_alone(
 def test_the_step_imports_nothing_outside_its_asset(tmp_path: Path) -> None:
     """What the handler imports, from the staged asset alone (the CLI's, the stand-ins' and the tests'
     packages refused): a module missing from the asset fails here, not in the deployed step."""
-    from stacks import bundling
+    from contextual_kb.cdk import bundling
 
-    folder, _ = bundling.stage("arm64", bundling.WORKFLOW_PARTS)
+    folder, _ = bundling.stage("arm64", parts=bundling.WORKFLOW_PARTS)
     script = """
 import sys
 for name in ("typer", "rich", "moto", "contextual_kb.cli", "contextual_kb.local", "contextual_kb.evaluation"):
@@ -214,7 +214,7 @@ import contextual_kb.runtime.context.claude.client
 def test_auto_contextualize_is_refused_in_attach_mode_and_for_an_unknown_schedule() -> None:
     """Attach mode has no source bucket of the stack's to grant the re-ingestion's marks on: refused in one
     line at synth, never deployed without the workflow silently."""
-    from stacks.config import ConfigError, load
+    from contextual_kb.cdk.config import ConfigError, load
 
     attach = {
         "knowledgeBaseId": "ABCDEFGHIJ",

@@ -198,9 +198,9 @@ def test_the_readme_variants_are_the_ones_asked_for(
 
 
 def test_the_shipped_cdk_json_holds_the_cdks_flags_and_no_setting() -> None:
-    """Defaults live in the settings model (stacks/config.py): a setting in cdk.json is one the user set,
+    """Defaults live in the settings model (cdk/config.py): a setting in cdk.json is one the user set,
     which attach mode would refuse."""
-    from stacks.config import StackConfig
+    from contextual_kb.cdk.config import StackConfig
 
     context = json.loads((ROOT / "cdk.json").read_text())["context"]
     settings = {f.alias for f in StackConfig.model_fields.values()}

@@ -253,8 +253,8 @@ def test_alarms_watch_errors_time_throttles_fallbacks_and_model_throttles(
 def test_bundling_installs_only_wheels_of_the_pinned_versions() -> None:
     from pathlib import Path
 
-    from stacks import asset_build
-    from stacks.bundling import runtime_requirements
+    from contextual_kb.cdk import asset_build
+    from contextual_kb.cdk.bundling import runtime_requirements
 
     command = asset_build.pip_command("python", Path("/asset"), Path("/input"), "arm64")
     assert "--only-binary=:all:" in command  # no source distribution is built (no setup.py runs)

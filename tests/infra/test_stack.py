@@ -264,15 +264,15 @@ def test_an_unacknowledged_cdk_nag_finding_fails_synth() -> None:
 def test_settings_that_cannot_work_fail_synth_with_a_clear_message(
     context: dict[str, Any], message: str
 ) -> None:
-    from stacks.config import ConfigError, load
+    from contextual_kb.cdk.config import ConfigError, load
 
     with pytest.raises(ConfigError, match=message):
         load(context)
 
 
 def test_chunking_strategies_render_as_the_data_source_expects() -> None:
-    from stacks.config import load
-    from stacks.knowledge_base import chunking_configuration
+    from contextual_kb.cdk.config import load
+    from contextual_kb.cdk.knowledge_base import chunking_configuration
 
     hierarchical = chunking_configuration(load({"chunking": "hierarchical"}))
     assert hierarchical == {
@@ -306,7 +306,7 @@ def test_the_asset_holds_the_runtime_alone_for_the_lambda_platform_within_its_bu
     zipped, within the budget."""
     import zipfile
 
-    from stacks.bundling import build
+    from contextual_kb.cdk.bundling import build
 
     target = tmp_path_factory.mktemp("asset")
     build(target, "arm64")
@@ -338,11 +338,11 @@ def test_the_asset_holds_the_runtime_alone_for_the_lambda_platform_within_its_bu
 def test_the_docker_fallback_runs_the_same_build_for_the_functions_platform() -> None:
     """Without pip here, CDK bundles in Docker: the same script on the same staged inputs, for the
     function's platform (an x86 machine must not put x86 wheels in an arm64 function)."""
-    from stacks import bundling
+    from contextual_kb.cdk import bundling
 
     folder, key = bundling.stage("arm64")
     assert (folder / "asset_build.py").read_bytes() == bundling.ASSET_BUILD.read_bytes()
-    assert (folder / "constraints.txt").read_bytes() == (bundling.ROOT / "constraints.txt").read_bytes()
+    assert (folder / "constraints.txt").read_bytes() == (ROOT / "constraints.txt").read_bytes()
     assert (folder / "requirements.txt").read_text().split() == bundling.runtime_requirements()
     assert sorted(p.name for p in (folder / "contextual_kb").iterdir()) == [
         "__init__.py",
@@ -450,7 +450,7 @@ def test_a_kms_key_with_s3_vectors_synthesizes_and_lets_its_indexing_service_use
 
 
 def test_names_fit_their_limits_for_any_stack_name() -> None:
-    from stacks import naming
+    from contextual_kb.cdk import naming
 
     for stack_name in ("ContextualKb", "A" * 32, "My--Stack-2024", "x" * 128, "Ab"):
         collection = naming.collection_name(stack_name)

@@ -212,7 +212,7 @@ def test_a_bad_setting_fails_the_invocation_naming_the_variable(
 
 
 def test_handler_module_is_the_documented_entry_point() -> None:
-    from stacks.function import HANDLER
+    from contextual_kb.cdk.function import HANDLER
 
     assert Path(handler.__file__).parent.name == "runtime"
     assert HANDLER == f"{handler.__name__}.lambda_handler" == "contextual_kb.runtime.handler.lambda_handler"

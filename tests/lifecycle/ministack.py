@@ -247,7 +247,7 @@ def adapt_assembly(
     manifests, the transformation's asset rebuilt for this machine, ``function_environment`` added to the
     transformation function (``step_environment`` to the deferred workflow's step, its asset rebuilt too).
     The logical ids left out are returned."""
-    from stacks import bundling
+    from contextual_kb.cdk import bundling
 
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(source, target, symlinks=True)
@@ -271,7 +271,7 @@ def adapt_assembly(
                 shutil.rmtree(asset)
                 asset.mkdir()
                 parts = bundling.WORKFLOW_PARTS if step else bundling.RUNTIME_PARTS
-                bundling.build(asset, host_architecture(), parts)
+                bundling.build(asset, host_architecture(), parts=parts)
     new = json.dumps(template, indent=1).encode()
     path.write_bytes(new)
     old_hash, new_hash = hashlib.sha256(old).hexdigest(), hashlib.sha256(new).hexdigest()

@@ -13,6 +13,9 @@ it cannot rot.
     cli          the ``ckb`` commands, rendering, terminal safety: anything
     resources    the stack's custom resources (the index, attaching a data source): nothing else; each its
                  own small function's asset
+    cdk          the constructs (``contextual_kb.cdk``: the transformation and the whole stack's parts, for
+                 the user's CDK app and ours): runtime (the function's settings), query (the ingestion logs'
+                 query); never imported by the parts above, and the runtime's asset never holds it
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from pathlib import Path
 from tests.conftest import ROOT
 
 PACKAGE = ROOT / "lambda" / "contextual_kb"
-PARTS = ("runtime", "resources", "query", "local", "evaluation", "deferred", "cli")
+PARTS = ("runtime", "resources", "query", "local", "evaluation", "deferred", "cli", "cdk")
 ALLOWED = {
     "runtime": {"runtime"},
     "resources": {"resources"},
@@ -31,7 +34,8 @@ ALLOWED = {
     "local": {"runtime", "local"},
     "evaluation": {"runtime", "query", "local", "evaluation"},
     "deferred": {"runtime", "query", "local", "deferred"},
-    "cli": set(PARTS),
+    "cli": set(PARTS) - {"cdk"},
+    "cdk": {"runtime", "query", "cdk"},
 }
 
 

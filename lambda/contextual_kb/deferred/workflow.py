@@ -1,5 +1,5 @@
 """The deferred loop as the stack's workflow runs it (``-c autoContextualize=...``,
-``stacks/deferred_workflow.py``): the Lambda step of an AWS Step Functions execution, running ``ckb
+``contextual_kb/cdk/deferred_workflow.py``): the Lambda step of an AWS Step Functions execution, running ``ckb
 contextualize``'s own code (``Contextualizer``), never a copy of it.
 
 One execution is one look: the run the claim names is resumed (or, started with ``mode: start``, a new one
@@ -42,7 +42,8 @@ MODES = ("start", "resume")
 
 
 def options_from_environment(environ: dict[str, str] | None = None) -> Options:
-    """The step's settings: the function's environment, set by the stack (``stacks/deferred_workflow.py``)."""
+    """The step's settings: the function's environment, set by the stack
+    (``contextual_kb/cdk/deferred_workflow.py``)."""
     env = dict(os.environ if environ is None else environ)
     given = {
         attribute: int(env[name])

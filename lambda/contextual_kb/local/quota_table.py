@@ -1,5 +1,5 @@
 """The shared model quota's DynamoDB table, made on an emulator (moto) for tests, benchmarks and fault runs:
-the key the function uses (``pk``, a string) and the stack's billing mode (stacks/function.py)."""
+the key the function uses (``pk``, a string) and the stack's billing mode (contextual_kb/cdk/function.py)."""
 
 from __future__ import annotations
 

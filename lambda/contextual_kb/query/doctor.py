@@ -34,7 +34,7 @@ from contextual_kb.runtime.context.claude.prompts import BEDROCK_ANTHROPIC_VERSI
 from contextual_kb.runtime.settings import ConfigurationError, Settings
 
 Status = Literal["ok", "fail", "warn"]
-METRICS_NAMESPACE = "ContextualKB"  # the function's (POWERTOOLS_METRICS_NAMESPACE, stacks/function.py)
+METRICS_NAMESPACE = "ContextualKB"  # the function's (POWERTOOLS_METRICS_NAMESPACE, cdk/function.py)
 METRICS_SERVICE = "contextual-kb"
 # What a busy sync asks of the model at MAX_CONCURRENCY calls in flight: about 2 s a call, 3,000 tokens a call
 # (a chunk, an uncached document or a share of one, a context): rough, and said so.

@@ -1,6 +1,6 @@
 """The OpenSearch Serverless vector index the Knowledge Base writes to: defined once, here.
 
-The stack hands this body to the custom resource that creates the index (``stacks/vector_store.py``), and
+The stack hands this body to the custom resource that creates the index (``cdk/vector_store.py``), and
 ``ckb eval``'s ``index`` analysis is built from the same definition (``evaluation/lexical.py``,
 ``analyzer_from``), so the offline preview cannot drift from what is deployed.
 

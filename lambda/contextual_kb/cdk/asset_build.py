@@ -1,6 +1,6 @@
 """Builds the transformation function's asset: the runtime package and its dependencies, nothing else.
 
-One script for both bundling paths, run on the staged input folder (``stacks/bundling.py`` copies it with
+One script for both bundling paths, run on the staged input folder (``bundling.py`` beside it copies it with
 ``requirements.txt``, ``constraints.txt`` and the runtime package): on this machine with its ``pip``, or in
 CDK's Docker image when there is no ``pip``. The same pins, the same platform, the same contents:
 
@@ -12,7 +12,10 @@ CDK's Docker image when there is no ``pip``. The same pins, the same platform, t
    makes (S3 GetObject/PutObject/DeleteObjects, SigV4 signing) are long-stable in every SDK a Python 3.13
    runtime carries;
 3. the runtime package copied: ``contextual_kb/__init__.py`` and ``contextual_kb/runtime/``, never the
-   command line, evaluation or local tooling; no ``__pycache__``.
+   command line, evaluation or local tooling; no ``__pycache__``; and the user's handler modules, if any
+   (``handler_modules/*.py``), beside it;
+4. the same bytes whoever builds it: RECORD lines of the console scripts (outside the asset, naming the
+   building interpreter) dropped.
 
 Standard library only: it runs in the bundling image too.
 """
@@ -62,6 +65,17 @@ def remove_empty_folders(output: Path) -> None:
             Path(folder).rmdir()
 
 
+def drop_records_outside(output: Path) -> None:
+    """RECORD lines of files outside the asset (console scripts under ../../bin, never shipped): their
+    hashes cover the building interpreter's path (the scripts' first line), so the same inputs built by
+    another Python (a user's venv, this checkout's) would give other bytes."""
+    for record in output.glob("*.dist-info/RECORD"):
+        lines = record.read_text().splitlines(keepends=True)
+        kept = [line for line in lines if not line.startswith("../")]
+        if kept != lines:
+            record.write_text("".join(kept))
+
+
 def build(source: Path, output: Path, architecture: str, python: str = sys.executable) -> None:
     subprocess.run(pip_command(python, output, source, architecture), check=True)
     for name in PROVIDED_BY_LAMBDA:
@@ -73,9 +87,13 @@ def build(source: Path, output: Path, architecture: str, python: str = sys.execu
         dirs_exist_ok=True,
         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
     )
+    modules = source / "handler_modules"  # the user's own handler (docs/SDK.md), beside contextual_kb
+    for module in sorted(modules.glob("*.py")) if modules.is_dir() else []:
+        shutil.copy2(module, output / module.name)
     for cache in list(output.rglob("__pycache__")):
         shutil.rmtree(cache, ignore_errors=True)
     shutil.rmtree(output / "bin", ignore_errors=True)  # console scripts: of no use in a function
+    drop_records_outside(output)
 
 
 def main() -> None:

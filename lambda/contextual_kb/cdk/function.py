@@ -14,13 +14,13 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from stacks.bundling import function_code
-from stacks.config import StackConfig
-from stacks.logs import month_of_logs
+from contextual_kb.cdk.bundling import function_code
+from contextual_kb.cdk.config import PROFILE_PREFIXES, StackConfig
+from contextual_kb.cdk.logs import month_of_logs
 
 HANDLER = "contextual_kb.runtime.handler.lambda_handler"
 ARCHITECTURE = "arm64"
-_PROFILE_PREFIXES = ("global.", "us.", "eu.", "apac.", "jp.", "au.", "ca.", "us-gov.")
+_PROFILE_PREFIXES = PROFILE_PREFIXES
 
 
 def model_statements(model_id: str) -> list[iam.PolicyStatement]:
@@ -73,8 +73,10 @@ class TransformFunction(Construct):
         code: lambda_.Code | None = None,
         chunking: dict[str, str] | None = None,
         vector_store: str | None = None,
+        handler: str = HANDLER,
     ) -> None:
-        """``chunking``: the function's chunking settings when the config's are not the final word (attach
+        """``handler``: the Lambda handler (a user's own module in the asset: docs/SDK.md). ``chunking``: the
+        function's chunking settings when the config's are not the final word (attach
         mode: CHUNKING comes from the data source, at deploy time); ``vector_store`` likewise (attach mode:
         the Knowledge Base's store, which sets the chunk metadata's limit)."""
         super().__init__(scope, construct_id)
@@ -115,7 +117,7 @@ class TransformFunction(Construct):
             description=f"{stack.stack_name}: Knowledge Base POST_CHUNKING contextual transformation",
             runtime=lambda_.Runtime.PYTHON_3_13,
             architecture=lambda_.Architecture.ARM_64,
-            handler=HANDLER,
+            handler=handler,
             code=code or function_code(ARCHITECTURE),
             memory_size=config.function_memory_mb,
             timeout=Duration.seconds(config.function_timeout_seconds),

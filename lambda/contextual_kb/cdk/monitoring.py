@@ -17,7 +17,7 @@ from constructs import Construct
 from contextual_kb.query.ingestion_logs import failed_documents_query
 
 if TYPE_CHECKING:
-    from stacks.ingestion_logs import IngestionLogs
+    from contextual_kb.cdk.ingestion_logs import IngestionLogs
 
 NAMESPACE = "ContextualKB"
 SERVICE = "contextual-kb"

@@ -29,6 +29,16 @@ _EMAIL = re.compile(r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9-]+(\.[A-Za-z0-
 _TOPIC_ARN = re.compile(r"arn:aws[a-z-]*:sns:[a-z]{2}(-[a-z]+)+-\d:\d{12}:[A-Za-z0-9_-]{1,256}(\.fifo)?")
 
 
+# Inference profiles' geographic prefixes (a model without one is called in the stack's region).
+PROFILE_PREFIXES = ("global.", "us.", "eu.", "apac.", "jp.", "au.", "ca.", "us-gov.")
+# What the function can call: an Anthropic Claude model on Bedrock, by its model id or a system inference
+# profile's (its Messages API client and its IAM grant are built for these; an ARN or another vendor's model
+# would fail every call at ingestion).
+_CLAUDE_MODEL = re.compile(
+    r"(" + "|".join(re.escape(p) for p in PROFILE_PREFIXES) + r")?anthropic\.claude-[a-z0-9.-]+(:\d+)?"
+)
+
+
 class ConfigError(ValueError):
     """A context value the stack cannot use."""
 
@@ -203,6 +213,12 @@ class StackConfig(BaseModel):
                 "another endpoint or put them in the logs (docs/SECURITY.md)"
             )
         self._settings_are_the_functions()
+        if not _CLAUDE_MODEL.fullmatch(self.model_id):
+            raise ValueError(
+                f"functionEnvironment.MODEL_ID={self.model_id}: the function calls Anthropic Claude models "
+                "on Bedrock, by model or inference profile id "
+                "(global.anthropic.claude-haiku-4-5-20251001-v1:0)"
+            )
         if self.chunking == "hierarchical" and self.vector_store == "s3vectors":
             raise ValueError(
                 "chunking=hierarchical with vectorStore=s3vectors: AWS does not recommend it "

@@ -15,8 +15,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from stacks.function import model_statements
-from stacks.storage import BATCH_PREFIX
+from contextual_kb.cdk.function import model_statements
+from contextual_kb.cdk.storage import BATCH_PREFIX
 
 
 class BatchRole(Construct):

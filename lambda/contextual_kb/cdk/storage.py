@@ -31,6 +31,9 @@ class Storage(Construct):
     ) -> None:
         """``source``: a source bucket too (not when attaching: the data source has its own)."""
         super().__init__(scope, construct_id)
+        # Access logs delivered by bucket policy (no ACL: the buckets enforce bucket-owner ownership), in any
+        # app: a user's app without cdk.json's recommended flags would otherwise ask for an ACL and fail.
+        self.node.set_context("@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy", True)
         self.key: kms.Key | None = (
             kms.Key(
                 self,

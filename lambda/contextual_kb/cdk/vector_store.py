@@ -28,6 +28,8 @@ from aws_cdk import aws_s3vectors as s3vectors
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
+from contextual_kb.cdk import naming
+from contextual_kb.cdk.logs import month_of_logs
 from contextual_kb.query.index_definition import (
     METADATA_FIELD,
     TEXT_FIELD,
@@ -35,8 +37,6 @@ from contextual_kb.query.index_definition import (
     index_body,
     index_name,
 )
-from stacks import naming
-from stacks.logs import month_of_logs
 
 S3_VECTORS_NON_FILTERABLE = ["AMAZON_BEDROCK_TEXT", "AMAZON_BEDROCK_METADATA"]
 INDEX_HANDLER = "contextual_kb.resources.opensearch_index.on_event"
@@ -69,7 +69,7 @@ class OpenSearchVectorStore(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
-        # Collection names: unique in the account and region; policy names 3-32 characters (stacks/naming.py).
+        # Collection names: unique in the account and region; policy names 3-32 characters (naming.py).
         name = naming.collection_name(
             stack.stack_name, standby_replicas=standby_replicas, customer_key=key is not None
         )

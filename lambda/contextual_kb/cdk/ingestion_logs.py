@@ -17,10 +17,10 @@ from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from contextual_kb.cdk import naming
+from contextual_kb.cdk.logs import month_of_logs
+from contextual_kb.cdk.monitoring import NAMESPACE
 from contextual_kb.query.ingestion_logs import DOCUMENT_EVENT, FINAL_FAILURE, LOG_TYPE
-from stacks import naming
-from stacks.logs import month_of_logs
-from stacks.monitoring import NAMESPACE
 
 FAILED_DOCUMENTS = "IngestionDocumentsFailed"
 # A document's final status FAILED: one event a failed document (the failing stage's own event comes first).

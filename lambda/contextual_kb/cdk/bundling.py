@@ -1,12 +1,15 @@
 """The function's asset: the runtime package and its pinned dependencies for the Lambda's platform.
 
-``stacks/asset_build.py`` builds it (what goes in, and why the AWS SDK does not), from an input folder staged
-here: the runtime requirements of ``pyproject.toml``, ``constraints.txt`` and ``lambda/contextual_kb``'s
-runtime part. Both bundling paths run that one script on that one folder, so they give the same contents:
-locally with this machine's ``pip``, or, when that fails, in CDK's Python 3.13 image for the function's
-platform (``platform`` set, so an x86 machine does not bundle x86 wheels for an arm64 function). The asset's
-hash is the hash of the staged inputs: a change to them, and nothing else, makes a new asset; a bundle built
-once is reused (``make synth`` synthesizes two stores).
+``asset_build.py`` beside it builds it (what goes in, and why the AWS SDK does not), from an input folder
+staged here: the runtime requirements and constraints shipped in this package (``function-requirements.txt``,
+the project's dependencies less the AWS SDK; ``function-constraints.txt``, its ``constraints.txt``; kept equal
+by tests/infra/test_constructs.py) and the installed package's runtime part. Nothing is read from a
+repository: a user with only the installed package gets the same inputs, so the same key and the same bytes.
+Both bundling paths run that one script on that one folder, so they give the same contents: locally with
+this machine's ``pip``, or, when that fails, in CDK's Python 3.13 image for the function's platform
+(``platform`` set, so an x86 machine does not bundle x86 wheels for an arm64 function). The asset's hash is
+the hash of the staged inputs: a change to them, and nothing else, makes a new asset; a bundle built once is
+reused (``make synth`` synthesizes two stores).
 """
 
 from __future__ import annotations
@@ -16,40 +19,54 @@ import os
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import jsii
 from aws_cdk import AssetHashType, BundlingOptions, DockerImage, ILocalBundling
 from aws_cdk import aws_lambda as lambda_
 
-from stacks import asset_build
+from contextual_kb.cdk import asset_build
 
-ROOT = Path(__file__).resolve().parent.parent
-PACKAGE = ROOT / "lambda" / "contextual_kb"
+HERE = Path(__file__).resolve().parent
+PACKAGE = HERE.parent  # the installed contextual_kb (or lambda/contextual_kb in a checkout)
+REQUIREMENTS = HERE / "function-requirements.txt"
+CONSTRAINTS = HERE / "function-constraints.txt"
 # What of the package the function runs: the runtime part alone (and the package's own __init__).
 RUNTIME_PARTS = ("__init__.py", "py.typed", "runtime")
-# The deferred workflow's step (stacks/deferred_workflow.py): ckb contextualize's code and what it imports
-# (the runtime, and query's re-ingestion and stack clients); its own asset, never the function's.
+# The deferred workflow's step (deferred_workflow.py): ckb contextualize's code and what it imports (the
+# runtime, and query's re-ingestion and stack clients); its own asset, never the function's.
 WORKFLOW_PARTS = (*RUNTIME_PARTS, "query", "deferred")
-STAGING = ROOT / "cdk.out" / ".bundle-input"
-BUNDLE_CACHE = ROOT / "cdk.out" / ".bundles"
+# Under the CDK app's own output folder (the CLI runs the app where cdk.json is): built once, reused by
+# every synth of that app.
+STAGING = Path("cdk.out").absolute() / ".bundle-input"
+BUNDLE_CACHE = Path("cdk.out").absolute() / ".bundles"
 DOCKER_PLATFORMS = {"arm64": "linux/arm64", "x86_64": "linux/amd64"}
 ASSET_BUILD = Path(asset_build.__file__)
 
 
 def runtime_requirements() -> list[str]:
     """The function's dependencies: the project's, less the AWS SDK the Lambda runtime provides."""
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return [line for line in REQUIREMENTS.read_text().splitlines() if line.strip()]
+
+
+def requirements_of(dependencies: list[str]) -> list[str]:
+    """What ``function-requirements.txt`` must hold for these project dependencies (checked by a test)."""
     provided = {name.replace("_", "-") for name in asset_build.PROVIDED_BY_LAMBDA}
-    return [r for r in project["dependencies"] if r.split("==")[0].split("[")[0].lower() not in provided]
+    return [r for r in dependencies if r.split("==")[0].split("[")[0].lower() not in provided]
 
 
-def _inputs(parts: tuple[str, ...] = RUNTIME_PARTS) -> dict[str, bytes]:
-    """Relative path -> content of everything the asset is built from."""
+# Modules of the user's own handler (docs/SDK.md), staged here and put beside contextual_kb in the asset.
+HANDLER_MODULES = "handler_modules"
+
+
+def _inputs(
+    modules: tuple[tuple[str, bytes], ...] = (), parts: tuple[str, ...] = RUNTIME_PARTS
+) -> dict[str, bytes]:
+    """Relative path -> content of everything the asset is built from; ``modules``: (file name, content) of
+    the user's handler modules; ``parts``: the package's parts (the runtime alone for the function)."""
     files = {
         "requirements.txt": "\n".join(runtime_requirements()).encode() + b"\n",
-        "constraints.txt": (ROOT / "constraints.txt").read_bytes(),
+        "constraints.txt": CONSTRAINTS.read_bytes(),
         "asset_build.py": ASSET_BUILD.read_bytes(),
     }
     for part in parts:
@@ -58,25 +75,30 @@ def _inputs(parts: tuple[str, ...] = RUNTIME_PARTS) -> dict[str, bytes]:
         for file in found:
             if file.is_file() and "__pycache__" not in file.parts and file.suffix != ".pyc":
                 files[f"contextual_kb/{file.relative_to(PACKAGE).as_posix()}"] = file.read_bytes()
+    files.update({f"{HANDLER_MODULES}/{name}": content for name, content in modules})
     return files
 
 
-def bundle_key(architecture: str, parts: tuple[str, ...] = RUNTIME_PARTS) -> str:
+def bundle_key(
+    architecture: str, modules: tuple[tuple[str, bytes], ...] = (), parts: tuple[str, ...] = RUNTIME_PARTS
+) -> str:
     """Equal inputs, equal bundles: the hash of the staged inputs and the platform."""
     digest = hashlib.sha256(architecture.encode())
-    for name, content in sorted(_inputs(parts).items()):
+    for name, content in sorted(_inputs(modules, parts).items()):
         digest.update(name.encode() + b"\0" + hashlib.sha256(content).digest())
     return digest.hexdigest()[:32]
 
 
-def stage(architecture: str, parts: tuple[str, ...] = RUNTIME_PARTS) -> tuple[Path, str]:
+def stage(
+    architecture: str, modules: tuple[tuple[str, bytes], ...] = (), parts: tuple[str, ...] = RUNTIME_PARTS
+) -> tuple[Path, str]:
     """The input folder for this content (written once), and its key."""
-    key = bundle_key(architecture, parts)
+    key = bundle_key(architecture, modules, parts)
     folder = STAGING / key
     if not folder.is_dir():
         building = STAGING / f"{key}.staging-{os.getpid()}"
         shutil.rmtree(building, ignore_errors=True)
-        for name, content in _inputs(parts).items():
+        for name, content in _inputs(modules, parts).items():
             target = building / name
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(content)
@@ -84,9 +106,14 @@ def stage(architecture: str, parts: tuple[str, ...] = RUNTIME_PARTS) -> tuple[Pa
     return folder, key
 
 
-def build(target: Path, architecture: str, parts: tuple[str, ...] = RUNTIME_PARTS) -> None:
+def build(
+    target: Path,
+    architecture: str,
+    modules: tuple[tuple[str, bytes], ...] = (),
+    parts: tuple[str, ...] = RUNTIME_PARTS,
+) -> None:
     """The bundle into ``target``: built once per content (cdk.out/.bundles), then copied."""
-    source, key = stage(architecture, parts)
+    source, key = stage(architecture, modules, parts)
     cached = BUNDLE_CACHE / f"{key}-{architecture}"
     if not cached.is_dir():
         building = BUNDLE_CACHE / f"{cached.name}.building-{os.getpid()}"
@@ -98,13 +125,19 @@ def build(target: Path, architecture: str, parts: tuple[str, ...] = RUNTIME_PART
 
 @jsii.implements(ILocalBundling)
 class LocalPipBundling:
-    def __init__(self, architecture: str, parts: tuple[str, ...] = RUNTIME_PARTS) -> None:
+    def __init__(
+        self,
+        architecture: str,
+        modules: tuple[tuple[str, bytes], ...] = (),
+        parts: tuple[str, ...] = RUNTIME_PARTS,
+    ) -> None:
         self.architecture = architecture
+        self.modules = modules
         self.parts = parts
 
     def try_bundle(self, output_dir: str, *, image: DockerImage, **_: object) -> bool:
         try:
-            build(Path(output_dir), self.architecture, self.parts)
+            build(Path(output_dir), self.architecture, self.modules, self.parts)
         except (OSError, subprocess.CalledProcessError) as exc:
             print(f"local bundling failed ({exc}); falling back to Docker", file=sys.stderr)
             return False
@@ -121,10 +154,12 @@ def docker_command(architecture: str) -> list[str]:
     ]
 
 
-def function_code(architecture: str, parts: tuple[str, ...] = RUNTIME_PARTS) -> lambda_.Code:
-    """The transformation function's asset (the runtime alone), or, given ``WORKFLOW_PARTS``, the deferred
-    workflow step's."""
-    source, key = stage(architecture, parts)
+def function_code(
+    architecture: str, modules: tuple[tuple[str, bytes], ...] = (), parts: tuple[str, ...] = RUNTIME_PARTS
+) -> lambda_.Code:
+    """The function's asset; ``modules``: the user's handler modules, beside ``contextual_kb``; ``parts``
+    given ``WORKFLOW_PARTS``: the deferred workflow step's asset instead."""
+    source, key = stage(architecture, modules, parts)
     return lambda_.Code.from_asset(
         str(source),
         asset_hash=key,
@@ -132,7 +167,7 @@ def function_code(architecture: str, parts: tuple[str, ...] = RUNTIME_PARTS) -> 
         bundling=BundlingOptions(
             image=lambda_.Runtime.PYTHON_3_13.bundling_image,
             platform=DOCKER_PLATFORMS[architecture],
-            local=LocalPipBundling(architecture, parts),
+            local=LocalPipBundling(architecture, modules, parts),
             command=docker_command(architecture),
         ),
     )

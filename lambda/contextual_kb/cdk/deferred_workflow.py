@@ -35,10 +35,10 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from stacks.bundling import WORKFLOW_PARTS, function_code
-from stacks.function import _PROFILE_PREFIXES, model_statements
-from stacks.logs import month_of_logs
-from stacks.storage import BATCH_PREFIX, CONTEXTS_PREFIX, PENDING_PREFIX
+from contextual_kb.cdk.bundling import WORKFLOW_PARTS, function_code
+from contextual_kb.cdk.function import _PROFILE_PREFIXES, model_statements
+from contextual_kb.cdk.logs import month_of_logs
+from contextual_kb.cdk.storage import BATCH_PREFIX, CONTEXTS_PREFIX, PENDING_PREFIX
 
 HANDLER = "contextual_kb.deferred.workflow.lambda_handler"
 PROFILE_GEOGRAPHIES = {prefix.rstrip(".") for prefix in _PROFILE_PREFIXES}
@@ -124,7 +124,7 @@ class DeferredWorkflow(Construct):
             runtime=lambda_.Runtime.PYTHON_3_13,
             architecture=lambda_.Architecture.ARM_64,
             handler=HANDLER,
-            code=code or function_code("arm64", WORKFLOW_PARTS),
+            code=code or function_code("arm64", parts=WORKFLOW_PARTS),
             # Planning spools the records to /tmp, and a job's input is copied out of it: up to a job's
             # input size (Limits.max_file_bytes, 1 GB by default) twice.
             memory_size=2048,
@@ -310,7 +310,7 @@ class DeferredWorkflow(Construct):
         above_floor = _ours("CostAboveFloorUsd", "Maximum")
 
         def alarm(alarm_id: str, metric: cw.IMetric, threshold: float, description: str) -> cw.Alarm:
-            from stacks.monitoring import runbook
+            from contextual_kb.cdk.monitoring import runbook
 
             made = cw.Alarm(
                 self,

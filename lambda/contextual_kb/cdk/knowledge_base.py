@@ -4,7 +4,7 @@ POST_CHUNKING transformation."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_cdk import Aws, Stack
 from aws_cdk import aws_bedrock as bedrock
@@ -14,9 +14,12 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from stacks import naming
-from stacks.config import StackConfig
-from stacks.vector_store import StorageConfiguration
+from contextual_kb.cdk import naming
+from contextual_kb.cdk.config import StackConfig
+from contextual_kb.cdk.vector_store import StorageConfiguration
+
+if TYPE_CHECKING:
+    from contextual_kb.cdk.transformation import ContextualTransformation
 
 
 def chunking_configuration(config: StackConfig) -> dict[str, Any] | None:
@@ -68,8 +71,7 @@ class KnowledgeBase(Construct):
         *,
         storage: StorageConfiguration,
         source: s3.IBucket,
-        intermediate: s3.IBucket,
-        function: lambda_.IFunction,
+        transformation: ContextualTransformation,
         key: kms.IKey | None,
     ) -> None:
         """The KB and its data source, once the vector store exists (it needs the role first)."""
@@ -82,8 +84,7 @@ class KnowledgeBase(Construct):
         role.add_to_policy(
             iam.PolicyStatement(actions=["s3:GetObject"], resources=[source.arn_for_objects("*")])
         )
-        for statement in transformation_statements(function, intermediate, key):
-            role.add_to_policy(statement)
+        transformation.grant(role)
         for statement in storage.statements:
             role.add_to_policy(statement)
         # The name changes with what replaces the Knowledge Base (its vector store, index, embedding model),
@@ -110,22 +111,10 @@ class KnowledgeBase(Construct):
             storage_configuration=storage.configuration,
         )
         self.knowledge_base.node.add_dependency(role)
-        ingestion: dict[str, Any] = {
-            "customTransformationConfiguration": {
-                "intermediateStorage": {"s3Location": {"uri": f"s3://{intermediate.bucket_name}/"}},
-                "transformations": [
-                    {
-                        "stepToApply": "POST_CHUNKING",
-                        "transformationFunction": {
-                            "transformationLambdaConfiguration": {"lambdaArn": function.function_arn}
-                        },
-                    }
-                ],
-            }
-        }
         chunking = chunking_configuration(config)
-        if chunking is not None:
-            ingestion["chunkingConfiguration"] = chunking
+        ingestion = transformation.vector_ingestion_configuration(
+            {"chunkingConfiguration": chunking} if chunking is not None else None
+        )
         # A data source's chunking and knowledge base cannot change: CloudFormation replaces it, creating the
         # new one before deleting the old, and cannot under the same name; so the name changes with the
         # chunking and with what replaces the Knowledge Base (a data source's name is not create-only: a

@@ -10,7 +10,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
-from stacks.config import StackConfig
+from contextual_kb.cdk.config import StackConfig
 
 
 class AlarmTopic(Construct):
