@@ -104,8 +104,13 @@ def test_yes_goes_on_after_the_estimate(
 
 
 def test_version() -> None:
+    """The installed distribution's version, which pyproject.toml and the CHANGELOG state."""
+    import tomllib
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     result = runner.invoke(app, ["--version"])
-    assert result.exit_code == 0 and result.stdout.strip() == "ckb 0.1.0"
+    assert result.exit_code == 0 and result.stdout.strip() == f"ckb {version}"
+    assert f"## [{version}]" in (ROOT / "CHANGELOG.md").read_text()
 
 
 def test_logs_show_the_functions_metrics(tmp_path: Path) -> None:
