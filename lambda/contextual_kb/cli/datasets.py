@@ -37,7 +37,7 @@ def benchmark(dataset: Path | None = None, *, todo: str = "") -> tuple[Path, Pat
     except DatasetUnavailableError as exc:
         if todo:
             raise CliError(
-                str(exc).split("; no partial file was kept")[0], "no partial file was kept", todo
+                f"could not fetch the codebase benchmark ({exc.what})", "no partial file was kept", todo
             ) from None
         raise CliError(str(exc)) from None
 

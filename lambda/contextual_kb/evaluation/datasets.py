@@ -49,7 +49,12 @@ _BLOCK = 1 << 16
 
 
 class DatasetUnavailableError(Exception):
-    """The benchmark is not here and could not be fetched; the message is one line that says what to do."""
+    """The benchmark is not here and could not be fetched: ``what`` failed; the message is one line that says
+    what to do."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        super().__init__(_unavailable(what))
 
 
 def data_dir() -> Path:
@@ -105,9 +110,7 @@ def ensure_codebase(progress: Callable[[str], None] | None = None) -> tuple[Path
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise DatasetUnavailableError(
-            _unavailable(f"cannot create {folder}: {exc.strerror or exc}")
-        ) from None
+        raise DatasetUnavailableError(f"cannot create {folder}: {exc.strerror or exc}") from None
     for file in missing:
         _write_whole(folder / file.name, _download(f"{base}/{file.name}", file))
     (folder / "SOURCE.txt").write_text(
@@ -128,25 +131,21 @@ def _download(url: str, file: Published) -> bytes:
             while block := response.read(_BLOCK):
                 received += len(block)
                 if received > file.size:
-                    raise DatasetUnavailableError(
-                        _unavailable(f"{url}: more than the published {file.size:,} bytes")
-                    )
+                    raise DatasetUnavailableError(f"{url}: more than the published {file.size:,} bytes")
                 digest.update(block)
                 parts.append(block)
     except urllib.error.HTTPError as exc:
-        raise DatasetUnavailableError(_unavailable(f"{url}: HTTP {exc.code} {exc.reason}")) from None
+        raise DatasetUnavailableError(f"{url}: HTTP {exc.code} {exc.reason}") from None
     except urllib.error.URLError as exc:
-        raise DatasetUnavailableError(_unavailable(f"{url}: {exc.reason}")) from None
+        raise DatasetUnavailableError(f"{url}: {exc.reason}") from None
     except (http.client.HTTPException, OSError) as exc:  # a connection cut mid-file, a read timing out
         what = type(exc).__name__ if not str(exc) else str(exc)
-        raise DatasetUnavailableError(_unavailable(f"{url}: {what} after {received:,} bytes")) from None
+        raise DatasetUnavailableError(f"{url}: {what} after {received:,} bytes") from None
     if received != file.size:
-        raise DatasetUnavailableError(_unavailable(f"{url}: truncated, {received:,} of {file.size:,} bytes"))
+        raise DatasetUnavailableError(f"{url}: truncated, {received:,} of {file.size:,} bytes")
     if digest.hexdigest() != file.sha256:
         raise DatasetUnavailableError(
-            _unavailable(
-                f"{url}: sha256 {digest.hexdigest()[:12]}... is not the published {file.sha256[:12]}..."
-            )
+            f"{url}: sha256 {digest.hexdigest()[:12]}... is not the published {file.sha256[:12]}..."
         )
     return b"".join(parts)
 
