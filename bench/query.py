@@ -69,6 +69,7 @@ def main() -> None:
     parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASET)
     parser.add_argument("--queries", type=int, default=60)
     parser.add_argument("--cli-runs", type=int, default=5)
+    parser.add_argument("--mcp-starts", type=int, default=10)
     args = parser.parse_args()
     offline_environment()
     os.environ["CONTEXT_STRATEGY"] = "structural"
@@ -118,18 +119,20 @@ def main() -> None:
             subprocess.run([ckb, "query", question, "--json"], env=env, check=True, capture_output=True)
             cli.append(time.perf_counter() - t0)
         results["ckb_query_process"] = summary(cli)
-        results["mcp"] = asyncio.run(mcp_figures(ckb, running.environment(), questions))
+        results["mcp"] = asyncio.run(mcp_figures(ckb, running.environment(), questions, args.mcp_starts))
 
     print(json.dumps(results, indent=2))
 
 
-async def mcp_figures(ckb: str, environment: dict[str, str], questions: list[str]) -> dict[str, Any]:
+async def mcp_figures(
+    ckb: str, environment: dict[str, str], questions: list[str], starts: int
+) -> dict[str, Any]:
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
 
     params = StdioServerParameters(command=ckb, args=["mcp"], env=environment)
     ready = []
-    for _ in range(3):
+    for _ in range(starts):
         t0 = time.perf_counter()
         async with Client(params) as client:
             ready.append(time.perf_counter() - t0)
