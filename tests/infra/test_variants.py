@@ -150,6 +150,11 @@ def test_a_shared_model_quota_gets_its_table_and_the_function_its_settings(
     alarms = [a["Properties"] for a in resources(template, "AWS::CloudWatch::Alarm").values()]
     (unusable,) = [a for a in alarms if a["MetricName"] == "AttemptsWithoutQuotaTurns"]
     assert (unusable["Namespace"], unusable["Statistic"], unusable["Threshold"]) == ("ContextualKB", "Sum", 1)
+    # the dashboard's "Shared model quota" graph: the waits, what the turns booked and gave back, the resets
+    (dashboard,) = resources(template, "AWS::CloudWatch::Dashboard").values()
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    for name in ("QuotaWaitSeconds", "QuotaBookedSeconds", "QuotaGivenBackSeconds", "QuotaResets"):
+        assert name in body, name
     others = [t for name, (_, t) in templates.items() if name != label(QUOTA)]
     assert all(not resources(t, "AWS::DynamoDB::Table") for t in others)
     assert all("AttemptsWithoutQuotaTurns" not in json.dumps(t) for t in others)

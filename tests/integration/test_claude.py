@@ -264,7 +264,12 @@ def test_a_shared_quota_books_what_bedrock_reserves_and_keeps_what_it_keeps(
     assert_every_chunk_back(s3, run(event), staged)
     stats = standin.stats
     assert stats.answered == 6 and stats.cache_reads == 5 and stats.throttled == 0
-    model = summary(captured)["model"]
+    lines = output_lines(captured)
+    model = next(line for line in lines if line.get("message") == "transformation complete")["model"]
+    # the same figures as metrics: what the timeline booked, what replies gave back, the resets (none)
+    assert metric(lines, "QuotaBookedSeconds") == model["quota_booked_seconds"] > 0
+    assert metric(lines, "QuotaGivenBackSeconds") == model["quota_given_back_seconds"] > 0
+    assert metric(lines, "QuotaResets") == model["quota_resets"] == 0
     per_second = 6_000_000 / 60
     # booked: the stand-in's reservations (the estimate counts the request whole: a few tokens under)
     assert model["quota_booked_seconds"] * per_second == pytest.approx(stats.reserved_tokens, abs=6 * 4 + 50)

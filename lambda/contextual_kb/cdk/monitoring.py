@@ -81,7 +81,16 @@ class Monitoring(Construct):
         if shares_quota:  # the quota's table could not be used: calls went without turns (OPERATIONS.md)
             without_turns = _ours("AttemptsWithoutQuotaTurns")
             waits = _ours("QuotaWaitSeconds")
-            quota = [cw.GraphWidget(title="Shared model quota", left=[without_turns], right=[waits])]
+            # seconds of the quota booked (what Bedrock reserves) and given back by replies: their
+            # difference is what it kept; a reset is a timeline end a clock ahead had pushed out of reach
+            booked, given_back = _ours("QuotaBookedSeconds"), _ours("QuotaGivenBackSeconds")
+            quota = [
+                cw.GraphWidget(
+                    title="Shared model quota",
+                    left=[without_turns, _ours("QuotaResets")],
+                    right=[waits, booked, given_back],
+                )
+            ]
             self.alarms.append(
                 alarm(
                     "AttemptsWithoutQuotaTurns",

@@ -147,8 +147,19 @@ def record_model(model: ModelAccounting) -> None:
     if model.shares_quota:
         wait = round(model.quota_wait_seconds, 1)
         metrics.add_metric(name="QuotaWaitSeconds", unit=MetricUnit.Seconds, value=wait)
-        # degraded: the quota table could not be used, and attempts went without turns
-        _counts(("AttemptsWithoutQuotaTurns", model.attempts_without_turns))
+        # seconds of the quota booked (what Bedrock reserves) and given back by replies (the cache reads and
+        # unused max_tokens): their difference is what the quota kept of this invocation's calls
+        for name, seconds in (
+            ("QuotaBookedSeconds", model.quota_booked_seconds),
+            ("QuotaGivenBackSeconds", model.quota_given_back_seconds),
+        ):
+            metrics.add_metric(name=name, unit=MetricUnit.Seconds, value=round(seconds, 3))
+        # degraded: the quota table could not be used, and attempts went without turns; a timeline end
+        # further ahead than any fleet books (a clock ahead) was reset
+        _counts(
+            ("AttemptsWithoutQuotaTurns", model.attempts_without_turns),
+            ("QuotaResets", model.quota_resets),
+        )
     cost = model.cost()
     if cost is not None:
         metrics.add_metric(name="EstimatedCostMicroUSD", unit=MetricUnit.Count, value=round(cost * 1e6))
