@@ -252,6 +252,11 @@ def run_fleet(count: int, args: argparse.Namespace, url: str, quota_table: str =
         "quota_used": round(max(s for s in (request_share, token_share, 0.0) if s is not None), 3),
         "binding_quota_used": round(binding, 3),
         "throttles": stats["throttled"],
+        # which quota refused them, and how many reserved more than the token bucket holds (they pass only
+        # with it full, so any call let in before them makes them wait)
+        "throttles_by_requests": stats["throttled_by_requests"],
+        "throttles_by_tokens": stats["throttled_by_tokens"],
+        "throttles_over_bucket": stats["throttled_over_bucket"],
         "retries": sum(r["retries"] for r in results),
         "requeued": sum(r["requeued"] for r in results),
         "fallbacks": fallbacks,
@@ -416,7 +421,8 @@ def main() -> int:
     for r in rows:
         print(
             f"| {r['invocations']} | {r['chunks_per_second']} | {100 * r['binding_quota_used']:.1f}% | "
-            f"{_pct(r['quota_requests_used'])} / {_pct(r['quota_tokens_used'])} | {r['throttles']} | "
+            f"{_pct(r['quota_requests_used'])} / {_pct(r['quota_tokens_used'])} | {r['throttles']} "
+            f"({r['throttles_over_bucket']} larger than the bucket) | "
             f"{r['retries']} | {r['fallbacks']} ({100 * r['fallback_share']:.2f}%) | "
             f"{r['slowest_vs_fastest']}x ({r['slowest_seconds']} / {r['fastest_seconds']} s) | "
             f"{r['slowest_vs_ideal']}x | {'yes' if r['deadline_passed'] else 'no'} | {r['chunks_lost']} |"

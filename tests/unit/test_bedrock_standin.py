@@ -167,3 +167,18 @@ def test_an_output_token_keeps_the_models_burndown_of_the_quota() -> None:
     table = BedrockStandIn(StandInConfig(tpm=6_000_000))  # 0: the model table's, 1 for Haiku 4.5
     answered = usage(table, body(SHORT), at=0.0)
     assert table.stats.quota_tokens == answered["input_tokens"] + answered["output_tokens"]
+
+
+def test_a_throttle_says_which_quota_refused_and_whether_the_call_is_larger_than_its_bucket() -> None:
+    """What the fleet benchmark reports of its 429s: the request quota's, the token quota's, and of those the
+    calls reserving more than the token bucket holds (they pass only with it full)."""
+    standin = BedrockStandIn(StandInConfig(latency_ms=300, per_token_ms=0, rpm=600, tpm=60_000))
+    assert standin.answer(MODEL, body(LONG), 0.0)[0] == 200  # ~7,600 reserved: the bucket (1,000) full
+    assert standin.answer(MODEL, body(LONG), 0.1)[0] == 429  # larger than the bucket: needs it full
+    assert standin.answer(MODEL, body(SHORT, cache=False), 0.2)[0] == 429  # ~180: the bucket below 0
+    stats = standin.stats.as_dict()
+    assert (stats["throttled"], stats["throttled_by_tokens"], stats["throttled_over_bucket"]) == (2, 2, 1)
+    requests = BedrockStandIn(StandInConfig(rpm=60, tpm=60_000))  # 1 request a second
+    assert [requests.answer(MODEL, body(SHORT, cache=False), 0.0)[0] for _ in range(2)] == [200, 429]
+    stats = requests.stats.as_dict()
+    assert (stats["throttled_by_requests"], stats["throttled_by_tokens"]) == (1, 0)

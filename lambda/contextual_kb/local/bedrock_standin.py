@@ -103,6 +103,9 @@ class StandInStats:
     requests: int = 0
     answered: int = 0
     throttled: int = 0
+    throttled_by_requests: int = 0  # refused by the request quota
+    throttled_by_tokens: int = 0  # refused by the token quota (a reservation the bucket did not hold)
+    throttled_over_bucket: int = 0  # of those, reservations larger than the bucket (they need it full)
     faults: int = 0
     hangs: int = 0
     invalid: int = 0
@@ -358,8 +361,11 @@ class BedrockStandIn:
         # A request refused by either quota counts against neither.
         if not throttled and self._rpm is not None and not self._rpm.allows(1, now):
             throttled = True
+            self.stats.throttled_by_requests += 1
         if not throttled and self._tpm is not None and not self._tpm.allows(tokens, now):
             throttled = True
+            self.stats.throttled_by_tokens += 1
+            self.stats.throttled_over_bucket += int(tokens > self._tpm.capacity)
         if throttled:
             self.stats.throttled += 1
             message = "Too many requests, please wait before trying again."
