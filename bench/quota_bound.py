@@ -269,7 +269,7 @@ def main() -> int:
         f"{b.calls} calls reserve {b.reserved:,} tokens and keep {b.kept:,}: the quota's least time "
         f"{b.least_seconds:.1f} s ({args.tpm:,} tokens, {args.rpm} requests a minute); "
         f"{b.larger_than_bucket} calls reserve more than the {args.burst:g} s bucket holds, their give-backs "
-        f"spilling at least {b.overflow_seconds:.1f} s of quota if each waits for the last to end"
+        f"spilling at least {b.overflow_seconds:.1f} s of quota if each waits for the last to end\n"
     )
     print(
         "| sent when | order | seconds | binding, 5 s | tokens / requests, the run | lost to a full bucket |"
@@ -288,6 +288,7 @@ def main() -> int:
                 f"{r.lost_seconds:.1f} s |"
             )
     # the plan's order is the corpus's; others: the documents shuffled, each one's calls in their order
+    print()  # markdown: a list after the table
     draw = random.Random(7)
     for front, label in fronts.items() if args.orders else ():
         shares = []
@@ -297,12 +298,14 @@ def main() -> int:
             rank = {d: i for i, d in enumerate(order)}
             shuffled = sorted(calls, key=lambda c: rank[c.document])  # stable
             shares.append(replay(shuffled, **quota, scheduler_burst=front, in_order=True).binding)
-        print(f"the plan in {args.orders} orders, {label}: {100 * min(shares):.1f}-{100 * max(shares):.1f}%")
+        print(
+            f"- the plan in {args.orders} orders, {label}: {100 * min(shares):.1f}-{100 * max(shares):.1f}%"
+        )
     for count in [int(n) for n in args.fleet.split(",") if n]:
         interleaved = fleet_order(documents, count, rpm=args.rpm, tpm=args.tpm)
         for front, label in fronts.items():
             r = replay(interleaved, **quota, scheduler_burst=front, in_order=True)
-            print(f"the plan of {count} invocations' calls in turn, {label}: {100 * r.binding:.1f}%")
+            print(f"- the plan of {count} invocations' calls in turn, {label}: {100 * r.binding:.1f}%")
     return 0
 
 

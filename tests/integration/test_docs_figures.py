@@ -37,6 +37,7 @@ CHECKED = {
     "ckb eval --local --chunkers fixed,structure [--chunk-tokens 300] [--chunk-overlap 0]": "chunker_table",
     "make bench": "eval_table (bench/bm25_contexts.py scores with ckb eval --local's functions)",
     "make bench-chunking": "test_the_chunking_table_is_what_the_bench_prints (its quality part)",
+    "python bench/quota_bound.py --orders 20": "test_the_quota_bound_is_what_the_script_prints",
     "ckb contextualize --local --json": "test_contextualize_figures",
     "ckb contextualize --local": "test_contextualize_figures (the same run; --json prints its summary)",
     "$ ckb query": "test_kb_cli.py::test_cli_md_shows_what_query_prints",
@@ -465,7 +466,7 @@ GENERATED = re.compile(
 def test_the_chunking_table_is_what_the_bench_prints() -> None:
     """BENCHMARKS' chunking table is bench/chunking.py quality's output as printed (about a minute of CPU)."""
     text = (ROOT / "docs" / "BENCHMARKS.md").read_text()
-    (block,) = GENERATED.finditer(text)
+    (block,) = [b for b in GENERATED.finditer(text) if "bench/chunking.py" in b["command"]]
     assert block["command"] == ".venv/bin/python bench/chunking.py quality"
     printed = subprocess.run(
         [sys.executable, "bench/chunking.py", "quality", "--dataset", str(DATASET)],
@@ -474,6 +475,24 @@ def test_the_chunking_table_is_what_the_bench_prints() -> None:
         text=True,
         check=True,
         timeout=1200,
+    ).stdout
+    assert block["table"].strip().splitlines() == printed.strip().splitlines()
+
+
+@needs_dataset
+def test_the_quota_bound_is_what_the_script_prints() -> None:
+    """BENCHMARKS' bound on the token-bound fleet (issue 41) is bench/quota_bound.py's output as printed:
+    pure arithmetic on the corpus, the same figures on every machine (about 15 s)."""
+    text = (ROOT / "docs" / "BENCHMARKS.md").read_text()
+    (block,) = [b for b in GENERATED.finditer(text) if "bench/quota_bound.py" in b["command"]]
+    assert block["command"] == ".venv/bin/python bench/quota_bound.py --orders 20"
+    printed = subprocess.run(
+        [sys.executable, "bench/quota_bound.py", "--orders", "20", "--dataset", str(DATASET)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
     ).stdout
     assert block["table"].strip().splitlines() == printed.strip().splitlines()
 
