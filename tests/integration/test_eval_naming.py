@@ -116,3 +116,16 @@ def test_a_name_too_long_for_s3_is_refused_on_both_paths(tmp_path: Path) -> None
     corpus.write_text(json.dumps([doc("one", "u0", "é" * 510)]))  # 1,020 bytes, 1,033 with the prefix
     with pytest.raises(InputFileError, match=r"1,033 bytes as an S3 key \(at most 1,024\)"):
         load_corpus(corpus)
+
+
+def test_the_chunker_comparison_names_documents_alike() -> None:
+    """``ckb eval --local --chunkers``: both chunkers' structural contexts name the key eval --stack uploads."""
+    from contextual_kb.evaluation.chunkers import chunk_by_structure, chunk_fixed
+
+    for chunked in (
+        chunk_by_structure(ODD, max_tokens=300, overlap_tokens=0),
+        chunk_fixed(ODD, max_tokens=300),
+    ):
+        firsts = [chunked.bodies[[s[0] for s in chunked.spans].index(d["original_uuid"])] for d in ODD]
+        assert firsts[1].startswith("Document ckb-eval/src_lib_a b+c.py.txt: Nested\n"), firsts[1]
+        assert firsts[3].startswith("Document ckb-eval/u3-uuid.txt: No id\n"), firsts[3]
