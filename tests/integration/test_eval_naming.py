@@ -119,7 +119,7 @@ def test_a_name_too_long_for_s3_is_refused_on_both_paths(tmp_path: Path) -> None
 
 
 def test_the_chunker_comparison_names_documents_alike() -> None:
-    """``ckb eval --local --chunkers``: both chunkers' structural contexts name the key eval --stack uploads."""
+    """``ckb eval --local --chunkers``: both chunkers' structural contexts name the key --stack uploads."""
     from contextual_kb.evaluation.chunkers import chunk_by_structure, chunk_fixed
 
     for chunked in (
