@@ -116,7 +116,7 @@ def test_eval_on_the_local_stack_equals_eval_local(
     for k in ("pass@1", "pass@3", "pass@10", "recall@10"):
         assert row[k] == plain[k], (k, row, plain)
     # Per query, the two top 10s hold chunks of the same BM25 scores at every rank: where they differ, they
-    # differ only in the order of chunks tied on score (the MRR may then differ a little; here it does).
+    # differ only in the order of chunks tied on score (the MRR may then differ a little).
     stack_top = {
         entry["query"]: entry["retrieved"]
         for entry in map(json.loads, (tmp_path / "state.jsonl").read_text().splitlines())
