@@ -1,8 +1,9 @@
 """BM25 over raw versus contextualized chunks on the codebase benchmark (dev split).
 
 Every chunk goes through the real Lambda handler (moto S3, in process): the corpus is staged as the KB
-would stage it (one file per document, its chunks split over batch objects, source keys WITHOUT file
-extensions since the dataset has no paths), the handler runs with each context strategy, and BM25 (bm25s,
+would stage it (one file per document, its chunks split over batch objects, each under the key ``ckb eval
+--stack`` uploads it as, ``ckb-eval/doc_1.txt``: the dataset has no paths and ``.txt`` names no kind, so code
+is recognised from its text), the handler runs with each context strategy, and BM25 (bm25s,
 k1=1.5, b=0.75) indexes the bodies it wrote. Pass@k compares chunks by their original text, as the
 dataset README defines it.
 

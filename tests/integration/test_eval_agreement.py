@@ -1,12 +1,14 @@
 """``ckb eval --stack`` on the local Knowledge Base measures what ``ckb eval --local`` measures on the same
 corpus and queries: the same chunks (the corpus is chunked as the data source chunks it), the same contexts
-(the same handler and strategy), the same analysis and BM25. The two paths agree to the figure."""
+(the same handler and strategy, and the same document names: ``evaluation/naming.py``), the same analysis
+and BM25. The two paths agree to the figure, and per query but for the order of chunks tied on score."""
 
 from __future__ import annotations
 
 import json
 import random
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from contextual_kb.evaluation.offline import contextualized_bodies, rank_bm25
 from contextual_kb.local import stack as local
 from contextual_kb.local.environment import environment
 from contextual_kb.local.kb_chunking import fixed_size_chunks
+from contextual_kb.local.model_endpoint import model_endpoint
 from contextual_kb.query import ingestion
 
 MAX_TOKENS = 40
@@ -44,10 +47,12 @@ def corpus(seed: int = 11) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         text = title + "\n\n" + " ".join(words) + "."
         chunks = fixed_size_chunks(text, max_tokens=MAX_TOKENS, overlap_percentage=0)
         uuid = f"doc{n:02d}"
+        # Some names as users give them (a path, spaces, letters beyond ASCII): both paths name them alike.
+        doc_id = (uuid, f"src/lib {n}/{uuid}.py", f"文档/{uuid} é")[n % 3]
         documents.append(
             {
                 "original_uuid": uuid,
-                "doc_id": uuid,
+                "doc_id": doc_id,
                 "content": text,
                 "chunks": [{"original_index": i, "content": c} for i, c in enumerate(chunks)],
             }
@@ -65,10 +70,14 @@ def ckb(*args: str) -> Any:
     return json.loads(result.output[result.output.index("[") :])
 
 
-@pytest.mark.parametrize("strategy", ["none", "structural"])
+@pytest.mark.parametrize("strategy", ["none", "structural", "claude"])
 def test_eval_on_the_local_stack_equals_eval_local(
     strategy: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """claude: the model's contexts from the Bedrock stand-in (each path its own stand-in, which writes a
+    context by rule from the document and the chunk), none falling back to the structural context."""
+    if strategy == "claude":  # each path starts its stand-in as it does for a user (tests set a dead port)
+        monkeypatch.delenv("ANTHROPIC_BEDROCK_BASE_URL")
     documents, queries = corpus()
     (tmp_path / "corpus.json").write_text(json.dumps(documents))
     (tmp_path / "queries.jsonl").write_text("\n".join(json.dumps(q) for q in queries))
@@ -77,7 +86,11 @@ def test_eval_on_the_local_stack_equals_eval_local(
     offline = ckb("eval", "--local", "--strategies", strategy, "--analyzers", "index", *given)
     (row,) = offline
     # What eval --local ranked, per query (its own functions), before the stack's moto starts.
-    bodies, _ = contextualized_bodies(documents, strategy)
+    with model_endpoint(latency_ms=0, per_token_ms=0) if strategy == "claude" else nullcontext() as endpoint:
+        bodies, use = contextualized_bodies(documents, strategy, endpoint)
+    if strategy == "claude":
+        assert use is not None and use.calls > 0 and use.fell_back == 0, use
+        assert row["endpoint"] == "stand-in" and row["model_calls"] > 0 and row["fallbacks"] == {}, row
     ids = [(d["original_uuid"], c["original_index"]) for d in documents for c in d["chunks"]]
     originals = {
         (d["original_uuid"], c["original_index"]): c["content"] for d in documents for c in d["chunks"]
@@ -88,24 +101,22 @@ def test_eval_on_the_local_stack_equals_eval_local(
     with (
         environment(CONTEXT_STRATEGY=strategy, POWERTOOLS_METRICS_DISABLED="true"),
         local.local_stack(
-            analyzer=ANALYZERS["index"], max_tokens=MAX_TOKENS, overlap_percentage=0
+            analyzer=ANALYZERS["index"], max_tokens=MAX_TOKENS, overlap_percentage=0, model_latency_ms=0
         ) as running,
     ):
         deployed = ckb("eval", *given, "--yes", "--state", str(tmp_path / "state.jsonl"))
         indexed = sorted(c.body for c in running.knowledge_base.indexed_chunks(local.KNOWLEDGE_BASE_ID))
-    # The same bodies, chunk for chunk: the same chunks and the same contexts, but for the document's name,
-    # which the two paths spell differently (eval --local stages doc00, eval --stack uploads
-    # ckb-eval/doc00.txt, and the structural context names the key).
-    renamed = sorted(bodies[i].replace(f"Document {i[0]}:", f"Document ckb-eval/{i[0]}.txt:", 1) for i in ids)
-    assert indexed == renamed
-    if strategy != "none":
-        return  # the names differ in every context: the figures may too (measured: docs/BENCHMARKS.md)
+    # The same bodies, chunk for chunk: the same chunks and the same contexts, the document's name included.
+    assert indexed == sorted(bodies[i] for i in ids)
+    if strategy == "structural":  # the name it writes is the key eval --stack uploaded, on both paths
+        for d in documents:
+            assert f"ckb-eval/{d['doc_id'].replace('/', '_')}.txt:" in bodies[(d["original_uuid"], 0)]
     (plain,) = [r for r in deployed if r["retrieval"] == "hybrid + no rerank"]
     assert len(queries) > 40 and row["queries"] == plain["queries"] == len(queries)
     for k in ("pass@1", "pass@3", "pass@10", "recall@10"):
         assert row[k] == plain[k], (k, row, plain)
     # Per query, the two top 10s hold chunks of the same BM25 scores at every rank: where they differ, they
-    # differ only in the order of chunks tied on score (the MRR may then differ a little; here it does).
+    # differ only in the order of chunks tied on score (the MRR may then differ a little).
     stack_top = {
         entry["query"]: entry["retrieved"]
         for entry in map(json.loads, (tmp_path / "state.jsonl").read_text().splitlines())

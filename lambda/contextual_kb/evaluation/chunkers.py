@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contextual_kb.evaluation.metrics import Difference, Scores, paired_difference
+from contextual_kb.evaluation.naming import document_keys, source_uri
 from contextual_kb.local.environment import handler_environment
 from contextual_kb.local.kb_chunking import fixed_size_spans
 
@@ -201,10 +202,6 @@ def matching_fixed_size(documents: Sequence[dict[str, Any]], target_chars: float
 # --- chunking through the real handler --------------------------------------------------------------------
 
 
-def _source(doc: dict[str, Any]) -> str:
-    return f"s3://eval-source/{doc.get('doc_id', doc['original_uuid'])}"
-
-
 def chunk_by_structure(
     documents: Sequence[dict[str, Any]], *, max_tokens: int, overlap_tokens: int
 ) -> Chunked:
@@ -228,8 +225,10 @@ def chunk_by_structure(
     with handler_environment(**settings), mock_aws():
         s3 = boto3.client("s3")
         s3.create_bucket(Bucket=BUCKET)
+        # Each document under the key eval --stack would upload it as (the context names it).
         staged = [
-            stage_file(s3, BUCKET, _source(doc), [doc["content"]], chunks_per_batch=1) for doc in documents
+            stage_file(s3, BUCKET, source_uri(key), [doc["content"]], chunks_per_batch=1)
+            for doc, key in zip(documents, document_keys(documents), strict=True)
         ]
         result = runner.invoke(build_event(BUCKET, staged))
         for doc, produced in zip(documents, result.response["outputFiles"], strict=True):
@@ -261,13 +260,13 @@ def chunk_fixed(documents: Sequence[dict[str, Any]], *, max_tokens: int) -> Chun
         s3 = boto3.client("s3")
         s3.create_bucket(Bucket=BUCKET)
         staged = []
-        for doc in documents:
+        for doc, key in zip(documents, document_keys(documents), strict=True):
             found = fixed_size_spans(
                 doc["content"], max_tokens=max_tokens, overlap_percentage=FIXED_OVERLAP_PERCENTAGE
             )
             per_document.append(found)
             texts = [doc["content"][start:end] for start, end in found]
-            staged.append(stage_file(s3, BUCKET, _source(doc), texts, chunks_per_batch=8))
+            staged.append(stage_file(s3, BUCKET, source_uri(key), texts, chunks_per_batch=8))
         result = runner.invoke(build_event(BUCKET, staged))
         bodies: list[str] = []
         for doc, found, produced in zip(documents, per_document, result.response["outputFiles"], strict=True):

@@ -22,22 +22,16 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from contextual_kb.evaluation.metrics import Scores, mostly_within, score
+from contextual_kb.evaluation.naming import PREFIX, document_key, document_keys
 from contextual_kb.query.retrieval import Retriever
-
-PREFIX = "ckb-eval/"
-
-
-def document_key(document: dict[str, Any], prefix: str = PREFIX) -> str:
-    name = str(document.get("doc_id") or document["original_uuid"]).replace("/", "_")
-    return f"{prefix}{name}.txt"
 
 
 def upload_corpus(s3: Any, bucket: str, documents: Sequence[dict[str, Any]], prefix: str = PREFIX) -> int:
-    """Put each document as a text object unless the same content is already there; the number put."""
+    """Put each document as a text object (``naming.document_key``) unless the same content is already
+    there; the number put. Names that would merge two documents are refused before anything is put."""
     uploaded = 0
-    for document in documents:
+    for document, key in zip(documents, document_keys(documents, prefix), strict=True):
         body = document["content"].encode("utf-8")
-        key = document_key(document, prefix)
         try:
             etag = s3.head_object(Bucket=bucket, Key=key)["ETag"].strip('"')
         except ClientError:

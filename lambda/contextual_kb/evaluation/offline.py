@@ -25,6 +25,7 @@ from contextual_kb.evaluation.metrics import (
     reciprocal_rank_fusion,
     score,
 )
+from contextual_kb.evaluation.naming import DocumentNameError, document_keys, source_uri
 from contextual_kb.local.inputs import InputFileError, read_json, read_jsonl
 
 if TYPE_CHECKING:
@@ -47,6 +48,10 @@ def load_corpus(path: Path) -> list[dict[str, Any]]:
         isinstance(d, dict) and "chunks" in d and "original_uuid" in d for d in documents
     ):
         raise InputFileError(f"{path}: not the expected shape; expected {CORPUS}")
+    try:
+        document_keys(documents)  # both eval paths name each document so: said here, before any work
+    except DocumentNameError as exc:
+        raise InputFileError(f"{path}: {exc}") from None
     return documents
 
 
@@ -59,19 +64,20 @@ def load_queries(path: Path) -> list[dict[str, Any]]:
 
 
 def stage_corpus(s3: Any, bucket: str, documents: Sequence[dict[str, Any]]) -> list[Any]:
-    """Each document as one file whose chunks sit in batch objects, as the KB would stage them; source keys
-    are the document ids (the codebase benchmark has no paths)."""
+    """Each document as one file whose chunks sit in batch objects, as the KB would stage them; each under
+    the key ``ckb eval --stack`` uploads it as (``naming.document_key``), so the handler reads the same path
+    on both paths."""
     from contextual_kb.local.kb_staging import stage_file
 
     return [
         stage_file(
             s3,
             bucket,
-            f"s3://eval-source/{doc.get('doc_id', doc['original_uuid'])}",
+            source_uri(key),
             [c["content"] for c in doc["chunks"]],
             chunks_per_batch=CHUNKS_PER_BATCH,
         )
-        for doc in documents
+        for doc, key in zip(documents, document_keys(documents), strict=True)
     ]
 
 

@@ -3,6 +3,7 @@ contract format, and build the event the KB would send."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -54,7 +55,12 @@ def batch_objects(
 
 
 def batch_keys_for(source_uri: str, count: int, prefix: str | None = None) -> list[str]:
-    name = re.sub(r"[^A-Za-z0-9._-]+", "_", source_uri.removeprefix("s3://").split("/", 1)[-1])
+    key = source_uri.removeprefix("s3://").split("/", 1)[-1]
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", key)
+    if name != key.replace("/", "_"):
+        # Characters dropped (``café`` and ``cafè`` are both ``caf_``): a digest of the key keeps two files'
+        # batch objects apart, which the handler would otherwise refuse as one batch listed twice.
+        name += "_" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:8]
     return [f"{prefix or job_prefix()}/{name}_{n}.JSON" for n in range(1, count + 1)]
 
 
