@@ -7,10 +7,14 @@ the CDK user's venv once (``wheel_cdk_venv``)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
+
+from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_SOURCE = ROOT / "lambda" / "contextual_kb"
@@ -45,7 +49,30 @@ def install(dist: Path, folder: Path, extras: str) -> Path:
     )  # fmt: skip
     installed = installed_package(folder, folder)
     assert source_digests(installed) == source_digests(PACKAGE_SOURCE), "the wheel is not this checkout's"
+    assert installed_requirements(folder) == declared_requirements(), "the wheel's metadata is stale"
     return folder
+
+
+def declared_requirements() -> tuple[str, set[str]]:
+    """(version, requirements) as pyproject.toml declares them, each extra's marked as the wheel marks it."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirements = {str(Requirement(r)) for r in project["dependencies"]}
+    for extra, listed in project["optional-dependencies"].items():
+        requirements |= {str(Requirement(f'{r}; extra == "{extra}"')) for r in listed}
+    return project["version"], requirements
+
+
+def installed_requirements(venv: Path) -> tuple[str, set[str]]:
+    """(version, requirements) of the distribution installed in the venv (its wheel's metadata)."""
+    shown = run_outside(
+        venv, str(venv / "bin" / "python"), "-c",
+        "import importlib.metadata as m, json; d = m.distribution('contextual-kb'); "
+        "print(json.dumps([d.version, d.requires or []]))",
+        cwd=venv,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    version, requirements = json.loads(shown.stdout)
+    return version, {str(Requirement(r)) for r in requirements}
 
 
 def environment(venv: Path) -> dict[str, str]:
