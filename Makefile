@@ -56,7 +56,7 @@ test: $(STAMP) $(TEST_LUCENE)  ## lint, then the test suite (no AWS, no network)
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -m "not long and not lifecycle" -q
 
-test-long: $(STAMP)  ## the long tests: a 50 MB document, 10,000 chunks, memory against the number of files
+test-long: $(STAMP)  ## the long tests: a 50 MB document, 10,000 chunks, memory against the number of files, the built wheel
 	$(BIN)/python -m pytest -m long -q
 
 # ministack, a CloudFormation engine in Python, in a venv of its own (it pins another botocore). Its Python runs
@@ -75,7 +75,7 @@ $(MINISTACK_VENV)/.installed: tests/lifecycle/requirements.txt
 	$(MINISTACK_VENV)/bin/python -m pip install --quiet --no-deps -r tests/lifecycle/requirements.txt
 	touch $@
 
-test-lifecycle: $(STAMP)  ## the stack on ministack: bootstrap, deploy, invoke, update, destroy (~2 min; needs Python 3.13)
+test-lifecycle: $(STAMP)  ## the stack (~2 min) and two users' apps from the built wheel (~5 min) on ministack: bootstrap, deploy, invoke, update, destroy (needs Python 3.13)
 	@if [ -z "$(MINISTACK_PYTHON)" ]; then \
 		echo "error: no Python $(FUNCTION_PYTHON_VERSION) found (python$(FUNCTION_PYTHON_VERSION) on PATH, or pyenv's): the deployed function runs on $(FUNCTION_PYTHON_VERSION). Install it (pyenv install $(FUNCTION_PYTHON_VERSION), apt install python$(FUNCTION_PYTHON_VERSION)-venv, brew install python@$(FUNCTION_PYTHON_VERSION)) or pass MINISTACK_PYTHON=/path/to/python$(FUNCTION_PYTHON_VERSION)" >&2; exit 2; fi
 	@"$(MINISTACK_PYTHON)" $(IS_FUNCTION_PYTHON) 2>/dev/null || { \

@@ -138,3 +138,21 @@ def standin(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     finally:
         server.stop()
         handler.runtime.cache_clear()
+
+
+@pytest.fixture(scope="session")
+def wheel_dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``python -m build`` of this checkout, once per session, into a new folder (tests/packaging/wheel.py):
+    shared by tests/packaging and by the users' apps' lifecycle (tests/lifecycle)."""
+    from tests.packaging import wheel
+
+    return wheel.build(tmp_path_factory.mktemp("dist"))
+
+
+@pytest.fixture(scope="session")
+def wheel_cdk_venv(wheel_dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv outside the checkout with the wheel and its ``cdk`` and ``cli`` extras, once per session:
+    a CDK user's install, which synthesizes the users' apps."""
+    from tests.packaging import wheel
+
+    return wheel.install(wheel_dist, tmp_path_factory.mktemp("venv-cdk"), "cdk,cli")

@@ -9,7 +9,8 @@ Where ministack differs from AWS, and what the adaptation does about it (each sa
   stand-in's URL (which checks every SigV4 signature).
 - It runs a Python function with its own interpreter (``sys.executable``), on the host's architecture, and
   ignores ``Architectures``: the transformation's asset is rebuilt for the host (the same pinned
-  dependencies, the same script), and ministack is started from a venv of the function's Python.
+  dependencies, the same script; a user's app: by its installed package's bundling), its ``contextual_kb``
+  checked to be the synthesized asset's, and ministack is started from a venv of the function's Python.
 - Its functions reach S3 and the other services it emulates through the ``AWS_ENDPOINT_URL`` it sets; the
   Anthropic client does not read that variable, so the function's model endpoint is set to our Bedrock
   stand-in in the adapted template (the stack itself refuses such a setting).
@@ -30,6 +31,7 @@ import socket
 import subprocess
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -229,6 +231,26 @@ def strip_unsupported(template: dict[str, Any], attributes: dict[tuple[str, str]
     return sorted(removed)
 
 
+# (asset folder, architecture, whether it is the deferred workflow's step): builds the asset into the folder.
+Rebuild = Callable[[Path, str, bool], None]
+
+
+def _checkout_rebuild(asset: Path, architecture: str, step: bool) -> None:
+    from contextual_kb.cdk import bundling
+
+    parts = bundling.WORKFLOW_PARTS if step else bundling.RUNTIME_PARTS
+    bundling.build(asset, architecture, parts=parts)
+
+
+def _tree(folder: Path) -> dict[str, str]:
+    """Relative path -> sha256 of every file under ``folder`` (the asset has no caches)."""
+    return {
+        p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
 def host_architecture() -> str:
     return "arm64" if platform.machine() in {"aarch64", "arm64"} else "x86_64"
 
@@ -241,14 +263,16 @@ def adapt_assembly(
     attributes: dict[tuple[str, str], str],
     function_environment: dict[str, str],
     step_environment: dict[str, str] | None = None,
+    rebuild: Rebuild | None = None,
 ) -> list[str]:
     """A copy of a cloud assembly that ministack deploys: the refused types left out (``attributes``: the
     values of their attributes, by logical-id prefix and name), the template's new hash written into both
     manifests, the transformation's asset rebuilt for this machine, ``function_environment`` added to the
     transformation function (``step_environment`` to the deferred workflow's step, its asset rebuilt too).
-    The logical ids left out are returned."""
-    from contextual_kb.cdk import bundling
-
+    ``rebuild(folder, architecture, step)``: how an asset is rebuilt (by default this checkout's bundling;
+    a user's app passes its installed package's). The rebuilt asset's ``contextual_kb`` must be the
+    synthesized one's, file for file: only the dependencies' platform differs. The logical ids left out are
+    returned."""
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(source, target, symlinks=True)
     path = target / f"{stack}.template.json"
@@ -268,10 +292,12 @@ def adapt_assembly(
             )
             if host_architecture() != "arm64":
                 asset = target / f"asset.{properties['Code']['S3Key'].removesuffix('.zip')}"
+                synthesized = _tree(asset / "contextual_kb")
                 shutil.rmtree(asset)
                 asset.mkdir()
-                parts = bundling.WORKFLOW_PARTS if step else bundling.RUNTIME_PARTS
-                bundling.build(asset, host_architecture(), parts=parts)
+                (rebuild or _checkout_rebuild)(asset, host_architecture(), step)
+                rebuilt = _tree(asset / "contextual_kb")
+                assert rebuilt == synthesized, f"{asset}: the rebuilt code differs from the synthesized"
     new = json.dumps(template, indent=1).encode()
     path.write_bytes(new)
     old_hash, new_hash = hashlib.sha256(old).hexdigest(), hashlib.sha256(new).hexdigest()

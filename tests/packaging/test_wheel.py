@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
 import tarfile
 import zipfile
 from pathlib import Path
@@ -20,43 +17,22 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.packaging.wheel import CDK_CLI, VERSION, installed_package, run_outside, synth
 
 pytestmark = pytest.mark.long
 
-CDK_CLI = ["npx", "--yes", "aws-cdk@2.1148.1"]
-VERSION = "0.2.0"
 USER_APPS = ROOT / "tests" / "user_apps"
 
 
 @pytest.fixture(scope="module")
-def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("dist")
-    subprocess.run(
-        [sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)], check=True, capture_output=True
-    )
-    return out
+def dist(wheel_dist: Path) -> Path:
+    return wheel_dist
 
 
 @pytest.fixture(scope="module")
-def venv(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def venv(wheel_cdk_venv: Path) -> Path:
     """A fresh venv with the wheel and its cdk and cli extras, under the pinned constraints."""
-    folder = tmp_path_factory.mktemp("venv")
-    subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
-    (wheel,) = dist.glob("*.whl")
-    subprocess.run(
-        [str(folder / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-         f"{wheel}[cdk,cli]", "--constraint", str(ROOT / "constraints.txt")],
-        check=True, cwd=folder,
-    )  # fmt: skip
-    return folder
-
-
-def run_outside(venv: Path, *command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """A command with the venv's Python first on PATH and nothing of the checkout importable."""
-    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
-    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env['PATH']}"
-    env["JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION"] = "20"
-    return subprocess.run(list(command), cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    return wheel_cdk_venv
 
 
 def test_the_wheel_and_sdist_hold_everything(dist: Path) -> None:
@@ -83,24 +59,7 @@ def test_the_wheel_and_sdist_hold_everything(dist: Path) -> None:
 def test_ckb_and_the_constructs_work_from_the_installed_wheel(venv: Path, tmp_path: Path) -> None:
     shown = run_outside(venv, "ckb", "--help", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
-    where = run_outside(
-        venv, "python", "-c", "import contextual_kb.cdk as c; print(c.__file__)", cwd=tmp_path
-    )
-    assert where.returncode == 0, where.stderr
-    assert str(venv) in where.stdout and str(ROOT) not in where.stdout
-
-
-def synth(venv: Path, app: Path, work: Path, name: str, *context: str) -> Path:
-    """``cdk synth`` of ``app`` by the pinned CLI with the venv's Python, run in ``work`` (one folder for
-    every app: one ``cdk.out`` cache of built assets), into ``work/<name>.out``."""
-    work.mkdir(parents=True, exist_ok=True)
-    out = work / f"{name}.out"
-    result = run_outside(
-        venv, *CDK_CLI, "synth", "--quiet", "--app", f"{venv / 'bin' / 'python'} {app}", "-o", str(out),
-        *context, cwd=work,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return out
+    installed_package(venv, tmp_path)  # under the venv, never the checkout
 
 
 def lint(venv: Path, out: Path) -> None:
