@@ -257,3 +257,51 @@ def test_a_cli_run_meanwhile_is_refused_and_a_shard_of_a_run_taken_over_stops() 
         assert summary.run == result["run"] and summary.shards == 4
         assert summary.contexts_stored == 20 and summary.pending_after == 0 and creates(world) == 1
         assert Shards(cli).manifest_key(summary.run) in keys(world, f"{BATCH}{summary.run}/plan/")
+
+
+def test_ckb_contextualize_local_in_shards_ends_as_in_one_piece(tmp_path: Any) -> None:
+    """``--shard-documents``: the CLI runs the shards itself, one after the other; the same summary."""
+    from typer.testing import CliRunner
+
+    from contextual_kb.cli.main import app
+
+    path = tmp_path / "corpus.json"
+    path.write_text(json.dumps(corpus(documents=6)))
+    results = []
+    for shards in ("0", "2"):
+        ran = CliRunner().invoke(
+            app, ["contextualize", "--local", "--corpus", str(path), "--json", "--group-size", "2",
+                  "--shard-documents", shards],
+        )  # fmt: skip
+        assert ran.exit_code == 0, ran.output
+        results.append(json.loads(ran.stdout))
+    one, sharded = results
+    assert (one["shards"], sharded["shards"]) == (0, 3)
+    for key in ("documents", "records", "model_contexts", "pending_after", "model_calls_during_reingest",
+                "cost_usd", "floor_usd", "cost_vs_floor", "reingested_documents"):  # fmt: skip
+        assert one[key] == sharded[key], key
+    assert sharded["pending_after"] == 0 and sharded["model_calls_during_reingest"] == 0
+
+
+def test_a_sharded_run_the_cli_left_is_finished_by_the_workflows_maps() -> None:
+    class StoppedHereError(Exception):
+        pass
+
+    def stop(_seconds: float) -> None:
+        raise StoppedHereError
+
+    with LocalWorld(corpus(documents=4), BatchConfig(min_records=1, step_seconds=0.2)) as world:
+        world.ingest("always")
+        cli, marked = here(world, shards=1)
+        cli.sleep = stop  # stopped at its first wait for the job: the run is left, its claim released
+        with pytest.raises(StoppedHereError):
+            cli.run(reingest=cli.mark)  # type: ignore[attr-defined]
+        assert creates(world) == 1 and marked == []
+        outcomes: list[str] = []
+        for n in range(100):
+            outcomes = execution(world, f"exec-{n}", "resume")
+            if outcomes[-1] != "waiting":
+                break
+            time.sleep(0.1)
+        assert outcomes == ["store", "done"] and creates(world) == 1
+        assert pending(world) == {}
