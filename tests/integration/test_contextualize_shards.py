@@ -305,3 +305,16 @@ def test_a_sharded_run_the_cli_left_is_finished_by_the_workflows_maps() -> None:
             time.sleep(0.1)
         assert outcomes == ["store", "done"] and creates(world) == 1
         assert pending(world) == {}
+
+
+def test_status_counts_a_sharded_runs_records_and_jobs_from_its_summary() -> None:
+    from contextual_kb.deferred.status import run_status
+
+    with LocalWorld(corpus(documents=4), BatchConfig(min_records=1)) as world:
+        world.ingest("always")
+        contextualizer, _ = here(world, shards=2)
+        summary = contextualizer.run(reingest=contextualizer.mark)  # type: ignore[attr-defined]
+        shown = run_status(world.s3, INTERMEDIATE)
+        assert shown["phase"] == "done" and shown["shards"] == 2
+        assert shown["records"] == summary.records == 12 and shown["jobs"][0]["records"] == 12
+        assert shown["jobs_submitted"] == shown["jobs_stored"] == 1
