@@ -318,3 +318,22 @@ def test_status_counts_a_sharded_runs_records_and_jobs_from_its_summary() -> Non
         assert shown["phase"] == "done" and shown["shards"] == 2
         assert shown["records"] == summary.records == 12 and shown["jobs"][0]["records"] == 12
         assert shown["jobs_submitted"] == shown["jobs_stored"] == 1
+
+
+def test_records_too_few_for_a_job_are_asked_on_demand_by_their_shards_and_failed_ones_retried() -> None:
+    from contextual_kb.deferred.records import Limits
+
+    with LocalWorld(corpus(documents=4), BatchConfig(min_records=1)) as world:
+        world.ingest("always")
+        contextualizer, _ = here(world, shards=2, limits=Limits(min_records=100))
+        summary = contextualizer.run(reingest=contextualizer.mark)  # type: ignore[attr-defined]
+        assert summary.jobs == 0 and creates(world) == 0 and summary.on_demand_records == 12
+        assert summary.contexts_stored == 20 and summary.pending_after == 0 and pending(world) == {}
+        assert world.model.stats.answered == 12  # each record once
+    faults = BatchConfig(min_records=1, failed_records={"S0001000002"})
+    with LocalWorld(corpus(documents=4), faults) as world:
+        world.ingest("always")
+        contextualizer, _ = here(world, shards=2, on_demand_retry=True)
+        summary = contextualizer.run(reingest=contextualizer.mark)  # type: ignore[attr-defined]
+        assert summary.failed_records == 0 and summary.pending_after == 0 and summary.contexts_stored == 20
+        assert world.model.stats.answered == 1  # the failed record alone, asked again by its shard
