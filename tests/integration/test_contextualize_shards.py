@@ -337,3 +337,12 @@ def test_records_too_few_for_a_job_are_asked_on_demand_by_their_shards_and_faile
         summary = contextualizer.run(reingest=contextualizer.mark)  # type: ignore[attr-defined]
         assert summary.failed_records == 0 and summary.pending_after == 0 and summary.contexts_stored == 20
         assert world.model.stats.answered == 1  # the failed record alone, asked again by its shard
+
+
+def test_a_dry_run_with_a_sharded_run_unfinished_leaves_its_documents_out_of_the_quote() -> None:
+    with LocalWorld(corpus(documents=4), BatchConfig(min_records=1, step_seconds=0.2)) as world:
+        world.ingest("always")
+        assert execution(world, "exec-1", "start")[-1] == "waiting"
+        quote = world.contextualizer(group_size=2, dry_run=True).run()
+        assert quote.documents == 0 and quote.records == 0
+        assert any("is unfinished" in note and "4 document(s)" in note for note in quote.notes)

@@ -273,10 +273,16 @@ class Contextualizer:
                 )
             return summary
         held = " (under way in another ckb contextualize)" if live else ""
-        summary = Summary(**self._plan(_new_run(), leave_out=set(state["documents"]))["summary"])
+        documents, records = set(state["documents"]), len(state["records"])
+        if state.get("sharded"):  # its records are its shards': those listed, and what the shards planned
+            from contextual_kb.deferred.shards import Shards
+
+            documents = Shards(self).listed(state)
+            records = int(state["summary"].get("records", 0))
+        summary = Summary(**self._plan(_new_run(), leave_out=documents)["summary"])
         summary.notes.append(
-            f"run {state['run']} is unfinished{held}: its {len(state['documents'])} document(s) and "
-            f"{len(state['records'])} record(s) are not quoted here; ckb contextualize resumes it"
+            f"run {state['run']} is unfinished{held}: its {len(documents)} document(s) and "
+            f"{records} record(s) are not quoted here; ckb contextualize resumes it"
         )
         return summary
 

@@ -169,6 +169,16 @@ class Shards:
         state["shards"] = count
         return count
 
+    def listed(self, state: dict[str, Any]) -> set[str]:
+        """The pending records' keys the run's shards were given (a dry run leaves them out of its quote)."""
+        run = state["run"]
+
+        def keys(shard: int) -> list[str]:
+            body = self.c._get(self.shard_folder(run, shard) + "keys.txt")
+            return [key for key in (body or b"").decode("utf-8").split("\n") if key]
+
+        return {key for _, got in in_order(keys, range(state.get("shards", 0))) for key in got}
+
     # --- 2. plan a shard ---
     def plan(self, run: str, shard: int) -> dict[str, Any]:
         """Shard ``shard`` planned (see the module's docstring); its summary object, also when it already
