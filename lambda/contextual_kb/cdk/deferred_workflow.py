@@ -1,6 +1,8 @@
 """The deferred loop as a serverless workflow (``-c autoContextualize=...``):
-an AWS Step Functions state machine whose one Lambda step runs ``ckb contextualize``'s own code
-(``contextual_kb.deferred.workflow``), started by EventBridge Scheduler (looks for pending work, and a
+an AWS Step Functions state machine whose Lambda step runs ``ckb contextualize``'s own code
+(``contextual_kb.deferred.workflow``): a look, and, when the look asks for them, two Distributed Maps that
+run the same step on each shard of the run (plan, store: ``contextual_kb.deferred.shards``), started by
+EventBridge Scheduler (looks for pending work, and a
 check of the jobs under way, since Bedrock's job events are best effort) and by an EventBridge rule on
 Bedrock's "Batch Inference Job State Change" events.
 

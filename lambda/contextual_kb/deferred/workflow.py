@@ -13,7 +13,12 @@ a step that finds the claim held by a live process answers ``busy`` and does not
 The claim's owner is the execution's name: a step retried by Step Functions after a timeout (its process
 gone without releasing) takes the claim back at once instead of waiting for the lease to lapse.
 
-Outcomes (the state machine's Choice reads them): ``done`` (a run finished), ``waiting`` (jobs still run),
+Every run the workflow plans is sharded (``shards.py``): a look that needs its shards planned or stored
+ends ``plan`` or ``store`` with the manifest's S3 key, keeping the claim; the state machine's Distributed
+Map then runs ``shard`` on each (an event with ``action``), and a look again goes on.
+
+Outcomes (the state machine's Choice reads them): ``plan`` and ``store`` (a Map over the run's shards),
+``done`` (a run finished), ``waiting`` (jobs still run),
 ``busy`` (another process holds the run), ``idle`` (nothing under way, or nothing pending), ``ingesting``
 (an ingestion job runs: it may record pending documents while they are planned; the next look plans).
 Errors are raised: Step Functions' retries and catches carry the failure policy.
