@@ -346,3 +346,15 @@ def test_a_dry_run_with_a_sharded_run_unfinished_leaves_its_documents_out_of_the
         quote = world.contextualizer(group_size=2, dry_run=True).run()
         assert quote.documents == 0 and quote.records == 0
         assert any("is unfinished" in note and "4 document(s)" in note for note in quote.notes)
+
+
+def test_a_shards_input_file_uploaded_in_parts_is_copied_into_its_jobs_folder_readable() -> None:
+    """A shard's input file past 8 MB is uploaded in parts: its copy in the job's folder gets a checksum
+    of its own, so a reader that checks checksums (boto3's) reads it (moto kept the parts' one: refused)."""
+    import io
+
+    with LocalWorld(corpus(documents=1), BatchConfig(min_records=1)) as world:
+        body = b'{"recordId": "S0000000001", "modelInput": {}}\n' * 200_000  # 9.4 MB
+        world.s3.upload_fileobj(io.BytesIO(body), INTERMEDIATE, "shard.jsonl")
+        Shards(world.contextualizer()).copy(("job/shard.jsonl", "shard.jsonl"))
+        assert world.s3.get_object(Bucket=INTERMEDIATE, Key="job/shard.jsonl")["Body"].read() == body

@@ -318,14 +318,7 @@ class Shards:
                 )
         # The job's folder holds copies (made by S3, not read here) of its shards' files.
         copies = [(job["input"] + p["name"], p["key"]) for job in jobs for p in job["pieces"]]
-
-        def copy(item: tuple[str, str]) -> None:
-            to, source = item
-            c.s3.copy_object(
-                Bucket=c.options.bucket, Key=to, CopySource={"Bucket": c.options.bucket, "Key": source}
-            )
-
-        for _ in in_order(copy, copies):
+        for _ in in_order(self.copy, copies):
             pass
         total.jobs = len(jobs)
         total.on_demand_records = sum(p["records"] for p in on_demand)
@@ -340,6 +333,15 @@ class Shards:
         ]
         state["summary"] = asdict(total)
         state["phase"] = PLANNED
+
+    def copy(self, item: tuple[str, str]) -> None:
+        """``(to, source)``: one object copied by S3. With a checksum of its own: a file uploaded in parts
+        has a checksum of its parts, which a copy must not carry as if it were the whole object's."""
+        to, source = item
+        bucket = self.c.options.bucket
+        self.c.s3.copy_object(
+            Bucket=bucket, Key=to, CopySource={"Bucket": bucket, "Key": source}, ChecksumAlgorithm="CRC32"
+        )
 
     def _each(self, state: dict[str, Any], name: str) -> list[tuple[int, Any]]:
         run = state["run"]
