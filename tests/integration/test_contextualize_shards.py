@@ -358,3 +358,59 @@ def test_a_shards_input_file_uploaded_in_parts_is_copied_into_its_jobs_folder_re
         world.s3.upload_fileobj(io.BytesIO(body), INTERMEDIATE, "shard.jsonl")
         Shards(world.contextualizer()).copy(("job/shard.jsonl", "shard.jsonl"))
         assert world.s3.get_object(Bucket=INTERMEDIATE, Key="job/shard.jsonl")["Body"].read() == body
+
+
+def test_the_listing_reads_the_records_folders_side_by_side_and_cuts_only_between_texts() -> None:
+    """Keys as the function writes them (``pending/<fingerprint>/<2 hex>/<text>/<source>.json``, and the
+    older ``.../<text>.json`` with no source): listed a two-hex-digit folder at a time, side by side, every
+    key once, in order; a shard is cut between two texts, never inside one's records (two sources of one
+    text), and each older key is a text of its own (not its whole folder)."""
+    import boto3
+    from moto import mock_aws
+
+    from contextual_kb.deferred.contextualize import Options
+
+    keys = []
+    for fingerprint in ("fpA", "fpB"):
+        for n in range(300):
+            if n % 3:  # two sources of one text
+                digest = f"{n * 7919 % 65536:04x}" + "0" * 60
+                text = f"contextual-kb/pending/{fingerprint}/{digest[:2]}/{digest}"
+                keys += [f"{text}/{'1' * 32}.json", f"{text}/{'2' * 32}.json"]
+            else:  # older keys, a hundred in one folder
+                keys.append(f"contextual-kb/pending/{fingerprint}/aa/aa{n:062x}.json")
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="bucket-x")
+        for key in keys:
+            s3.put_object(Bucket="bucket-x", Key=key, Body=b"{}")
+        prefixes: list[str] = []
+        s3.meta.events.register(
+            "before-parameter-build.s3.ListObjectsV2", lambda params, **_: prefixes.append(params["Prefix"])
+        )
+        lister = Contextualizer(s3, None, Options(bucket="bucket-x", role_arn="", shard_documents=5))
+        run = "20260101000000listed"
+        lister.claim.take(run)
+        shards = Shards(lister)
+        count = shards.list({"run": run, "shards": 0})
+        listed = [
+            s3.get_object(Bucket="bucket-x", Key=shards.shard_folder(run, n) + "keys.txt")["Body"]
+            .read()
+            .decode()
+            .split("\n")
+            for n in range(count)
+        ]
+        manifest = s3.get_object(Bucket="bucket-x", Key=shards.manifest_key(run))["Body"].read()
+    assert [key for shard in listed for key in shard] == sorted(keys)
+    assert all(5 <= len(shard) <= 6 for shard in listed[:-1])  # cut at 5, or at 6 not to split a text
+    shard_of = {key: n for n, shard in enumerate(listed) for key in shard}
+    texts: dict[str, set[int]] = {}
+    for key in keys:
+        texts.setdefault(key.rsplit("/", 1)[0] if key.count("/") == 5 else key, set()).add(shard_of[key])
+    assert all(len(found) == 1 for found in texts.values())
+    assert [item["shard"] for item in json.loads(manifest)] == list(range(count))
+    # A folder of two hex digits at a time (each fingerprint's found first).
+    folders = {
+        key.rsplit("/", 2)[0] + "/" if key.count("/") == 5 else key.rsplit("/", 1)[0] + "/" for key in keys
+    }
+    assert folders <= set(prefixes)

@@ -147,15 +147,15 @@ class Shards:
 
         current: list[str] = []
         text = ""
-        for key in self.c._pending_keys():
-            folder = key.rsplit("/", 1)[0]
-            if len(current) >= size and folder != text:
+        for key in self.pending_keys():
+            of = self.text_of(key)
+            if len(current) >= size and of != text:
                 waiting.append((count, current))
                 count, current = count + 1, []
                 if len(waiting) >= 64:
                     flush()
             current.append(key)
-            text = folder
+            text = of
         if current:
             waiting.append((count, current))
             count += 1
@@ -168,6 +168,40 @@ class Shards:
         self._put_json(self.manifest_key(run), [{"run": run, "shard": n} for n in range(count)])
         state["shards"] = count
         return count
+
+    def text_of(self, key: str) -> str:
+        """What a pending record's key says of its text: ``<fingerprint>/<2 hex>/<text>/<source>.json``
+        has its text's folder; an older key (``.../<text>.json``, no source) is its text."""
+        parts = key.removeprefix(self.c.options.pending_prefix).split("/")
+        return "/".join(parts[:3]) if len(parts) >= 4 else key
+
+    def pending_keys(self) -> Iterator[str]:
+        """Every pending record's key, in order, read a folder of two hex digits at a time
+        (``<fingerprint>/<2 hex>/``: the keys' own layout, ``runtime/pending.py``), 16 folders side by side:
+        ListObjectsV2 gives 1,000 keys a page, one page after the other, so one listing of 10 million keys
+        would be 10,000 pages in a row. Keys of any other layout are listed too, after them."""
+        c, prefix = self.c, self.c.options.pending_prefix
+        bucket = c.options.bucket
+
+        def listing(where: str, delimiter: str = "") -> Iterator[dict[str, Any]]:
+            extra = {"Delimiter": delimiter} if delimiter else {}
+            yield from c.s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=where, **extra)
+
+        folders: list[str] = []
+        loose: list[str] = []
+        for page in listing(prefix, "/"):
+            loose += [item["Key"] for item in page.get("Contents", [])]
+            for fingerprint in (p["Prefix"] for p in page.get("CommonPrefixes", [])):
+                for inner in listing(fingerprint, "/"):
+                    loose += [item["Key"] for item in inner.get("Contents", [])]
+                    folders += [p["Prefix"] for p in inner.get("CommonPrefixes", [])]
+
+        def keys_in(folder: str) -> list[str]:
+            return [item["Key"] for page in listing(folder) for item in page.get("Contents", [])]
+
+        for _, keys in in_order(keys_in, sorted(folders)):
+            yield from (key for key in keys if key.endswith(".json"))
+        yield from sorted(key for key in loose if key.endswith(".json"))
 
     def listed(self, state: dict[str, Any]) -> set[str]:
         """The pending records' keys the run's shards were given (a dry run leaves them out of its quote)."""
