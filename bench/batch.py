@@ -271,6 +271,7 @@ def shards(latency_ms: float = 20.0) -> None:
     _sharded_run(16, 360, latency_ms)
     _sharded_run(23, 2100, latency_ms)
     _listing(100_000, 2000, latency_ms)
+    _listing(100_000, 2000, 0.0)  # moto's own work, without the requests' waits
 
 
 def _delayed_s3(latency_ms: float) -> Any:
@@ -349,9 +350,13 @@ def _sharded_run(copies: int, shard_documents: int, latency_ms: float) -> None:
     )
 
 
+FINGERPRINT = "a1b2c3d4e5f60718"  # one deployment's prompt settings: one folder of pending records
+
+
 def _listing(records: int, shard_documents: int, latency_ms: float) -> None:
     """The look that lists the pending records and cuts them into shards, over ``records`` keys (empty
-    objects, keyed as the function keys pending records: what is listed is keys only)."""
+    objects, keyed as the function keys pending records: what is listed is keys only), with no delay and
+    with ``latency_ms``: moto's own work apart from the requests' waits."""
     import hashlib
     import time
 
@@ -368,9 +373,9 @@ def _listing(records: int, shard_documents: int, latency_ms: float) -> None:
         for n in range(records):
             digest = hashlib.sha256(f"text {n}".encode()).hexdigest()
             source = hashlib.sha256(f"source {n}".encode()).hexdigest()[:32]
-            s3.put_object(
-                Bucket=INTERMEDIATE, Key=f"contextual-kb/pending/{digest}/{source}.json", Body=b"{}"
-            )
+            # As runtime/pending.py keys them: <fingerprint>/<2 hex>/<text>/<source>.json
+            key = f"contextual-kb/pending/{FINGERPRINT}/{digest[:2]}/{digest}/{source}.json"
+            s3.put_object(Bucket=INTERMEDIATE, Key=key, Body=b"{}")
         options = Options(bucket=INTERMEDIATE, role_arn="", shard_documents=shard_documents)
         lister = Contextualizer(_delayed_s3(latency_ms), None, options)
         run = "20260101000000bench0"
