@@ -414,3 +414,29 @@ def test_the_listing_reads_the_records_folders_side_by_side_and_cuts_only_betwee
         key.rsplit("/", 2)[0] + "/" if key.count("/") == 5 else key.rsplit("/", 1)[0] + "/" for key in keys
     }
     assert folders <= set(prefixes)
+
+
+def test_a_sharded_cli_run_is_quoted_before_anything_is_paid_and_a_no_stops_it() -> None:
+    class DeclinedError(Exception):
+        pass
+
+    quotes: list[Any] = []
+
+    def decline(quote: Any) -> None:
+        quotes.append(quote)
+        raise DeclinedError
+
+    with LocalWorld(corpus(documents=4), BatchConfig(min_records=1)) as world:
+        world.ingest("always")
+        contextualizer, marked = here(world, shards=2)
+        contextualizer.confirm = decline
+        with pytest.raises(DeclinedError):
+            contextualizer.run(reingest=contextualizer.mark)  # type: ignore[attr-defined]
+        (quote,) = quotes
+        assert quote.estimated and quote.records == 12 and quote.documents == 4 and quote.cost_usd > 0
+        assert creates(world) == 0 and marked == [] and len(pending(world)) == 4
+        # Declined, the run is left: the next run resumes it (quoted again) and finishes it.
+        again, _ = here(world, shards=2)
+        again.confirm = quotes.append
+        summary = again.run(reingest=again.mark)  # type: ignore[attr-defined]
+        assert len(quotes) == 2 and summary.contexts_stored == 20 and creates(world) == 1
