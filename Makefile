@@ -114,7 +114,7 @@ bench-chunking: $(STAMP)  ## chunking by structure: 1/10/50 MB documents whole; 
 	$(BIN)/python bench/chunking.py speed
 	$(BIN)/python bench/chunking.py quality
 
-bench-batch: $(STAMP)  ## ckb contextualize: cost against the floor, at scale, the workflow's looks; deferred ingestion speed (~12 min)
+bench-batch: $(STAMP)  ## ckb contextualize: cost against the floor, at scale, the workflow (its looks, its shards); deferred ingestion speed (~35 min)
 	$(BIN)/python bench/batch.py
 
 bench-cold-start: $(STAMP)  ## the function's asset (size, contents) and a cold start's first model call (~30 s)

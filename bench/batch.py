@@ -1,7 +1,8 @@
 """Contexts made later (issue 20): the cost of `ckb contextualize` against the on-demand floor, the command at
 scale, and the speed of an ingestion that defers every context against one that calls the model in the Lambda.
 
-    .venv/bin/python bench/batch.py [cost] [speed] [scale] [workflow] [--dataset PATH]   # make bench-batch
+    .venv/bin/python bench/batch.py [cost] [speed] [scale] [workflow] [shards] [--dataset PATH]
+    make bench-batch   # all five
 
 cost: ``ckb contextualize --local`` on the codebase corpus (90 documents, 737 chunks): the handler with
 CONTEXT_DEFER=always, then batch records of 20 and 40 chunks through the batch inference stand-in (its
@@ -23,7 +24,11 @@ delayed 20 ms: the whole run's seconds, and the plan's peak memory.
 workflow: the deferred workflow's looks (``deferred/workflow.py``'s step, each a new execution's) over the
 same 1,440 pending documents at the same 20 ms, beside the single process on the same documents: each look's
 seconds (the first plans and submits; the last stores and settles), the longest against Lambda's 15 minutes,
-the cost against the floor. One shard: the workflow runs one look per execution (no Distributed Map split).
+the cost against the floor, with the run in one piece (a run the CLI planned without shards).
+
+shards: the workflow's sharded plan and store (its Distributed Maps' children, each measured alone) against
+the single process, for 1,440 pending documents in four shards and 2,070 in one (a default shard's size),
+and the listing that cuts 100,000 pending records into shards (``shards``'s docstring).
 """
 
 from __future__ import annotations
@@ -248,6 +253,143 @@ def workflow(copies: int = 16, latency_ms: float = 20.0) -> None:
     )
 
 
+def shards(latency_ms: float = 20.0) -> None:
+    """The workflow's sharded plan and store (``deferred/shards.py``) against the single process, at 20 ms per
+    S3 request: 1,440 pending documents in four shards of 360, every phase measured; 2,070 in one shard of
+    2,070 (what a shard of the default 2,000 takes); and the listing that cuts 100,000 pending records into
+    shards of 2,000, measured over 100,000 keys. Each shard is measured alone, one after the other: on AWS
+    each is its own Lambda invocation, all of one Map's at once (up to MaxConcurrency 100), so a Map's wall
+    time is its slowest shard's."""
+    print(f"\nthe workflow in shards ({latency_ms:.0f} ms per S3 request; each shard measured alone):\n")
+    print(
+        "| pending documents | shards | single process: plan s | single process: whole run s | list s | "
+        "plan shards: slowest / sum s | cut + submit s | store shards: slowest / sum s | finish s | "
+        "workflow plan (list + slowest + cut) s | workflow store (slowest + finish) s | "
+        "cost / floor (shards) | cost / floor (single) | pending after |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    _sharded_run(16, 360, latency_ms)
+    _sharded_run(23, 2100, latency_ms)
+    _listing(100_000, 2000, latency_ms)
+    _listing(100_000, 2000, 0.0)  # moto's own work, without the requests' waits
+
+
+def _delayed_s3(latency_ms: float) -> Any:
+    import time
+
+    import boto3
+    from botocore.config import Config
+
+    from contextual_kb.deferred.concurrency import S3_CONNECTIONS
+    from contextual_kb.deferred.offline import REGION
+
+    client = boto3.client("s3", region_name=REGION, config=Config(max_pool_connections=S3_CONNECTIONS))
+    client.meta.events.register("request-created.s3", lambda **_: time.sleep(latency_ms / 1000))
+    return client
+
+
+def _sharded_run(copies: int, shard_documents: int, latency_ms: float) -> None:
+    import json
+    import time
+
+    from contextual_kb.deferred.offline import LocalWorld
+    from contextual_kb.deferred.workflow import shard, step
+    from contextual_kb.local.batch_standin import BatchConfig
+
+    documents = load_documents_copied(copies)
+    with LocalWorld(documents, BatchConfig(step_seconds=0.02)) as world:
+        world.ingest("always")
+        started = time.perf_counter()
+        world.contextualizer(
+            s3=_delayed_s3(latency_ms), dry_run=True
+        ).run()  # the plan alone, nothing written
+        single_plan = time.perf_counter() - started
+        started = time.perf_counter()
+        single = world.contextualizer(s3=_delayed_s3(latency_ms), poll_seconds=0.05).run()
+        single_seconds = time.perf_counter() - started
+    with LocalWorld(documents, BatchConfig(step_seconds=0.02)) as world:
+        world.ingest("always")
+
+        def contextualizer() -> Any:
+            made = world.contextualizer(
+                s3=_delayed_s3(latency_ms), follow=False, fan_out=True, shard_documents=shard_documents
+            )
+            made.claim.owner = "workflow:bench"
+            return made
+
+        def timed(fn: Any) -> tuple[Any, float]:
+            started = time.perf_counter()
+            out = fn()
+            return out, time.perf_counter() - started
+
+        listed, list_seconds = timed(lambda: step({"mode": "start"}, contextualizer(), reingest=None))
+        assert listed["outcome"] == "plan", listed
+        items = json.loads(
+            world.s3.get_object(Bucket=listed["bucket"], Key=listed["manifest"])["Body"].read()
+        )
+        plans = [timed(lambda i=i: shard({"action": "plan-shard", **i}, contextualizer(), reingest=None))[1]
+                 for i in items]  # fmt: skip
+        result, cut_seconds = timed(lambda: step({"mode": "resume"}, contextualizer(), reingest=None))
+        while result["outcome"] == "waiting":  # the waits between looks are Step Functions', not counted
+            time.sleep(0.05)
+            result = step({"mode": "resume"}, contextualizer(), reingest=None)
+        assert result["outcome"] == "store", result
+        stores = [timed(lambda i=i: shard({"action": "store-shard", **i}, contextualizer(), reingest=None))[1]
+                  for i in items]  # fmt: skip
+        done, finish_seconds = timed(lambda: step({"mode": "resume"}, contextualizer(), reingest=None))
+        summary = done["summary"]
+    plan_wall = list_seconds + max(plans) + cut_seconds
+    store_wall = max(stores) + finish_seconds
+    print(
+        f"| {summary['documents']:,} | {len(items)} | {single_plan:.1f} | {single_seconds:.1f} | "
+        f"{list_seconds:.1f} | {max(plans):.1f} / {sum(plans):.1f} | {cut_seconds:.1f} | "
+        f"{max(stores):.1f} / {sum(stores):.1f} | {finish_seconds:.1f} | {plan_wall:.1f} | "
+        f"{store_wall:.1f} | {summary['cost_vs_floor']} | {single.cost_vs_floor} | "
+        f"{summary['pending_after']} |",
+        flush=True,
+    )
+
+
+FINGERPRINT = "a1b2c3d4e5f60718"  # one deployment's prompt settings: one folder of pending records
+
+
+def _listing(records: int, shard_documents: int, latency_ms: float) -> None:
+    """The look that lists the pending records and cuts them into shards, over ``records`` keys (empty
+    objects, keyed as the function keys pending records: what is listed is keys only), with no delay and
+    with ``latency_ms``: moto's own work apart from the requests' waits."""
+    import hashlib
+    import time
+
+    import boto3
+    from moto import mock_aws
+
+    from contextual_kb.deferred.contextualize import Contextualizer, Options
+    from contextual_kb.deferred.offline import INTERMEDIATE, REGION
+    from contextual_kb.deferred.shards import Shards, new_state
+
+    with mock_aws():
+        s3 = boto3.client("s3", region_name=REGION)
+        s3.create_bucket(Bucket=INTERMEDIATE)
+        for n in range(records):
+            digest = hashlib.sha256(f"text {n}".encode()).hexdigest()
+            source = hashlib.sha256(f"source {n}".encode()).hexdigest()[:32]
+            # As runtime/pending.py keys them: <fingerprint>/<2 hex>/<text>/<source>.json
+            key = f"contextual-kb/pending/{FINGERPRINT}/{digest[:2]}/{digest}/{source}.json"
+            s3.put_object(Bucket=INTERMEDIATE, Key=key, Body=b"{}")
+        options = Options(bucket=INTERMEDIATE, role_arn="", shard_documents=shard_documents)
+        lister = Contextualizer(_delayed_s3(latency_ms), None, options)
+        run = "20260101000000bench0"
+        lister.claim.take(run)
+        started = time.perf_counter()
+        count = Shards(lister).list(new_state(run))
+        seconds = time.perf_counter() - started
+    print(
+        f"\nlisting {records:,} pending records into {count} shards of {shard_documents:,}: {seconds:.1f} s "
+        f"({latency_ms:.0f} ms per S3 request)",
+        flush=True,
+    )
+
+
 def load_documents_copied(copies: int) -> list[dict]:
     """The corpus ``copies`` times over, each copy's documents with their own name and a first line of their
     own (another text: another pending record)."""
@@ -270,14 +412,14 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="contexts made later: cost, speed, scale")
     # no ``choices``: Python 3.11's argparse checks an empty default list against them and refuses it
     parser.add_argument(
-        "parts", nargs="*", metavar="cost|speed|scale|workflow", help="all four when none is given"
+        "parts", nargs="*", metavar="cost|speed|scale|workflow|shards", help="all five when none is given"
     )
     parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASET, help="a codebase-format corpus")
     args = parser.parse_args()
-    if unknown := sorted(set(args.parts) - {"cost", "speed", "scale", "workflow"}):
-        parser.error(f"unknown part {unknown[0]!r}: choose cost, speed, scale or workflow")
+    if unknown := sorted(set(args.parts) - {"cost", "speed", "scale", "workflow", "shards"}):
+        parser.error(f"unknown part {unknown[0]!r}: choose cost, speed, scale, workflow or shards")
     DATASET = args.dataset
-    parts = args.parts or ["cost", "speed", "scale", "workflow"]
+    parts = args.parts or ["cost", "speed", "scale", "workflow", "shards"]
     if "cost" in parts:
         cost()
     if "speed" in parts:
@@ -286,3 +428,5 @@ if __name__ == "__main__":
         scale()
     if "workflow" in parts:
         workflow()
+    if "shards" in parts:
+        shards()

@@ -38,8 +38,11 @@ def step_function(template: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 def definition(template: dict[str, Any]) -> dict[str, Any]:
     (machine,) = resources(template, "AWS::StepFunctions::StateMachine").values()
     parts = machine["Properties"]["DefinitionString"]["Fn::Join"][1]
+    partition = {"Ref": "AWS::Partition"}  # inside an ARN string (the item reader's)
     return json.loads(
-        "".join(p if isinstance(p, str) else '"ARN"' for p in parts).replace('""ARN""', '"ARN"')
+        "".join(p if isinstance(p, str) else "aws" if p == partition else '"ARN"' for p in parts).replace(
+            '""ARN""', '"ARN"'
+        )
     )
 
 
@@ -243,3 +246,57 @@ def test_the_schedules_and_the_rule_may_only_start_the_state_machine(
         assert statements == [
             {"Action": "states:StartExecution", "Effect": "Allow", "Resource": {"Ref": machine}}
         ]
+
+
+def test_plan_and_store_fan_out_over_the_shards_in_distributed_maps(
+    templates: dict[str, tuple[Path, dict[str, Any]]],
+) -> None:
+    """The look asks for a Map (outcome plan or store); each Map reads the run's manifest from S3 (the
+    item reader: no list of shards in the payload) and runs each shard as a child execution invoking the
+    step with the shard's action, retried like the look; results go to S3, not into the 256 KB payload;
+    then a look again (resume)."""
+    _, template = templates["both"]
+    states = definition(template)["States"]
+    choice = states[states["Look"]["Next"]]
+    assert choice["Type"] == "Choice"
+    fanned = {c["StringEquals"]: c["Next"] for c in choice["Choices"]}
+    assert set(fanned) == {"plan", "store"} and states[choice["Default"]]["Type"] == "Succeed"
+    for outcome, action in (("plan", "plan-shard"), ("store", "store-shard")):
+        mapped = states[fanned[outcome]]
+        assert mapped["Type"] == "Map"
+        assert mapped["ItemProcessor"]["ProcessorConfig"] == {
+            "Mode": "DISTRIBUTED",
+            "ExecutionType": "STANDARD",
+        }
+        reader = mapped["ItemReader"]
+        assert reader["Resource"].endswith(":s3:getObject") and reader["ReaderConfig"]["InputType"] == "JSON"
+        assert reader["Parameters"]["Key.$"] == "$.manifest"
+        assert 0 < mapped["MaxConcurrency"] <= 100 and "ItemBatcher" not in mapped  # a shard: one invocation
+        assert reader["Parameters"]["Bucket.$"] == "$.bucket"
+        # Each child's output is {}: thousands stay inside a state's 256 KB, with no ResultWriter to grant.
+        assert "ResultWriter" not in mapped and mapped["ResultPath"] is None
+        assert mapped["ItemSelector"]["action"] == action
+        assert mapped["ItemSelector"]["run.$"] == "$$.Map.Item.Value.run"
+        assert mapped["ItemSelector"]["execution.$"] == "$$.Execution.Name"  # the parent's: its claim
+        child = mapped["ItemProcessor"]["States"][mapped["ItemProcessor"]["StartAt"]]
+        assert "Parameters" not in child and child["TimeoutSeconds"] > 900  # the item, as the event
+        retried = [r["ErrorEquals"] for r in child["Retry"]]
+        assert "Lambda.TooManyRequestsException" in retried[0] and "States.Timeout" in retried[1]
+        assert mapped["ItemProcessor"]["States"][child["Next"]]["Result"] == {}
+        (catch,) = mapped["Catch"]
+        assert states[catch["Next"]]["Type"] == "Fail"
+        again = states[mapped["Next"]]
+        assert (
+            again["Type"] == "Pass" and again["Parameters"] == {"mode": "resume"} and again["Next"] == "Look"
+        )
+    policies = [
+        s
+        for k, p in resources(template, "AWS::IAM::Policy").items()
+        if k.startswith(("DeferredStateMachineRole", "DeferredStateMachineDistributedMapPolicy"))
+        for s in p["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    # Child executions of itself, and the manifest read under the batch folder only.
+    starts = [s for s in policies if "states:StartExecution" in as_list(s["Action"])]
+    assert starts and all("Deferred" in flat(s["Resource"]) for s in starts)
+    s3 = [s for s in policies if any(a.startswith("s3:") for a in as_list(s["Action"]))]
+    assert s3 and all("contextual-kb/batch/" in flat(r) for s in s3 for r in as_list(s["Resource"]))

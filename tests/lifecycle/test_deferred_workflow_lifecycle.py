@@ -27,26 +27,48 @@ __all__ = ["engine"]  # the module's fixture: ministack and the stand-ins
 
 CONTEXT = ["-c", "vectorStore=s3vectors", "-c", "autoContextualize=both", "-c", "contextDefer=always"]
 DOCUMENT = "docs/payments-runbook.md"
+COPIES = 3
 
 
-def _ingest(ministack: Ministack, outputs: dict[str, str]) -> dict[str, Any]:
-    """The sample event on the deployed transformation, its document in the stack's source bucket."""
+def _ingest(ministack: Ministack, outputs: dict[str, str], copies: int = 1) -> dict[str, Any]:
+    """The sample event on the deployed transformation, its document in the stack's source bucket; with
+    ``copies``, as many documents, each with a first line of its own (another text: its own pending record,
+    so the run has as many shards as documents when a shard holds one)."""
     s3 = ministack.client("s3")
     intermediate, source = outputs["IntermediateBucketName"], outputs["SourceBucketName"]
-    for path in (EVENT / "objects").rglob("*"):
-        if path.is_file():
-            key = path.relative_to(EVENT / "objects").as_posix()
-            s3.put_object(Bucket=intermediate, Key=key, Body=path.read_bytes())
-    s3.put_object(Bucket=source, Key=DOCUMENT, Body=b"# Payments runbook\n")
     event = json.loads((EVENT / "event.json").read_text())
     event["bucketName"] = intermediate
-    event["inputFiles"][0]["originalFileLocation"]["s3_location"]["uri"] = f"s3://{source}/{DOCUMENT}"
+    template = event["inputFiles"][0]
+    event["inputFiles"] = []
+    for n, document in enumerate(_documents(copies)):
+        for path in (EVENT / "objects").rglob("*"):
+            if path.is_file():
+                key = path.relative_to(EVENT / "objects").as_posix()
+                batch = json.loads(path.read_bytes())
+                if n:
+                    key = key.replace(".md_", f"-{n}.md_")
+                    batch["fileContents"][0]["contentBody"] = (
+                        f"Copy {n}.\n" + batch["fileContents"][0]["contentBody"]
+                    )
+                s3.put_object(Bucket=intermediate, Key=key, Body=json.dumps(batch).encode())
+        s3.put_object(Bucket=source, Key=document, Body=b"# Payments runbook\n")
+        entry = json.loads(json.dumps(template))
+        entry["originalFileLocation"]["s3_location"]["uri"] = f"s3://{source}/{document}"
+        if n:
+            entry["contentBatches"] = [
+                {"key": b["key"].replace(".md_", f"-{n}.md_")} for b in entry["contentBatches"]
+            ]
+        event["inputFiles"].append(entry)
     reply = ministack.client("lambda").invoke(
         FunctionName=outputs["TransformFunctionName"], Payload=json.dumps(event).encode()
     )
     payload = json.loads(reply["Payload"].read())
     assert reply["StatusCode"] == 200 and "FunctionError" not in reply, payload
     return dict(payload)
+
+
+def _documents(copies: int) -> list[str]:
+    return [DOCUMENT] + [DOCUMENT.replace(".md", f"-{n}.md") for n in range(1, copies)]
 
 
 def _pending(ministack: Ministack, bucket: str) -> list[str]:
@@ -62,9 +84,31 @@ def _look(ministack: Ministack, machine: str, mode: str) -> dict[str, Any]:
         described = states.describe_execution(executionArn=arn)
         if described["status"] != "RUNNING":
             assert described["status"] == "SUCCEEDED", described
-            return dict(json.loads(described["output"]))
+            return {**json.loads(described["output"]), "arn": arn}
         time.sleep(0.2)
     raise AssertionError(f"execution {arn} still running")
+
+
+def _check_shards(
+    ministack: Ministack, outputs: dict[str, str], first: dict[str, Any], looks: list[Any]
+) -> None:
+    """Planned and stored in shards: the first execution's plan Map and a later one's store Map each ran
+    one child execution a document, every one succeeded; every document marked for re-ingestion."""
+    states = ministack.client("stepfunctions")
+    summary = looks[-1]["summary"]
+    # Planned and stored in shards, each a child execution of a Distributed Map (two Maps, three each).
+    assert summary["shards"] == COPIES
+    runs = [r for look in looks for r in states.list_map_runs(executionArn=look["arn"])["mapRuns"]]
+    # The plan's Map in the first execution, the store's in the one that found every job ended.
+    assert len(runs) == 2 and runs[0]["executionArn"] == first["arn"]
+    for run in runs:
+        described = states.describe_map_run(mapRunArn=run["mapRunArn"])
+        assert described["status"] == "SUCCEEDED" and described["itemCounts"]["succeeded"] == COPIES
+    for document in _documents(COPIES):
+        marked = ministack.client("s3").get_object(
+            Bucket=outputs["SourceBucketName"], Key=f"{document}.metadata.json"
+        )
+        assert "ckb_reprocessed" in marked["Body"].read().decode()
 
 
 def _knowledge_base(agent: Any) -> tuple[str, str]:
@@ -122,6 +166,8 @@ def test_the_deployed_workflow_contextualizes_what_ingestion_deferred(engine: di
             step_environment={
                 "AWS_ENDPOINT_URL_BEDROCK": standin.url,
                 "CKB_BATCH_MIN_RECORDS": "1",
+                # One document a shard: the run's three documents are three shards, in each Map.
+                "CKB_SHARD_DOCUMENTS": "1",
                 "KNOWLEDGE_BASE_ID": kb_id,
                 "DATA_SOURCE_ID": ds_id,
             },
@@ -136,8 +182,9 @@ def test_the_deployed_workflow_contextualizes_what_ingestion_deferred(engine: di
 
         # Ingestion with every context deferred: no model call, the document pending.
         answered = engine["bedrock"].stats.answered
-        _ingest(ministack, outputs)
-        assert engine["bedrock"].stats.answered == answered and len(_pending(ministack, intermediate)) == 1
+        _ingest(ministack, outputs, COPIES)
+        assert engine["bedrock"].stats.answered == answered
+        assert len(_pending(ministack, intermediate)) == COPIES
 
         first = _look(ministack, machine, "start")
         assert first["outcome"] in {"waiting", "done"}, first
@@ -149,7 +196,8 @@ def test_the_deployed_workflow_contextualizes_what_ingestion_deferred(engine: di
         summary = looks[-1]["summary"]
         assert looks[-1]["outcome"] == "done" and summary["run"] == first["run"]
         assert summary["contexts_stored"] == summary["pending_before"] > 0 and summary["pending_after"] == 0
-        assert summary["reingested_documents"] == 1 and _pending(ministack, intermediate) == []
+        assert summary["reingested_documents"] == COPIES and _pending(ministack, intermediate) == []
+        _check_shards(ministack, outputs, first, looks)
 
         def creates() -> int:
             return sum(1 for operation, _ in standin.requests if operation == "CreateModelInvocationJob")
@@ -157,18 +205,14 @@ def test_the_deployed_workflow_contextualizes_what_ingestion_deferred(engine: di
         assert creates() == 1  # submitted once, whatever the looks
         jobs = agent.list_ingestion_jobs(knowledgeBaseId=kb_id, dataSourceId=ds_id)["ingestionJobSummaries"]
         assert len(jobs) == 1  # the re-ingestion's
-        marked = ministack.client("s3").get_object(
-            Bucket=outputs["SourceBucketName"], Key=f"{DOCUMENT}.metadata.json"
-        )
-        assert "ckb_reprocessed" in marked["Body"].read().decode()
         # Nothing left to plan (ministack's ingestion job stays running: the look plans nothing meanwhile).
         assert _look(ministack, machine, "start")["outcome"] in {"idle", "ingesting"}
         assert _look(ministack, machine, "resume")["outcome"] == "idle" and creates() == 1
 
         # The re-ingestion (ministack's ingestion never calls the transformation: invoked here): every
         # context remembered, nothing deferred, no model call.
-        again = _ingest(ministack, outputs)
-        assert again["outputFiles"] and _pending(ministack, intermediate) == []
+        again = _ingest(ministack, outputs, COPIES)
+        assert len(again["outputFiles"]) == COPIES and _pending(ministack, intermediate) == []
         assert engine["bedrock"].stats.answered == answered
 
         _destroy(ministack, work, machine)

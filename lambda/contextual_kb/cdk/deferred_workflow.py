@@ -1,6 +1,8 @@
 """The deferred loop as a serverless workflow (``-c autoContextualize=...``):
-an AWS Step Functions state machine whose one Lambda step runs ``ckb contextualize``'s own code
-(``contextual_kb.deferred.workflow``), started by EventBridge Scheduler (looks for pending work, and a
+an AWS Step Functions state machine whose Lambda step runs ``ckb contextualize``'s own code
+(``contextual_kb.deferred.workflow``): a look, and, when the look asks for them, two Distributed Maps that
+run the same step on each shard of the run (plan, store: ``contextual_kb.deferred.shards``), started by
+EventBridge Scheduler (looks for pending work, and a
 check of the jobs under way, since Bedrock's job events are best effort) and by an EventBridge rule on
 Bedrock's "Batch Inference Job State Change" events.
 
@@ -40,6 +42,8 @@ from contextual_kb.cdk.function import _PROFILE_PREFIXES, model_statements
 from contextual_kb.cdk.logs import month_of_logs
 from contextual_kb.cdk.storage import BATCH_PREFIX, CONTEXTS_PREFIX, PENDING_PREFIX
 
+PLAN, STORE = "plan", "store"  # the look's outcomes that ask for a Map (contextual_kb/deferred/shards.py)
+
 HANDLER = "contextual_kb.deferred.workflow.lambda_handler"
 PROFILE_GEOGRAPHIES = {prefix.rstrip(".") for prefix in _PROFILE_PREFIXES}
 NAMESPACE = "ContextualKB"
@@ -62,6 +66,9 @@ ALARM_IDS = (
     "ContextualizeFailedRecords",
     "ContextualizeAboveFloor",
 )
+# Shards run at once in a Distributed Map: each is one invocation of the step (16 S3 connections), so at most
+# this many of the account's Lambda concurrency (1,000 by default) and 1,600 S3 requests in flight.
+MAP_CONCURRENCY = 100
 # Errors the Lambda service raises for a throttled or briefly failing invoke: retried with backoff.
 LAMBDA_TRANSIENT = [
     "Lambda.ServiceException",
@@ -171,12 +178,24 @@ class DeferredWorkflow(Construct):
             cause="a look failed after its retries: the run stays resumable (ckb contextualize --status)",
         )
         look.add_catch(dead_end, errors=["States.ALL"], result_path="$.error")
+        # A look that asks for its shards (outcome plan or store) is followed by a Distributed Map over them,
+        # then by a look again: the run goes on in the same execution.
+        resume = sfn.Pass(self, "Resume", parameters={"mode": "resume"})
+        resume.next(look)
+        fan_out = sfn.Choice(self, "FanOut")
+        for outcome, action in ((PLAN, "plan-shard"), (STORE, "store-shard")):
+            mapped = self._shards(outcome, action, intermediate)
+            mapped.add_catch(dead_end, errors=["States.ALL"], result_path="$.error")
+            fan_out.when(sfn.Condition.string_equals("$.outcome", outcome), mapped.next(resume))
+        fan_out.otherwise(sfn.Succeed(self, "Looked"))
         self.state_machine = sfn.StateMachine(
             self,
             "StateMachine",
-            definition_body=sfn.DefinitionBody.from_chainable(look.next(sfn.Succeed(self, "Looked"))),
+            definition_body=sfn.DefinitionBody.from_chainable(look.next(fan_out)),
             state_machine_type=sfn.StateMachineType.STANDARD,
-            timeout=Duration.hours(1),
+            # A Map of the largest run (10 million documents: 5,000 shards, MAP_CONCURRENCY at a time, about a
+            # minute each) takes under an hour; the looks around it minutes.
+            timeout=Duration.hours(6),
             tracing_enabled=True,
             logs=sfn.LogOptions(
                 destination=month_of_logs(self, "WorkflowLogs"),
@@ -184,6 +203,15 @@ class DeferredWorkflow(Construct):
                 include_execution_data=False,
             ),
         )
+
+        # The Maps' item reader: the manifests, in the batch folder only.
+        self.state_machine.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["s3:GetObject"], resources=[intermediate.arn_for_objects(f"{BATCH_PREFIX}*")]
+            )
+        )
+        if intermediate.encryption_key is not None:
+            intermediate.encryption_key.grant(self.state_machine, "kms:Decrypt")
 
         # When to look: for new pending work (mode start) and at the jobs under way (mode resume).
         target_role = iam.Role(
@@ -225,6 +253,51 @@ class DeferredWorkflow(Construct):
             ],
         )
         self._monitor(topic)
+
+    def _shards(self, outcome: str, action: str, intermediate: s3.IBucket) -> sfn.DistributedMap:
+        """The Distributed Map over a run's shards: the manifest the look wrote (``<run>/plan/manifest.json``,
+        ``{"run", "shard"}`` items) read by Step Functions from S3, each shard a child execution invoking the
+        step once (a shard is sized to one invocation: no ItemBatcher), its results written to S3 (thousands
+        of children would pass the 256 KB payload limit) and left out of the state's output."""
+        name = outcome.capitalize()
+        child = tasks.LambdaInvoke(
+            self,
+            f"{name}Shard",
+            lambda_function=self.function,  # its input (the item selector's) is the step's event
+            payload_response_only=True,
+            retry_on_service_exceptions=False,
+            task_timeout=sfn.Timeout.duration(Duration.minutes(16)),
+        )
+        child.add_retry(errors=LAMBDA_TRANSIENT, interval=Duration.seconds(2), max_attempts=6, backoff_rate=2)
+        child.add_retry(
+            errors=["States.Timeout", "Sandbox.Timedout"], max_attempts=2, interval=Duration.seconds(30)
+        )
+        child.add_retry(errors=["States.ALL"], max_attempts=2, interval=Duration.minutes(2), backoff_rate=3)
+        mapped = sfn.DistributedMap(
+            self,
+            f"{name}Shards",
+            # The bucket by path: CDK's grant for a bucket given is the whole bucket; the state machine is
+            # granted the batch folder alone, below.
+            item_reader=sfn.S3JsonItemReader(
+                bucket_name_path=sfn.JsonPath.string_at("$.bucket"), key=sfn.JsonPath.string_at("$.manifest")
+            ),
+            item_selector={
+                "action": action,
+                "run": sfn.JsonPath.string_at("$$.Map.Item.Value.run"),
+                "shard": sfn.JsonPath.number_at("$$.Map.Item.Value.shard"),
+                # The parent's name (evaluated in the parent): the owner of the run's claim the shard joins.
+                "execution": sfn.JsonPath.string_at("$$.Execution.Name"),
+            },
+            max_concurrency=MAP_CONCURRENCY,
+            result_path=sfn.JsonPath.DISCARD,
+            map_execution_type=sfn.StateMachineType.STANDARD,
+        )
+        # Each child's output is {}: thousands of them stay far inside the 256 KB a state's result may
+        # weigh (each shard's figures are in its own S3 objects), so no ResultWriter (and no S3 write grant).
+        mapped.item_processor(
+            child.next(sfn.Pass(self, f"{name}ShardDone", result=sfn.Result.from_object({})))
+        )
+        return mapped
 
     def _grant(
         self, intermediate: s3.IBucket, source: s3.IBucket, batch_role: iam.IRole, model_id: str, kb_id: str
@@ -420,6 +493,24 @@ class DeferredWorkflow(Construct):
             "IAM5[Resource::*]",
             "Step Functions' log delivery (logs:CreateLogDelivery and the rest) and X-Ray's PutTraceSegments "
             "support no resource-level permissions: AWS requires *.",
+        )
+        machine = logical(self.state_machine)
+        executions = (
+            "arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:"
+            f'{{"Fn::Select":[6,{{"Fn::Split":[":",{{"Ref":"{machine}"}}]}}]}}'
+        )
+        for resource in (f"{executions}:*", f"{executions}/*:*"):
+            ack(
+                self.state_machine,  # CDK's DistributedMapPolicy, a policy of its own beside the role's
+                f"IAM5[Resource::{resource}]",
+                "A Distributed Map runs its children as executions of this state machine, named by Step "
+                "Functions: describing and stopping them needs its own executions' ARNs (CDK's own grant).",
+            )
+        ack(
+            self.state_machine.role,
+            f"IAM5[Resource::{arn(intermediate)}/{BATCH_PREFIX}*]",
+            "The Distributed Maps read the run's manifest of shards, written under the batch folder by the "
+            "look (one a run: its key is only known then).",
         )
         ack(
             self.state_machine.role,

@@ -112,6 +112,17 @@ def contextualize(
     poll_seconds: Annotated[
         float, typer.Option(help="Seconds between job status checks.", min=0.01, metavar="SECONDS")
     ] = 30.0,
+    shard_documents: Annotated[
+        int,
+        typer.Option(
+            envvar="CKB_SHARD_DOCUMENTS",
+            help="Plan and store a new run in shards of about N pending documents, one after the other "
+            "(the workflow's way, its Distributed Maps running them side by side); 0: in one piece. A "
+            "sharded run (the workflow's) is resumed in shards whatever this says.",
+            min=0,
+            metavar="N",
+        ),
+    ] = 0,
     status: Annotated[
         bool,
         typer.Option(
@@ -198,6 +209,7 @@ def contextualize(
                     batch=config,
                     on_demand_retry=on_demand_retry,
                     dry_run=dry_run,
+                    shard_documents=shard_documents,
                     log=log,
                     progress=progress,
                 )
@@ -217,6 +229,7 @@ def contextualize(
                 log,
                 progress,
                 yes,
+                shard_documents,
             )
     finally:
         if tasks:
@@ -247,6 +260,7 @@ def _on_aws(
     log: Any,
     progress: Any,
     yes: bool,
+    shard_documents: int = 0,
 ) -> dict[str, Any]:
     from contextual_kb.cli.paid import confirm
     from contextual_kb.deferred import services
@@ -283,6 +297,7 @@ def _on_aws(
             on_demand_retry=on_demand_retry,
             dry_run=dry_run,
             poll_seconds=poll_seconds,
+            shard_documents=shard_documents,
         ),
         source_state=services.source_state(s3),
         on_demand=services.on_demand(
@@ -297,7 +312,10 @@ def _on_aws(
             yes=yes,
         ),
     )
-    summary = contextualizer.run(reingest=_reingest(deployment, ingestion, s3, log) if reingest else None)
+    mark = None
+    if reingest:  # marked (shard by shard when sharded), then one ingestion job
+        mark, contextualizer.start_ingestion = _mark_and_start(deployment, ingestion, s3, log)
+    summary = contextualizer.run(reingest=mark)
     return summary.as_dict()
 
 
@@ -378,6 +396,19 @@ def _reingest(deployment: Any, ingestion: Any, s3: Any, log: Any) -> Any:
     """Mark the documents that got contexts (their metadata files, as ckb sync --reprocess does: those still
     in S3 and writable), then, when any was marked, one ingestion job, followed; the model calls the
     function made meanwhile, from its metrics. Every document not marked is said, with why."""
+    _, start_job = _mark_and_start(deployment, ingestion, s3, log)
+
+    def run(sources: list[str]) -> Any:
+        from contextual_kb.deferred.reingest import reingest_s3
+
+        return reingest_s3(s3, sources, start_job, log)
+
+    return run
+
+
+def _mark_and_start(deployment: Any, ingestion: Any, s3: Any, log: Any) -> tuple[Any, Any]:
+    """The re-ingestion in two: marking (a sharded run marks shard by shard), and the one ingestion job
+    started and followed once all are marked."""
 
     def start_job() -> tuple[str, int | None]:
         from contextual_kb.query import aws_clients
@@ -398,12 +429,12 @@ def _reingest(deployment: Any, ingestion: Any, s3: Any, log: Any) -> Any:
             calls = None
         return f"{job.job_id} {job.status}", calls
 
-    def run(sources: list[str]) -> Any:
+    def mark(sources: list[str]) -> Any:
         from contextual_kb.deferred.reingest import reingest_s3
 
-        return reingest_s3(s3, sources, start_job, log)
+        return reingest_s3(s3, sources, None, log)
 
-    return run
+    return mark, start_job
 
 
 def _assumed(models: list[str]) -> str:

@@ -129,13 +129,39 @@ class Claim:
         the run's state), or once a quarter of the lease has passed. Raises when it was taken over."""
         if not force and not run and self.clock() - self._renewed < RENEW_EVERY:
             return
-        if not self._write(run or self.run, {"IfMatch": self.etag}):
-            taken, self.etag = self.run, ""
-            raise ContextualizeError(
-                f"run {taken} was taken over by another ckb contextualize (this one had not renewed its "
-                f"claim for {self.lease_seconds:.0f} s, e.g. at a confirmation prompt): this one stops "
-                "here, before anything more is paid for; the other goes on"
+        for _ in range(8):
+            if self._write(run or self.run, {"IfMatch": self.etag}):
+                return
+            # Refused: renewed meanwhile by another process of the same owner (the shards of one workflow
+            # execution, ``shards.py``, renew it side by side): still ours, so written again over that.
+            seen = self.peek()
+            if seen is None or seen[0].get("owner") != self.owner or seen[0].get("run") != self.run:
+                break
+            self.etag = seen[1]
+        taken, self.etag = self.run, ""
+        raise ContextualizeError(
+            f"run {taken} was taken over by another ckb contextualize (this one had not renewed its "
+            f"claim for {self.lease_seconds:.0f} s, e.g. at a confirmation prompt): this one stops "
+            "here, before anything more is paid for; the other goes on"
+        )
+
+    def join(self, run: str) -> None:
+        """Work on run ``run`` under the claim another process of the same owner holds (a workflow
+        execution's look, whose shards run in other processes: ``shards.py``). Raises when the claim no
+        longer names that run and owner (taken over: the shard stops before it writes anything)."""
+        seen = self.peek()
+        if seen is None or seen[0].get("run") != run or seen[0].get("owner") != self.owner:
+            holder = (
+                "nothing"
+                if seen is None
+                else f"{seen[0].get('run')}, held by {seen[0].get('owner') or 'no one'}"
             )
+            raise ContextualizeError(
+                f"run {run} is no longer held by {self.owner} (the claim names {holder}): this shard stops "
+                "here; the run's next look goes on"
+            )
+        self.run, self.etag = run, seen[1]
+        self.renew(force=True)
 
     def release(self, *, finished: bool = False) -> None:
         """Give the claim up: deleted when the run is finished (none under way), or kept naming the run with

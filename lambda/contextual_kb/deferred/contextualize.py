@@ -101,6 +101,12 @@ class Options:
     # False: one look at the jobs, and the run left unfinished (its claim released) while any still runs:
     # the workflow's steps, whose waits are Step Functions' (deferred/workflow.py). True: followed to the end.
     follow: bool = True
+    # Pending records a shard plans and stores (``shards.py``): 0, a run in one piece (unless it resumes a
+    # sharded one). The workflow shards every run; ckb contextualize when asked (--shard-documents).
+    shard_documents: int = 0
+    # True: a sharded run's shards are run elsewhere (the workflow's Distributed Maps): the run stops where
+    # they are needed (``Summary.fan_out``), its claim kept for them. False: run here, one after the other.
+    fan_out: bool = False
 
 
 @dataclass
@@ -136,6 +142,10 @@ class Summary:
     # bound (Bedrock's batch is about half), never at $0.
     priced_on_demand: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # A sharded run stopped for its shards to run elsewhere (Options.fan_out): "plan" or "store"; and how
+    # many shards the run has.
+    fan_out: str = ""
+    shards: int = 0
 
     @property
     def cost_vs_floor(self) -> float | None:
@@ -188,6 +198,7 @@ class Contextualizer:
         sleep: Callable[[float], None] = time.sleep,
         confirm: Callable[[Summary], None] | None = None,
         owner: str = "",
+        start_ingestion: Callable[[], tuple[str, int | None]] | None = None,
     ) -> None:
         self.s3 = s3
         # Shown the plan's estimate before anything is submitted (a new run, not a dry one); raises to stop.
@@ -195,6 +206,9 @@ class Contextualizer:
         self.bedrock = bedrock
         self.options = options
         self.source_state = source_state or (lambda _uri, _at: "unknown")
+        # A sharded run marks its documents shard by shard (``reingest``, marking only), then starts one
+        # ingestion job with this; None: ``reingest`` alone, per shard.
+        self.start_ingestion = start_ingestion
         self.on_demand = on_demand
         self.log = log
         self.progress = progress
@@ -226,7 +240,9 @@ class Contextualizer:
         run = self.claim.take(_new_run())
         try:
             summary = self._run(run, reingest)
-            if summary.jobs_running:  # not followed to the end: the next look (any process) resumes it
+            # Not followed to the end: the next look (any process) resumes it. Stopped for its shards to run
+            # elsewhere: the claim is kept, for them to join (``Claim.join``).
+            if summary.jobs_running and not summary.fan_out:
                 self.claim.release()
             return summary
         except BaseException:
@@ -257,15 +273,23 @@ class Contextualizer:
                 )
             return summary
         held = " (under way in another ckb contextualize)" if live else ""
-        summary = Summary(**self._plan(_new_run(), leave_out=set(state["documents"]))["summary"])
+        documents, records = set(state["documents"]), len(state["records"])
+        if state.get("sharded"):  # its records are its shards': those listed, and what the shards planned
+            from contextual_kb.deferred.shards import Shards
+
+            documents = Shards(self).listed(state)
+            records = int(state["summary"].get("records", 0))
+        summary = Summary(**self._plan(_new_run(), leave_out=documents)["summary"])
         summary.notes.append(
-            f"run {state['run']} is unfinished{held}: its {len(state['documents'])} document(s) and "
-            f"{len(state['records'])} record(s) are not quoted here; ckb contextualize resumes it"
+            f"run {state['run']} is unfinished{held}: its {len(documents)} document(s) and "
+            f"{records} record(s) are not quoted here; ckb contextualize resumes it"
         )
         return summary
 
     def _run(self, run: str, reingest: Reingest | None) -> Summary:
-        state = self._load(run)
+        state = self._load_or_shard(run)
+        if state is not None and state.get("sharded"):
+            return self._run_sharded(state, reingest)
         if state is None or state["phase"] == "done":
             # A claim whose run never saved a plan (stopped while planning) or finished: planned anew, under
             # a run of its own (what that one may have uploaded is never read).
@@ -307,10 +331,7 @@ class Contextualizer:
             # Without a re-ingestion (--no-reingest) the caller ingests them again: settled as if marked.
             reingested = Reingested(marked=sources)
             if reingest is not None and sources:
-                got = reingest(sources)
-                reingested = (
-                    got if isinstance(got, Reingested) else Reingested(marked=sources, model_calls=got)
-                )
+                reingested = self._reingest(reingest, sources)
                 summary.model_calls_during_reingest = reingested.model_calls
                 summary.reingested_documents = len(reingested.marked)
             elif sources:
@@ -329,6 +350,83 @@ class Contextualizer:
             state["phase"] = "done"
             self._save(state)
             self.claim.release(finished=True)
+        return summary
+
+    def _reingest(self, reingest: Reingest, sources: list[str]) -> Reingested:
+        got = reingest(sources)
+        reingested = got if isinstance(got, Reingested) else Reingested(marked=sources, model_calls=got)
+        if self.start_ingestion is not None and reingested.marked:  # ``reingest`` only marked them
+            reingested.job, reingested.model_calls = self.start_ingestion()
+        return reingested
+
+    def _load_or_shard(self, run: str) -> dict[str, Any] | None:
+        """Run ``run``'s state; a new sharded run's when there is none under way and runs are sharded."""
+        state = self._load(run)
+        if (state is None or state["phase"] == "done") and self.options.shard_documents:
+            from contextual_kb.deferred.shards import new_state
+
+            run = _new_run()
+            self.claim.renew(run=run)
+            state = new_state(run)
+            self._save(state)
+        return state
+
+    def _run_sharded(self, state: dict[str, Any], reingest: Reingest | None) -> Summary:
+        """A run in shards (``shards.py``), from whatever phase its state says."""
+        from contextual_kb.deferred import shards as sharded
+
+        shards = sharded.Shards(self)
+        run = state["run"]
+        if state["phase"] == sharded.LISTED:
+            if not state.get("listed"):
+                shards.list(state)
+                state["listed"] = True
+                self._save(state)
+            missing = [n for n, got in shards._each(state, "summary.json") if got is None]
+            if missing and self.options.fan_out:
+                return Summary(run=run, fan_out=sharded.PLAN, shards=state["shards"])
+            for n in missing:
+                shards.plan(run, n)
+            shards.cut(state)
+            planned = Summary(**state["summary"])
+            if not planned.records and not planned.awaiting_reingestion:
+                planned.notes.append(NOTHING_PENDING)
+                planned.shards = state["shards"]
+                state["summary"], state["phase"] = asdict(planned), "done"
+                self._save(state)
+                self.claim.release(finished=True)
+                return planned
+            if self.confirm is not None and planned.records:
+                quote = replace(planned, estimated=True, notes=list(planned.notes), priced_on_demand=[])
+                quote.cost_usd = state.get("quote_usd", 0.0)
+                self.confirm(quote)
+                self.claim.renew(force=True)  # still this run's after the prompt, before anything is paid
+            self._save(state)
+        if state["phase"] == sharded.PLANNED:
+            self._submit(state)
+            state["phase"] = sharded.SUBMITTED
+            self._save(state)
+        while state["phase"] == sharded.SUBMITTED:
+            running = shards.collect(state)
+            self._save(state)
+            if not running:
+                state["phase"] = sharded.COLLECTED
+                self._save(state)
+            elif not self.options.follow:
+                return Summary(run=run, jobs=len(state["jobs"]), jobs_running=running, shards=state["shards"])
+            else:
+                self.claim.renew()
+                self.sleep(self.options.poll_seconds)
+        missing = [n for n, got in shards._each(state, "result.json") if got is None]
+        if missing and self.options.fan_out:
+            return Summary(run=run, fan_out=sharded.STORE, shards=state["shards"])
+        for n in missing:
+            shards.store(run, n, reingest)
+        summary = shards.finish(state, self.start_ingestion)
+        summary.shards = state["shards"]
+        state["summary"], state["phase"] = asdict(summary), "done"
+        self._save(state)
+        self.claim.release(finished=True)
         return summary
 
     # --- plan ---
@@ -374,14 +472,19 @@ class Contextualizer:
         return state
 
     def _build(
-        self, usable: list[list[str]], spool: Spool, summary: Summary, dropped: Counter[str]
+        self,
+        usable: list[list[str]],
+        spool: Spool,
+        summary: Summary,
+        dropped: Counter[str],
+        ids: Iterator[str] | None = None,
     ) -> tuple[dict[str, int], dict[str, dict[str, Any]]]:
         """The second pass: each group of records of one text read again, and records built (spooled) for
         the chunks any of them still wants, from the first; every record of the group known to the run
         (each source is re-ingested, each record settled). Returns (pending record key -> its document's
         tokens, for the records built from; pending record key -> what the run must know of it)."""
         options = self.options
-        ids = record_ids()
+        ids = ids or record_ids()  # a shard's own (``shards.py``): unique across the run's shards
         documents: dict[str, int] = {}
         known: dict[str, dict[str, Any]] = {}
         group_of = {key: n for n, keys in enumerate(usable) for key in keys}
@@ -440,13 +543,16 @@ class Contextualizer:
             plan_group()
         return documents, known
 
-    def _usable(self, leave_out: set[str]) -> tuple[list[list[str]], Counter[str]]:
+    def _usable(
+        self, leave_out: set[str], among: Iterable[str] | None = None
+    ) -> tuple[list[list[str]], Counter[str]]:
         """The keys of the pending records worth contextualizing, newest per source, in groups of one text
         (the same remembered contexts and chunks); the others dropped (deleted, unless a dry run) and
-        counted by reason."""
+        counted by reason. ``among``: these keys only (a shard's), instead of every pending record."""
         dropped: Counter[str] = Counter()
         newest: dict[str, _Glance] = {}
-        keys = (key for key in self._pending_keys() if key not in leave_out)
+        listed = self._pending_keys() if among is None else among
+        keys = (key for key in listed if key not in leave_out)
         for key, glance in in_order(self._glance, keys):
             if glance is None:
                 dropped["corrupt"] += 1
@@ -616,8 +722,8 @@ class Contextualizer:
         for job in state["jobs"]:
             if job["arn"] or job["status"] == "NotCreated":
                 continue
-            key = job["input"]
-            model_id = state["records"][job["records"][0]]["model"]
+            key = job["input"]  # a file, or a folder of files (a sharded run's: ``shards.py``)
+            model_id = job.get("model") or state["records"][job["records"][0]]["model"]
             self.claim.renew(force=True)  # paid: only while this process holds the run
             try:
                 created = self.bedrock.create_model_invocation_job(
@@ -645,7 +751,8 @@ class Contextualizer:
                 continue
             job["arn"] = created["jobArn"]
             job["status"] = "Submitted"
-            self.log(f"submitted {job['name']}: {len(job['records'])} records, {model_id}")
+            count = job.get("count", len(job["records"]))
+            self.log(f"submitted {job['name']}: {count} records, {model_id}")
             self._save(state)  # resumable: a second run does not submit it again
 
     # --- collect and store ---

@@ -17,6 +17,7 @@ from typing import Any
 
 from contextual_kb.deferred.contextualize import Contextualizer, Options, Summary
 from contextual_kb.deferred.records import Limits
+from contextual_kb.deferred.reingest import Reingested
 from contextual_kb.local.batch_standin import BatchConfig, BatchStandIn
 from contextual_kb.local.environment import environment
 
@@ -132,6 +133,7 @@ def run_local(
     dry_run: bool = False,
     log: Callable[[str], None] = lambda _: None,
     progress: Callable[[str, int, int], None] = lambda *_: None,
+    shard_documents: int = 0,
 ) -> LocalRun:
     """The corpus (``[{doc_id, original_uuid, content, chunks: [{content}]}]``) through the deferred flow."""
     with LocalWorld(documents, batch) as world:
@@ -146,14 +148,19 @@ def run_local(
             limits=limits or Limits(min_records=world.batch.min_records),
             on_demand_retry=on_demand_retry,
             dry_run=dry_run,
+            shard_documents=shard_documents,
         )
         contextualizer.progress = progress
         again: dict[str, Any] = {}
 
-        def reingest(_sources: list[str]) -> int:
-            calls, again["result"] = world.reingest()
-            return calls
+        def reingest(sources: list[str]) -> Reingested:  # marks: nothing to do offline
+            return Reingested(marked=sources)
 
+        def start_ingestion() -> tuple[str, int | None]:  # the handler again, once every shard is marked
+            calls, again["result"] = world.reingest()
+            return "local", calls
+
+        contextualizer.start_ingestion = start_ingestion
         summary = contextualizer.run(reingest=reingest)
     run = LocalRun(summary, first.seconds, first_ingestion=first.summary())
     if "result" in again:

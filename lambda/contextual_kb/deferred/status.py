@@ -46,18 +46,27 @@ def run_status(s3: Any, bucket: str, batch_prefix: str = BATCH_PREFIX) -> dict[s
     jobs = state.get("jobs", [])
     floor = float(summary.get("floor_usd", 0.0))
     cost = float(summary.get("cost_usd", 0.0))
+    # A sharded run's records are its shards' (its summary counts them); its jobs are stored by the shards,
+    # all once the run is done.
+    sharded = bool(state.get("sharded"))
+    done = state.get("phase") == "done"
     return {
         **out,
         "phase": state.get("phase", ""),
+        "shards": int(state.get("shards", 0)),
         "pending": int(summary.get("pending_before", 0)),
         "documents": int(summary.get("documents", 0)),
-        "records": len(state.get("records", {})),
+        "records": int(summary.get("records", 0)) if sharded else len(state.get("records", {})),
         "jobs": [
-            {"name": j["name"], "status": j.get("status") or "planned", "records": len(j.get("records", []))}
+            {
+                "name": j["name"],
+                "status": j.get("status") or "planned",
+                "records": int(j.get("count", len(j.get("records", [])))),
+            }
             for j in jobs
         ],
         "jobs_submitted": sum(1 for j in jobs if j.get("arn")),
-        "jobs_stored": sum(1 for j in jobs if j.get("stored")),
+        "jobs_stored": sum(1 for j in jobs if j.get("stored") or (sharded and done and j.get("arn"))),
         "contexts_stored": int(summary.get("contexts_stored", 0)),
         "failed_records": int(summary.get("failed_records", 0)),
         "reingested_documents": int(summary.get("reingested_documents", 0)),

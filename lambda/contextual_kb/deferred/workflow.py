@@ -13,7 +13,12 @@ a step that finds the claim held by a live process answers ``busy`` and does not
 The claim's owner is the execution's name: a step retried by Step Functions after a timeout (its process
 gone without releasing) takes the claim back at once instead of waiting for the lease to lapse.
 
-Outcomes (the state machine's Choice reads them): ``done`` (a run finished), ``waiting`` (jobs still run),
+Every run the workflow plans is sharded (``shards.py``): a look that needs its shards planned or stored
+ends ``plan`` or ``store`` with the manifest's S3 key, keeping the claim; the state machine's Distributed
+Map then runs ``shard`` on each (an event with ``action``), and a look again goes on.
+
+Outcomes (the state machine's Choice reads them): ``plan`` and ``store`` (a Map over the run's shards),
+``done`` (a run finished), ``waiting`` (jobs still run),
 ``busy`` (another process holds the run), ``idle`` (nothing under way, or nothing pending), ``ingesting``
 (an ingestion job runs: it may record pending documents while they are planned; the next look plans).
 Errors are raised: Step Functions' retries and catches carry the failure policy.
@@ -32,6 +37,7 @@ from contextual_kb.deferred.claim import BusyError
 from contextual_kb.deferred.contextualize import NOTHING_PENDING, Contextualizer, Options, Reingest, Summary
 from contextual_kb.deferred.records import Limits
 from contextual_kb.deferred.reingest import Reingested, reingest_s3
+from contextual_kb.deferred.shards import PLAN, SHARD_DOCUMENTS, STORE, Shards
 
 NAMESPACE = "ContextualKB"
 SERVICE = "contextual-kb-deferred"
@@ -39,6 +45,8 @@ SERVICE = "contextual-kb-deferred"
 # within the step's 15 minutes; past it the step fails, and its retry marks and starts again.
 INGESTION_WAIT_SECONDS = 600.0
 MODES = ("start", "resume")
+# A Map's child: one shard of a run, planned or stored (``shards.py``).
+ACTIONS = {"plan-shard": PLAN, "store-shard": STORE}
 
 
 def options_from_environment(environ: dict[str, str] | None = None) -> Options:
@@ -66,6 +74,9 @@ def options_from_environment(environ: dict[str, str] | None = None) -> Options:
         model_prices=env.get("MODEL_PRICES", ""),
         on_demand_retry=env.get("ON_DEMAND_RETRY", "") == "true",
         follow=False,  # Step Functions waits, not the function
+        # Every run the workflow plans is sharded; its shards run in the state machine's Distributed Maps.
+        shard_documents=int(env.get("CKB_SHARD_DOCUMENTS") or SHARD_DOCUMENTS),
+        fan_out=True,
     )
 
 
@@ -96,6 +107,12 @@ def step(
         summary = contextualizer.run(reingest=reingest, plan=mode == "start")
     except BusyError as exc:
         return _result("busy", Summary(notes=[str(exc)]))
+    if summary.fan_out:  # the state machine's Distributed Map runs the shards, then looks again
+        result = _result(summary.fan_out, summary)
+        result["bucket"] = contextualizer.options.bucket
+        result["manifest"] = Shards(contextualizer).manifest_key(summary.run)
+        result["run_age_seconds"] = 0.0
+        return result
     if summary.jobs_running:
         outcome = "waiting"
     elif not summary.run or NOTHING_PENDING in summary.notes:
@@ -106,6 +123,30 @@ def step(
     started = (unfinished or {}).get("run") or summary.run
     result["run_age_seconds"] = run_age_seconds(started, clock) if outcome == "waiting" else 0.0
     return result
+
+
+def shard(
+    event: dict[str, Any], contextualizer: Contextualizer, *, reingest: Reingest | None
+) -> dict[str, Any]:
+    """One shard of a run, as a Distributed Map's child runs it: ``{"action": "plan-shard" | "store-shard",
+    "run", "shard"}``. It works under the claim of the execution that fanned out (``Claim.join``: it stops
+    when the run was taken over), and is idempotent (a retry, or a shard already done, repeats nothing).
+    Returns a few figures (the shard's own objects in S3 hold the rest: Step Functions' 256 KB limit)."""
+    action = str(event.get("action", ""))
+    if action not in ACTIONS:
+        raise ValueError(f"action {action!r} is not one of {', '.join(ACTIONS)}")
+    run, number = str(event["run"]), int(event["shard"])
+    contextualizer.claim.join(run)
+    shards = Shards(contextualizer)
+    done = shards.plan(run, number) if ACTIONS[action] == PLAN else shards.store(run, number, reingest)
+    figures = done["summary"]
+    return {
+        "action": action,
+        "run": run,
+        "shard": number,
+        "records": figures.get("records", 0),
+        "contexts_stored": figures.get("contexts_stored", 0),
+    }
 
 
 def run_age_seconds(run: str, clock: Callable[[], float] = time.time) -> float:
@@ -185,8 +226,8 @@ def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         job = ingestion.start(fresh=True, wait_seconds=INGESTION_WAIT_SECONDS, notify=print)
         return f"{job.job_id} {job.status}", None  # not followed: the ingestion runs on its own
 
-    def reingest(sources: list[str]) -> Reingested:
-        return reingest_s3(s3, sources, start_job, print)
+    def reingest(sources: list[str]) -> Reingested:  # marks only: one job is started once all are marked
+        return reingest_s3(s3, sources, None, print)
 
     contextualizer = Contextualizer(
         s3,
@@ -198,7 +239,10 @@ def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         ),
         log=print,
         owner=f"workflow:{execution}",
+        start_ingestion=start_job,
     )
+    if event.get("action"):  # a Distributed Map's child: one shard
+        return shard(event, contextualizer, reingest=reingest)
 
     def running() -> str:
         job = ingestion.running()

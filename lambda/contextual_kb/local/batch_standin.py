@@ -57,6 +57,7 @@ class BatchConfig:
     shuffle: bool = True  # output order is not the input's
     failed_jobs: int = 0  # the next N jobs fail (their records are not processed)
     expired_jobs: int = 0  # the next N jobs expire
+    missing_output_files: int = 0  # the next N output files are not written (their job still completes)
     seed: int = 11
 
 
@@ -226,7 +227,7 @@ class BatchStandIn:
         return 200, {"invocationJobSummaries": summaries}
 
     # --- running a job ---
-    def _input_lines(self, uri: str) -> list[str] | None:
+    def _input_lines(self, uri: str) -> list[tuple[str, str]] | None:
         bucket, key = _split(uri)
         try:
             if key.endswith(".jsonl"):
@@ -234,11 +235,12 @@ class BatchStandIn:
             else:
                 listed = self.s3.list_objects_v2(Bucket=bucket, Prefix=key).get("Contents", [])
                 keys = [o["Key"] for o in listed if o["Key"].endswith(".jsonl")]
-            lines: list[str] = []
+            lines: list[tuple[str, str]] = []  # (its input file's name, the line)
             for each in keys:
                 body = self.s3.get_object(Bucket=bucket, Key=each)["Body"].read().decode("utf-8")
+                name = each.rsplit("/", 1)[-1]
                 # JSON Lines ends a record at "\n" only: splitlines() would also cut at U+2028 and friends.
-                lines.extend(line for line in body.split("\n") if line.strip())
+                lines.extend((name, line) for line in body.split("\n") if line.strip())
         except Exception:
             return None
         return lines or None
@@ -257,14 +259,14 @@ class BatchStandIn:
             if status in ENDED:
                 job.ended = _now()
 
-    def _run(self, job: _Job, lines: list[str]) -> None:
+    def _run(self, job: _Job, lines: list[tuple[str, str]]) -> None:
         """The job's life on its own thread; whatever goes wrong ends it Failed, as Bedrock reports it."""
         try:
             self._process(job, lines)
         except Exception as error:
             self._set(job, "Failed", f"The job failed: {type(error).__name__}: {error}")
 
-    def _process(self, job: _Job, lines: list[str]) -> None:
+    def _process(self, job: _Job, lines: list[tuple[str, str]]) -> None:
         config = self.config
         for status in ("Validating", "Scheduled", "InProgress"):
             time.sleep(config.step_seconds)
@@ -283,8 +285,10 @@ class BatchStandIn:
         if expire:
             self._set(job, "Expired", f"The job did not finish within {job.timeout_hours} hours (injected)")
             return
-        out: list[str] = []
-        for line in lines:
+        # One output file for each input file, as Bedrock writes them: ``<input file name>.out``.
+        outs: dict[str, list[str]] = {name: [] for name, _ in lines}
+        for name, line in lines:
+            out = outs[name]
             if job.status == "Stopping":  # what was processed before the stop is still written
                 break
             if config.record_seconds:
@@ -313,13 +317,8 @@ class BatchStandIn:
             out.append(json.dumps(result, ensure_ascii=False))
             if config.duplicate_records:
                 out.append(json.dumps(result, ensure_ascii=False))
-        if config.shuffle:
-            self._random.shuffle(out)
         bucket, prefix = _split(job.output_uri.rstrip("/") + "/")
-        name = job.input_uri.rsplit("/", 1)[-1] if job.input_uri.endswith(".jsonl") else "input.jsonl"
-        self.s3.put_object(
-            Bucket=bucket, Key=f"{prefix}{job.job_id}/{name}.out", Body=("\n".join(out) + "\n").encode()
-        )
+        self._write_outputs(job, outs)
         manifest = {"totalRecordCount": job.total, "processedRecordCount": job.processed,
                     "successRecordCount": job.success, "errorRecordCount": job.errors}  # fmt: skip
         self.s3.put_object(
@@ -327,6 +326,22 @@ class BatchStandIn:
         )
         time.sleep(config.step_seconds)
         self._set(job, "PartiallyCompleted" if job.errors else "Completed")
+
+    def _write_outputs(self, job: _Job, outs: dict[str, list[str]]) -> None:
+        """``<output URI><job id>/<input file>.out``, one for each input file (the first N left out when
+        ``missing_output_files`` says so)."""
+        config = self.config
+        bucket, prefix = _split(job.output_uri.rstrip("/") + "/")
+        with self._lock:
+            dropped = sorted(outs)[: config.missing_output_files]
+            config.missing_output_files -= len(dropped)
+        for name, out in outs.items():
+            if name in dropped:
+                continue
+            if config.shuffle:
+                self._random.shuffle(out)
+            body = ("\n".join(out) + "\n").encode()
+            self.s3.put_object(Bucket=bucket, Key=f"{prefix}{job.job_id}/{name}.out", Body=body)
 
 
 class _Handler(BaseHTTPRequestHandler):
