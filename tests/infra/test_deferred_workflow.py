@@ -277,11 +277,16 @@ def test_plan_and_store_fan_out_over_the_shards_in_distributed_maps(
         assert "ResultWriter" not in mapped and mapped["ResultPath"] is None
         assert mapped["ItemSelector"]["action"] == action
         assert mapped["ItemSelector"]["run.$"] == "$$.Map.Item.Value.run"
-        assert mapped["ItemSelector"]["execution.$"] == "$$.Execution.Name"  # the parent's: its claim
+        # The claim's owner from the look's result (the Map's input), not from a context object
+        assert mapped["ItemSelector"]["execution.$"] == "$.execution"
         child = mapped["ItemProcessor"]["States"][mapped["ItemProcessor"]["StartAt"]]
         assert "Parameters" not in child and child["TimeoutSeconds"] > 900  # the item, as the event
         retried = [r["ErrorEquals"] for r in child["Retry"]]
         assert "Lambda.TooManyRequestsException" in retried[0] and "States.Timeout" in retried[1]
+        # Throttles of 100 children at once: waited out longer, capped, with full jitter.
+        throttled = child["Retry"][0]
+        assert throttled["MaxAttempts"] >= 10 and throttled["MaxDelaySeconds"] == 60
+        assert throttled["JitterStrategy"] == "FULL"
         assert mapped["ItemProcessor"]["States"][child["Next"]]["Result"] == {}
         (catch,) = mapped["Catch"]
         assert states[catch["Next"]]["Type"] == "Fail"

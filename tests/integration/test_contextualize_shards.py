@@ -130,7 +130,8 @@ def execution(world: LocalWorld, name: str, mode: str, limit: int = 200, **optio
         if result["outcome"] not in {"plan", "store"}:
             return outcomes
         assert result["manifest"].startswith(f"{BATCH}{result['run']}/")
-        fan_out(world, name, result, **options)
+        assert result["execution"] == name  # the claim's owner, which the Map hands its children
+        fan_out(world, result["execution"], result, **options)
         mode = "resume"
     raise AssertionError("the execution never ended")
 

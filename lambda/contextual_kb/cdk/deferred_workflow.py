@@ -268,7 +268,17 @@ class DeferredWorkflow(Construct):
             retry_on_service_exceptions=False,
             task_timeout=sfn.Timeout.duration(Duration.minutes(16)),
         )
-        child.add_retry(errors=LAMBDA_TRANSIENT, interval=Duration.seconds(2), max_attempts=6, backoff_rate=2)
+        # 100 children share the account's Lambda concurrency: throttles can last. Only the first matching
+        # retrier applies (States.ALL does not take over), so this one waits longer, with full jitter so
+        # the children throttled together do not come back together.
+        child.add_retry(
+            errors=LAMBDA_TRANSIENT,
+            interval=Duration.seconds(2),
+            max_attempts=10,
+            backoff_rate=2,
+            max_delay=Duration.seconds(60),
+            jitter_strategy=sfn.JitterType.FULL,
+        )
         child.add_retry(
             errors=["States.Timeout", "Sandbox.Timedout"], max_attempts=2, interval=Duration.seconds(30)
         )
@@ -285,8 +295,8 @@ class DeferredWorkflow(Construct):
                 "action": action,
                 "run": sfn.JsonPath.string_at("$$.Map.Item.Value.run"),
                 "shard": sfn.JsonPath.number_at("$$.Map.Item.Value.shard"),
-                # The parent's name (evaluated in the parent): the owner of the run's claim the shard joins.
-                "execution": sfn.JsonPath.string_at("$$.Execution.Name"),
+                # The owner of the run's claim the shard joins: the look's execution, in the look's result.
+                "execution": sfn.JsonPath.string_at("$.execution"),
             },
             max_concurrency=MAP_CONCURRENCY,
             result_path=sfn.JsonPath.DISCARD,

@@ -45,6 +45,7 @@ SERVICE = "contextual-kb-deferred"
 # within the step's 15 minutes; past it the step fails, and its retry marks and starts again.
 INGESTION_WAIT_SECONDS = 600.0
 MODES = ("start", "resume")
+OWNER_PREFIX = "workflow:"  # the claim's owner is the execution: "workflow:<execution name>"
 # A Map's child: one shard of a run, planned or stored (``shards.py``).
 ACTIONS = {"plan-shard": PLAN, "store-shard": STORE}
 
@@ -111,6 +112,10 @@ def step(
         result = _result(summary.fan_out, summary)
         result["bucket"] = contextualizer.options.bucket
         result["manifest"] = Shards(contextualizer).manifest_key(summary.run)
+        # The claim's owner, for the Map's children to join: in the look's own result, so the Map's item
+        # selector reads it from its input ($), not from a context object ($$), of which AWS's pages do not
+        # say whose execution it names inside a Distributed Map.
+        result["execution"] = contextualizer.claim.owner.removeprefix(OWNER_PREFIX)
         result["run_age_seconds"] = 0.0
         return result
     if summary.jobs_running:
@@ -238,7 +243,7 @@ def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
             ClaudeClient(region=region, timeout_seconds=120, max_retries=4, max_connections=8)
         ),
         log=print,
-        owner=f"workflow:{execution}",
+        owner=f"{OWNER_PREFIX}{execution}",
         start_ingestion=start_job,
     )
     if event.get("action"):  # a Distributed Map's child: one shard
