@@ -304,4 +304,6 @@ def test_plan_and_store_fan_out_over_the_shards_in_distributed_maps(
     starts = [s for s in policies if "states:StartExecution" in as_list(s["Action"])]
     assert starts and all("Deferred" in flat(s["Resource"]) for s in starts)
     s3 = [s for s in policies if any(a.startswith("s3:") for a in as_list(s["Action"]))]
-    assert s3 and all("contextual-kb/batch/" in flat(r) for s in s3 for r in as_list(s["Resource"]))
+    assert s3 and all(
+        "contextual-kb/batch/*/plan/manifest.json" in flat(r) for s in s3 for r in as_list(s["Resource"])
+    )

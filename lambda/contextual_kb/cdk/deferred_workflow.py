@@ -43,6 +43,8 @@ from contextual_kb.cdk.logs import month_of_logs
 from contextual_kb.cdk.storage import BATCH_PREFIX, CONTEXTS_PREFIX, PENDING_PREFIX
 
 PLAN, STORE = "plan", "store"  # the look's outcomes that ask for a Map (contextual_kb/deferred/shards.py)
+# The runs' manifests of shards (Shards.manifest_key), all the state machine reads of the bucket.
+MANIFESTS = f"{BATCH_PREFIX}*/plan/manifest.json"
 
 HANDLER = "contextual_kb.deferred.workflow.lambda_handler"
 PROFILE_GEOGRAPHIES = {prefix.rstrip(".") for prefix in _PROFILE_PREFIXES}
@@ -206,9 +208,7 @@ class DeferredWorkflow(Construct):
 
         # The Maps' item reader: the manifests, in the batch folder only.
         self.state_machine.add_to_role_policy(
-            iam.PolicyStatement(
-                actions=["s3:GetObject"], resources=[intermediate.arn_for_objects(f"{BATCH_PREFIX}*")]
-            )
+            iam.PolicyStatement(actions=["s3:GetObject"], resources=[intermediate.arn_for_objects(MANIFESTS)])
         )
         if intermediate.encryption_key is not None:
             intermediate.encryption_key.grant(self.state_machine, "kms:Decrypt")
@@ -518,9 +518,9 @@ class DeferredWorkflow(Construct):
             )
         ack(
             self.state_machine.role,
-            f"IAM5[Resource::{arn(intermediate)}/{BATCH_PREFIX}*]",
-            "The Distributed Maps read the run's manifest of shards, written under the batch folder by the "
-            "look (one a run: its key is only known then).",
+            f"IAM5[Resource::{arn(intermediate)}/{MANIFESTS}]",
+            "The Distributed Maps read the run's manifest of shards (and nothing else of the bucket), "
+            "written by the look under the run's folder, whose name is only known then.",
         )
         ack(
             self.state_machine.role,
