@@ -4,6 +4,7 @@ alarms, its own asset; cdk-nag (in synth) and cfn-lint clean; absent without the
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import subprocess
@@ -307,3 +308,21 @@ def test_plan_and_store_fan_out_over_the_shards_in_distributed_maps(
     assert s3 and all(
         "contextual-kb/batch/*/plan/manifest.json" in flat(r) for s in s3 for r in as_list(s["Resource"])
     )
+
+
+def test_the_grants_name_the_folders_the_step_writes() -> None:
+    """The construct's prefixes (its grants, the Maps' manifest read) are the ones the step's code uses: a
+    drift would show only as AccessDenied in AWS."""
+    import dataclasses
+
+    from contextual_kb.cdk.deferred_workflow import MANIFESTS
+    from contextual_kb.cdk.storage import BATCH_PREFIX, PENDING_PREFIX
+    from contextual_kb.deferred.contextualize import Contextualizer, Options
+    from contextual_kb.deferred.shards import Shards
+
+    defaults = {f.name: f.default for f in dataclasses.fields(Options)}
+    assert defaults["batch_prefix"] == BATCH_PREFIX and defaults["pending_prefix"] == PENDING_PREFIX
+    contextualizer = Contextualizer.__new__(Contextualizer)
+    contextualizer.options = Options(bucket="b", role_arn="r")
+    manifest = Shards(contextualizer).manifest_key("run-1")
+    assert fnmatch.fnmatchcase(manifest, MANIFESTS)
