@@ -136,6 +136,18 @@ def execution(world: LocalWorld, name: str, mode: str, limit: int = 200, **optio
     raise AssertionError("the execution never ended")
 
 
+def resume_until_jobs_end(world: LocalWorld, first: int) -> list[str]:
+    """Resume executions (named exec-<first>, exec-<first + 1>...) as the schedule starts them, until one does
+    more than wait for the jobs; its outcomes."""
+    outcomes: list[str] = []
+    for n in range(first, first + 100):
+        outcomes = execution(world, f"exec-{n}", "resume")
+        if outcomes[-1] != "waiting":
+            break
+        time.sleep(0.1)
+    return outcomes
+
+
 def test_the_workflow_fans_the_plan_and_the_store_out_over_its_shards() -> None:
     with LocalWorld(corpus(documents=4), BatchConfig(min_records=1, step_seconds=0.2)) as world:
         world.ingest("always")
@@ -146,12 +158,7 @@ def test_the_workflow_fans_the_plan_and_the_store_out_over_its_shards() -> None:
             world.s3.get_object(Bucket=INTERMEDIATE, Key=f"{BATCH}current.json")["Body"].read()
         )
         assert claim["owner"] == ""
-        outcomes: list[str] = []
-        for n in range(100):
-            outcomes = execution(world, f"exec-{n + 2}", "resume")
-            if outcomes[-1] != "waiting":
-                break
-            time.sleep(0.1)
+        outcomes = resume_until_jobs_end(world, first=2)
         assert outcomes == ["store", "done"]
         run = claim["run"]
         summary = state_of(world, run)["summary"]
@@ -298,12 +305,7 @@ def test_a_sharded_run_the_cli_left_is_finished_by_the_workflows_maps() -> None:
         with pytest.raises(StoppedHereError):
             cli.run(reingest=cli.mark)  # type: ignore[attr-defined]
         assert creates(world) == 1 and marked == []
-        outcomes: list[str] = []
-        for n in range(100):
-            outcomes = execution(world, f"exec-{n}", "resume")
-            if outcomes[-1] != "waiting":
-                break
-            time.sleep(0.1)
+        outcomes = resume_until_jobs_end(world, first=0)
         assert outcomes == ["store", "done"] and creates(world) == 1
         assert pending(world) == {}
 
