@@ -9,7 +9,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lucene eval-lucene test-long test-lifecycle lint format bench bench-contextualize bench-fleet bench-load bench-reliability bench-structural bench-chunking bench-batch bench-cold-start bench-query eval-dense synth deploy destroy clean
+.PHONY: demo test lucene eval-lucene test-long test-lifecycle lint format bench bench-contextualize bench-fleet bench-load bench-reliability bench-structural bench-chunking bench-batch bench-batch-at-scale bench-cold-start bench-query eval-dense synth deploy destroy clean
 
 # The CDK CLI, pinned: the 3.x CLI rejects this app's cloud assembly. It runs the app with this venv's
 # Python (cdk.json's "app" names .venv's, for a CLI run by hand).
@@ -116,6 +116,9 @@ bench-chunking: $(STAMP)  ## chunking by structure: 1/10/50 MB documents whole; 
 
 bench-batch: $(STAMP)  ## ckb contextualize: cost against the floor, at scale, the workflow (its looks, its shards); deferred ingestion speed (~35 min)
 	$(BIN)/python bench/batch.py
+
+bench-batch-at-scale: $(STAMP)  ## the workflow in shards against the single process on 100,000 pending documents (~80 min, 10 GB)
+	$(BIN)/python bench/batch.py shards-at-scale
 
 bench-cold-start: $(STAMP)  ## the function's asset (size, contents) and a cold start's first model call (~30 s)
 	$(BIN)/python bench/cold_start.py

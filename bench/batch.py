@@ -1,8 +1,10 @@
 """Contexts made later (issue 20): the cost of `ckb contextualize` against the on-demand floor, the command at
 scale, and the speed of an ingestion that defers every context against one that calls the model in the Lambda.
 
-    .venv/bin/python bench/batch.py [cost] [speed] [scale] [workflow] [shards] [--dataset PATH]
-    make bench-batch   # all five
+    .venv/bin/python bench/batch.py [cost] [speed] [scale] [workflow] [shards] [shards-at-scale]
+                                    [--dataset PATH] [--documents N]
+    make bench-batch   # the first five
+    make bench-batch-at-scale   # shards-at-scale: 100,000 documents
 
 cost: ``ckb contextualize --local`` on the codebase corpus (90 documents, 737 chunks): the handler with
 CONTEXT_DEFER=always, then batch records of 20 and 40 chunks through the batch inference stand-in (its
@@ -29,11 +31,15 @@ the cost against the floor, with the run in one piece (a run the CLI planned wit
 shards: the workflow's sharded plan and store (its Distributed Maps' children, each measured alone) against
 the single process, for 1,440 pending documents in four shards and 2,070 in one (a default shard's size),
 and the listing that cuts 100,000 pending records into shards (``shards``'s docstring).
+
+shards-at-scale (only when named: ``make bench-batch-at-scale``, over an hour and about 10 GB): the same row
+for 100,000 pending documents in shards of 2,000 (``shards_at_scale``'s docstring).
 """
 
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 from typing import Any
 
 from corpus import DEFAULT_DATASET, load_documents, offline_environment  # bench/corpus.py
@@ -261,12 +267,7 @@ def shards(latency_ms: float = 20.0) -> None:
     each is its own Lambda invocation, all of one Map's at once (up to MaxConcurrency 100), so a Map's wall
     time is its slowest shard's."""
     print(f"\nthe workflow in shards ({latency_ms:.0f} ms per S3 request; each shard measured alone):\n")
-    print(
-        "| pending documents | shards | single process: plan s | single process: whole run s | list s | "
-        "plan shards: slowest / sum s | cut + submit s | store shards: slowest / sum s | finish s | "
-        "workflow plan (list + slowest + cut) s | workflow store (slowest + finish) s | "
-        "cost / floor (shards) | cost / floor (single) | pending after |"
-    )
+    print(SHARDS_HEADER)
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     _sharded_run(16, 360, latency_ms)
     _sharded_run(23, 2100, latency_ms)
@@ -338,16 +339,219 @@ def _sharded_run(copies: int, shard_documents: int, latency_ms: float) -> None:
                   for i in items]  # fmt: skip
         done, finish_seconds = timed(lambda: step({"mode": "resume"}, contextualizer(), reingest=None))
         summary = done["summary"]
-    plan_wall = list_seconds + max(plans) + cut_seconds
-    store_wall = max(stores) + finish_seconds
+    sharded = {
+        "documents": summary["documents"], "plans": plans, "stores": stores, "list": list_seconds,
+        "cut": cut_seconds, "finish": finish_seconds, "cost_vs_floor": summary["cost_vs_floor"],
+        "pending_after": summary["pending_after"],
+    }  # fmt: skip
+    single_figures = {"plan": single_plan, "whole": single_seconds, "cost_vs_floor": single.cost_vs_floor}
+    print(_shards_row(sharded, single_figures), flush=True)
+
+
+SHARDS_HEADER = (
+    "| pending documents | shards | single process: plan s | single process: whole run s | list s | "
+    "plan shards: slowest / sum s | cut + submit s | store shards: slowest / sum s | finish s | "
+    "workflow plan (list + slowest + cut) s | workflow store (slowest + finish) s | "
+    "cost / floor (shards) | cost / floor (single) | pending after |"
+)
+
+
+def _shards_row(sharded: dict[str, Any], single: dict[str, Any]) -> str:
+    plans, stores = sharded["plans"], sharded["stores"]
+    plan_wall = sharded["list"] + max(plans) + sharded["cut"]
+    store_wall = max(stores) + sharded["finish"]
+    return (
+        f"| {sharded['documents']:,} | {len(plans)} | {single['plan']:.1f} | {single['whole']:.1f} | "
+        f"{sharded['list']:.1f} | {max(plans):.1f} / {sum(plans):.1f} | {sharded['cut']:.1f} | "
+        f"{max(stores):.1f} / {sum(stores):.1f} | {sharded['finish']:.1f} | {plan_wall:.1f} | "
+        f"{store_wall:.1f} | {sharded['cost_vs_floor']} | {single['cost_vs_floor']} | "
+        f"{sharded['pending_after']} |"
+    )
+
+
+def shards_at_scale(documents: int = 100_000, shard_documents: int = 2000, latency_ms: float = 20.0) -> None:
+    """The workflow in shards against the single process on ``documents`` pending documents (the corpus copied
+    until it holds that many), at 20 ms per S3 request: the same columns as ``shards``'s rows. The two paths
+    run side by side, each in a process of its own with its own local S3 (the single process in a child), so
+    that the whole takes the longer of the two rather than their sum; both wait on the same 20 ms per
+    request and share this machine's two cores (the load they put on it is said beside the figures). The
+    single process's plan is timed inside its run (its ``_plan``), not by a dry run of its own: at this size a
+    dry run would cost as long again."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    copies = -(-documents // len(load_documents(DATASET)))
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "single.json"
+        child = subprocess.Popen(
+            [sys.executable, __file__, "_single-at-scale", "--dataset", str(DATASET), "--copies", str(copies),
+             "--out", str(out)]
+        )  # fmt: skip
+        sharded = _sharded_at_scale(copies, shard_documents, latency_ms)
+        if child.wait() != 0:
+            raise SystemExit(f"the single process's run failed (exit {child.returncode})")
+        single = json.loads(out.read_text())
     print(
-        f"| {summary['documents']:,} | {len(items)} | {single_plan:.1f} | {single_seconds:.1f} | "
-        f"{list_seconds:.1f} | {max(plans):.1f} / {sum(plans):.1f} | {cut_seconds:.1f} | "
-        f"{max(stores):.1f} / {sum(stores):.1f} | {finish_seconds:.1f} | {plan_wall:.1f} | "
-        f"{store_wall:.1f} | {summary['cost_vs_floor']} | {single.cost_vs_floor} | "
-        f"{summary['pending_after']} |",
+        f"\nthe workflow in shards at scale ({latency_ms:.0f} ms per S3 request; "
+        "each shard measured alone):\n"
+    )
+    print(SHARDS_HEADER)
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print(_shards_row(sharded, single), flush=True)
+    print(
+        f"\nsingle process: plan {single['plan']:.1f} s, submit {single['submit']:.1f} s, store "
+        f"{single['store']:.1f} s, settle {single['settle']:.1f} s of its whole run {single['whole']:.1f} s; "
+        f"its state object {single['state_bytes']:,} bytes (staged in {single['staged']:.0f} s, ingested in "
+        f"{single['ingested']:.0f} s); the workflow's state object {sharded['state_bytes']:,} bytes "
+        f"(staged in {sharded['staged']:.0f} s, ingested in {sharded['ingested']:.0f} s)",
         flush=True,
     )
+
+
+def _progress(what: str, started: float) -> None:
+    import sys
+    import time
+
+    print(f"  [{time.strftime('%H:%M:%S')}] {what} ({time.perf_counter() - started:.0f} s)", file=sys.stderr,
+          flush=True)  # fmt: skip
+
+
+def _staged_world(copies: int, who: str) -> tuple[Any, float, float]:
+    """A local world of ``copies`` copies of the corpus, ingested with CONTEXT_DEFER=always a thousand files
+    an invocation (a Knowledge Base hands the function its files in batches too); entered: the caller
+    exits it. Returns the world and the seconds staging and ingesting took."""
+    import contextlib
+    import io
+    import time
+
+    from contextual_kb.deferred.offline import LocalWorld, environment
+    from contextual_kb.local.batch_standin import BatchConfig
+    from contextual_kb.local.lambda_context import LocalLambdaContext
+    from contextual_kb.runtime import handler
+
+    started = time.perf_counter()
+    world = LocalWorld(load_documents_copied(copies), BatchConfig(step_seconds=0.02)).__enter__()
+    staged = time.perf_counter() - started
+    _progress(f"{who}: staged {len(world.documents):,} documents", started)
+    files = world.event["inputFiles"]
+    started = time.perf_counter()
+    try:
+        for first in range(0, len(files), 1000):
+            # The handler itself (the runner would read every input and output back: not the sync's work)
+            with environment(CONTEXT_DEFER="always"), contextlib.redirect_stdout(io.StringIO()):
+                handler.runtime.cache_clear()
+                response = handler.lambda_handler(
+                    {**world.event, "inputFiles": files[first : first + 1000]}, LocalLambdaContext()
+                )
+            if len(response.get("outputFiles", [])) != len(files[first : first + 1000]):
+                raise SystemExit(f"{who}: the ingestion returned {response}")
+    except BaseException:
+        world.__exit__(None, None, None)  # its stand-ins' threads would keep the process alive
+        raise
+    ingested = time.perf_counter() - started
+    _progress(f"{who}: ingested", started)
+    return world, staged, ingested
+
+
+def _run_state_bytes(s3: Any) -> int:
+    """The largest run state object (``contextual-kb/batch/<run>/state.json``; not the shards' own)."""
+    from contextual_kb.deferred.offline import INTERMEDIATE
+
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=INTERMEDIATE, Prefix="contextual-kb/batch/")
+    return max(
+        (o["Size"] for page in pages for o in page.get("Contents", [])
+         if o["Key"].count("/") == 3 and o["Key"].endswith("/state.json")),
+        default=0,
+    )  # fmt: skip
+
+
+def _single_at_scale(copies: int, out: Path, latency_ms: float = 20.0) -> None:
+    """The single process's run over the world, each phase timed inside it; figures written to ``out``."""
+    import json
+    import time
+
+    world, staged, ingested = _staged_world(copies, "single")
+    try:
+        made = world.contextualizer(s3=_delayed_s3(latency_ms), poll_seconds=0.05)
+        phases: dict[str, float] = {}
+        for name in ("plan", "submit", "store", "settle"):
+            original = getattr(made, f"_{name}")
+
+            def timed(*args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
+                started = time.perf_counter()
+                try:
+                    return _original(*args, **kwargs)
+                finally:
+                    phases[_name] = phases.get(_name, 0.0) + time.perf_counter() - started
+                    _progress(f"single: {_name} done", started)
+
+            setattr(made, f"_{name}", timed)
+        started = time.perf_counter()
+        summary = made.run()
+        whole = time.perf_counter() - started
+        state_bytes = _run_state_bytes(world.s3)
+    finally:
+        world.__exit__(None, None, None)
+    out.write_text(json.dumps({
+        **phases, "whole": whole, "cost_vs_floor": summary.cost_vs_floor, "documents": summary.documents,
+        "pending_after": summary.pending_after, "state_bytes": state_bytes, "staged": staged,
+        "ingested": ingested,
+    }))  # fmt: skip
+
+
+def _sharded_at_scale(copies: int, shard_documents: int, latency_ms: float) -> dict[str, Any]:
+    """The workflow's looks and Map children over the world, one after the other, each timed."""
+    import json
+    import time
+
+    from contextual_kb.deferred.workflow import shard, step
+
+    world, staged, ingested = _staged_world(copies, "shards")
+    try:
+
+        def contextualizer() -> Any:
+            made = world.contextualizer(
+                s3=_delayed_s3(latency_ms), follow=False, fan_out=True, shard_documents=shard_documents
+            )
+            made.claim.owner = "workflow:bench"
+            return made
+
+        def timed(fn: Any, what: str) -> tuple[Any, float]:
+            started = time.perf_counter()
+            out = fn()
+            _progress(f"shards: {what}", started)
+            return out, time.perf_counter() - started
+
+        def look(mode: str) -> dict[str, Any]:
+            return step({"mode": mode}, contextualizer(), reingest=None)
+
+        def child(action: str, item: dict[str, Any]) -> dict[str, Any]:
+            return shard({"action": action, **item}, contextualizer(), reingest=None)
+
+        listed, list_seconds = timed(lambda: look("start"), "listed")
+        assert listed["outcome"] == "plan", listed
+        manifest = world.s3.get_object(Bucket=listed["bucket"], Key=listed["manifest"])
+        items = json.loads(manifest["Body"].read())
+        plans = [timed(lambda i=i: child("plan-shard", i), f"planned shard {i['shard']}")[1] for i in items]
+        result, cut_seconds = timed(lambda: look("resume"), "cut")
+        while result["outcome"] == "waiting":  # the waits between looks are Step Functions', not counted
+            time.sleep(0.5)
+            result = look("resume")
+        assert result["outcome"] == "store", result
+        stores = [timed(lambda i=i: child("store-shard", i), f"stored shard {i['shard']}")[1] for i in items]
+        done, finish_seconds = timed(lambda: look("resume"), "finished")
+        summary = done["summary"]
+        state_bytes = _run_state_bytes(world.s3)
+    finally:
+        world.__exit__(None, None, None)
+    return {
+        "documents": summary["documents"], "plans": plans, "stores": stores, "list": list_seconds,
+        "cut": cut_seconds, "finish": finish_seconds, "cost_vs_floor": summary["cost_vs_floor"],
+        "pending_after": summary["pending_after"], "state_bytes": state_bytes, "staged": staged,
+        "ingested": ingested,
+    }  # fmt: skip
 
 
 FINGERPRINT = "a1b2c3d4e5f60718"  # one deployment's prompt settings: one folder of pending records
@@ -407,19 +611,28 @@ def load_documents_copied(copies: int) -> list[dict]:
 
 if __name__ == "__main__":
     import argparse
-    from pathlib import Path
 
+    PARTS = ("cost", "speed", "scale", "workflow", "shards")
     parser = argparse.ArgumentParser(description="contexts made later: cost, speed, scale")
     # no ``choices``: Python 3.11's argparse checks an empty default list against them and refuses it
     parser.add_argument(
-        "parts", nargs="*", metavar="cost|speed|scale|workflow|shards", help="all five when none is given"
-    )
+        "parts", nargs="*", metavar="cost|speed|scale|workflow|shards|shards-at-scale",
+        help="the first five when none is given; shards-at-scale (100,000 documents, hours) only when named",
+    )  # fmt: skip
     parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASET, help="a codebase-format corpus")
+    parser.add_argument("--documents", type=int, default=100_000, help="shards-at-scale: pending documents")
+    parser.add_argument("--copies", type=int, help=argparse.SUPPRESS)  # _single-at-scale, the child
+    parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if unknown := sorted(set(args.parts) - {"cost", "speed", "scale", "workflow", "shards"}):
-        parser.error(f"unknown part {unknown[0]!r}: choose cost, speed, scale, workflow or shards")
+    if unknown := sorted(set(args.parts) - {*PARTS, "shards-at-scale", "_single-at-scale"}):
+        parser.error(
+            f"unknown part {unknown[0]!r}: choose cost, speed, scale, workflow, shards or shards-at-scale"
+        )
     DATASET = args.dataset
-    parts = args.parts or ["cost", "speed", "scale", "workflow", "shards"]
+    parts = args.parts or list(PARTS)
+    if "_single-at-scale" in parts:  # the child of shards-at-scale
+        _single_at_scale(args.copies, args.out)
+        raise SystemExit(0)
     if "cost" in parts:
         cost()
     if "speed" in parts:
@@ -430,3 +643,5 @@ if __name__ == "__main__":
         workflow()
     if "shards" in parts:
         shards()
+    if "shards-at-scale" in parts:
+        shards_at_scale(args.documents)
