@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from contextual_kb.deferred.claim import BusyError, ContextualizeError
+from contextual_kb.deferred.claim import BusyError, TakenOverError
 from contextual_kb.deferred.contextualize import Contextualizer
 from contextual_kb.deferred.offline import INTERMEDIATE, LocalWorld
 from contextual_kb.deferred.reingest import Reingested
@@ -253,10 +253,12 @@ def test_a_cli_run_meanwhile_is_refused_and_a_shard_of_a_run_taken_over_stops() 
         cli, _ = here(world, shards=1)
         with pytest.raises(BusyError):
             cli.run(reingest=cli.mark)  # type: ignore[attr-defined]
-        # A shard of another execution (one the run was taken over from) stops before it writes anything.
-        with pytest.raises(ContextualizeError, match="no longer held"):
+        # A shard given another execution's name (a dead one's, or a Map wired wrong) stops before it
+        # writes anything, and raises: retried, then the dead end, which pages.
+        with pytest.raises(TakenOverError, match="no longer held") as raised:
             shard({"action": "plan-shard", "run": result["run"], "shard": 0},
                   workflow_contextualizer(world, "exec-other"), reingest=None)  # fmt: skip
+        assert raised.value.holder == "workflow:exec-1"
         assert keys(world, f"{BATCH}{result['run']}/shards/00000/summary.json") == []
         # The execution dies here; once its claim lapses, the CLI takes the run over and finishes it,
         # planning the shards the Map did not.
@@ -265,6 +267,38 @@ def test_a_cli_run_meanwhile_is_refused_and_a_shard_of_a_run_taken_over_stops() 
         assert summary.run == result["run"] and summary.shards == 4
         assert summary.contexts_stored == 20 and summary.pending_after == 0 and creates(world) == 1
         assert Shards(cli).manifest_key(summary.run) in keys(world, f"{BATCH}{summary.run}/plan/")
+
+
+def test_a_cli_taking_the_run_over_during_a_map_ends_its_children_quietly() -> None:
+    """The review's case: the execution's claim lapsed while its Map ran (children throttled for long), a ckb
+    contextualize took the run over. The Map's children must end without an error (an error is retried,
+    then pages ContextualizeDeadEnd) and without writing anything; the look after the Map answers busy
+    while the CLI holds the run, idle once it finished it."""
+    with LocalWorld(corpus(documents=4), BatchConfig(min_records=1, step_seconds=0.05)) as world:
+        world.ingest("always")
+        result = step({"mode": "start"}, workflow_contextualizer(world, "exec-1"), reingest=None)
+        assert result["outcome"] == "plan"
+        cli, _ = here(world, shards=1)
+        cli.claim.lease_seconds = 0.0  # the execution's claim has lapsed: the CLI takes the run over
+        assert cli.claim.take(result["run"]) == result["run"]
+        child = shard({"action": "plan-shard", "run": result["run"], "shard": 0},
+                      workflow_contextualizer(world, "exec-1"), reingest=None)  # fmt: skip
+        assert child["outcome"] == "taken-over" and child["records"] == 0
+        # Only what the listing look wrote (the shard's keys): the child wrote nothing.
+        folder = f"{BATCH}{result['run']}/shards/00000/"
+        assert keys(world, folder) == [f"{folder}keys.txt"]
+        look = step({"mode": "resume"}, workflow_contextualizer(world, "exec-1"), reingest=None)
+        assert look["outcome"] == "busy"
+        # The CLI goes on and finishes the run; a child of the old Map still running ends quietly too.
+        cli.claim.release()
+        summary = cli.run(reingest=cli.mark)  # type: ignore[attr-defined]
+        assert summary.run == result["run"] and summary.pending_after == 0 and creates(world) == 1
+        late = shard({"action": "store-shard", "run": result["run"], "shard": 1},
+                     workflow_contextualizer(world, "exec-1"), reingest=None)  # fmt: skip
+        assert late["outcome"] == "taken-over"
+        look = step({"mode": "resume"}, workflow_contextualizer(world, "exec-1"), reingest=None)
+        assert look["outcome"] == "idle"
+        assert creates(world) == 1
 
 
 def test_ckb_contextualize_local_in_shards_ends_as_in_one_piece(tmp_path: Any) -> None:

@@ -11,7 +11,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from contextual_kb.deferred.claim import Claim, ContextualizeError
+from contextual_kb.deferred.claim import Claim, ContextualizeError, TakenOverError
 
 BUCKET = "ckb-claims"
 KEY = "contextual-kb/batch/current.json"
@@ -74,8 +74,9 @@ def test_a_holder_whose_claim_was_taken_over_is_refused_and_cannot_release_the_o
     a.take("run-a")
     b = claim(s3, lease_seconds=0)  # a's claim has lapsed, for b
     assert b.take("run-b") == "run-a"
-    with pytest.raises(ContextualizeError, match="was taken over by another ckb contextualize"):
+    with pytest.raises(TakenOverError, match="was taken over by another ckb contextualize") as raised:
         a.renew(force=True)
+    assert raised.value.holder == b.owner  # who holds it now: the workflow's shards tell a CLI's apart
     a.release(finished=True)  # a no-op: a holds nothing
     body, _, _ = b.peek() or ({}, "", 0.0)
     assert body["owner"] == b.owner
@@ -96,3 +97,18 @@ def test_only_a_missing_claim_means_none_and_a_corrupt_one_stops_in_one_line(s3:
 
     with pytest.raises(ClientError, match="SlowDown"):
         claim(Throttled()).take("run-a")
+
+
+def test_a_joiner_names_who_holds_the_claim_now_or_none(s3: Any) -> None:
+    a = claim(s3)
+    a.owner = "workflow:exec-1"
+    a.take("run-a")
+    with pytest.raises(TakenOverError, match="no longer held by workflow:exec-2") as raised:
+        joiner = claim(s3)
+        joiner.owner = "workflow:exec-2"
+        joiner.join("run-a")
+    assert raised.value.holder == "workflow:exec-1"
+    a.release(finished=True)
+    with pytest.raises(TakenOverError, match="the claim names nothing") as raised:
+        claim(s3).join("run-a")
+    assert raised.value.holder == ""

@@ -40,6 +40,15 @@ class BusyError(ContextualizeError):
     """Another process holds the run (its claim is live): nothing is wrong, the run is under way there."""
 
 
+class TakenOverError(ContextualizeError):
+    """The claim no longer names this holder's run and owner: another process took the run over (after the
+    lease lapsed) or finished it. ``holder``: the claim's owner now ("" when none holds it, or it is gone)."""
+
+    def __init__(self, message: str, holder: str) -> None:
+        super().__init__(message)
+        self.holder = holder
+
+
 class Claim:
     def __init__(
         self,
@@ -129,6 +138,7 @@ class Claim:
         the run's state), or once a quarter of the lease has passed. Raises when it was taken over."""
         if not force and not run and self.clock() - self._renewed < RENEW_EVERY:
             return
+        seen = None
         for _ in range(8):
             if self._write(run or self.run, {"IfMatch": self.etag}):
                 return
@@ -139,10 +149,11 @@ class Claim:
                 break
             self.etag = seen[1]
         taken, self.etag = self.run, ""
-        raise ContextualizeError(
+        raise TakenOverError(
             f"run {taken} was taken over by another ckb contextualize (this one had not renewed its "
             f"claim for {self.lease_seconds:.0f} s, e.g. at a confirmation prompt): this one stops "
-            "here, before anything more is paid for; the other goes on"
+            "here, before anything more is paid for; the other goes on",
+            holder=str(seen[0].get("owner") or "") if seen is not None else "",
         )
 
     def join(self, run: str) -> None:
@@ -156,9 +167,10 @@ class Claim:
                 if seen is None
                 else f"{seen[0].get('run')}, held by {seen[0].get('owner') or 'no one'}"
             )
-            raise ContextualizeError(
+            raise TakenOverError(
                 f"run {run} is no longer held by {self.owner} (the claim names {holder}): this shard stops "
-                "here; the run's next look goes on"
+                "here; the run's next look goes on",
+                holder=str(seen[0].get("owner") or "") if seen is not None else "",
             )
         self.run, self.etag = run, seen[1]
         self.renew(force=True)

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from contextual_kb.deferred.claim import BusyError
+from contextual_kb.deferred.claim import BusyError, TakenOverError
 from contextual_kb.deferred.contextualize import NOTHING_PENDING, Contextualizer, Options, Reingest, Summary
 from contextual_kb.deferred.records import Limits
 from contextual_kb.deferred.reingest import Reingested, reingest_s3
@@ -48,6 +48,7 @@ MODES = ("start", "resume")
 OWNER_PREFIX = "workflow:"  # the claim's owner is the execution: "workflow:<execution name>"
 # A Map's child: one shard of a run, planned or stored (``shards.py``).
 ACTIONS = {"plan-shard": PLAN, "store-shard": STORE}
+TAKEN_OVER = "taken-over"  # a shard's outcome when a ckb contextualize took its run over
 
 
 def options_from_environment(environ: dict[str, str] | None = None) -> Options:
@@ -136,14 +137,28 @@ def shard(
     """One shard of a run, as a Distributed Map's child runs it: ``{"action": "plan-shard" | "store-shard",
     "run", "shard"}``. It works under the claim of the execution that fanned out (``Claim.join``: it stops
     when the run was taken over), and is idempotent (a retry, or a shard already done, repeats nothing).
-    Returns a few figures (the shard's own objects in S3 hold the rest: Step Functions' 256 KB limit)."""
+    Returns a few figures (the shard's own objects in S3 hold the rest: Step Functions' 256 KB limit) and
+    its outcome, ``done`` or ``taken-over`` (a ckb contextualize holds the run now: nothing done, no error,
+    so no retry and no page); a claim another execution holds raises."""
     action = str(event.get("action", ""))
     if action not in ACTIONS:
         raise ValueError(f"action {action!r} is not one of {', '.join(ACTIONS)}")
     run, number = str(event["run"]), int(event["shard"])
-    contextualizer.claim.join(run)
-    shards = Shards(contextualizer)
-    done = shards.plan(run, number) if ACTIONS[action] == PLAN else shards.store(run, number, reingest)
+    try:
+        contextualizer.claim.join(run)
+        shards = Shards(contextualizer)
+        done = shards.plan(run, number) if ACTIONS[action] == PLAN else shards.store(run, number, reingest)
+    except TakenOverError as exc:
+        if exc.holder.startswith(OWNER_PREFIX):
+            # Another execution's claim: a dead execution's run taken over by a live one, or this Map given
+            # the wrong owner. Raised: retried, then the dead end, which pages.
+            raise
+        # A ckb contextualize took the run over once this execution's claim lapsed (or has finished it):
+        # nothing is wrong and the run goes on there. The shard ends quietly; the look after the Map then
+        # answers busy (the CLI still holds it), idle (finished) or resumes it (the CLI left it resumable).
+        contextualizer.log(f"shard {number} of run {run} not run: {exc}")
+        return {"action": action, "run": run, "shard": number, "records": 0, "contexts_stored": 0,
+                "outcome": TAKEN_OVER}  # fmt: skip
     figures = done["summary"]
     return {
         "action": action,
@@ -151,6 +166,7 @@ def shard(
         "shard": number,
         "records": figures.get("records", 0),
         "contexts_stored": figures.get("contexts_stored", 0),
+        "outcome": "done",
     }
 
 
