@@ -11,8 +11,9 @@ per-chunk run (reserved, kept, seconds, as the stand-in counts them) and then:
 
 - the arithmetic bounds: the least time the quota needs for what is kept (the fleet's "least time"), and what
   a call larger than the bucket costs;
-- a replay of every call against the stand-in's buckets by a scheduler that knows the buckets exactly (an
-  oracle: it sends a call the moment both buckets hold it, in the plan's order or any order), scored as
+- a replay of every call against the stand-in's buckets (its own ``TokenBucket``) by a scheduler that
+  knows the buckets exactly (an oracle: it sends a call the moment both buckets hold it, in the plan's
+  order or any order), scored as
   ``bench/fleet.py`` scores a run (the binding quota's share, 5 s windows). In a given order no schedule
   ends sooner than this one: a call sent earlier never leaves a bucket lower afterwards (its give-back comes
   back sooner, less refill spills), so the replay in order is the bound for turns taken in that order.
@@ -37,6 +38,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fleet import MODEL_ID, binding_share, slices  # bench/fleet.py
+
+from contextual_kb.local.bedrock_standin import TokenBucket  # the stand-in's own bucket
 
 LATENCY_SECONDS = 0.3  # the stand-in's defaults (bench/fleet.py passes them): 300 ms + 2 ms a token
 PER_TOKEN_SECONDS = 0.002
@@ -86,31 +89,6 @@ def workload(documents: Sequence[dict[str, Any]]) -> list[Call]:
     return calls
 
 
-class Bucket:
-    """The stand-in's bucket (``bedrock_standin._Bucket``), on a given clock. Pure."""
-
-    def __init__(self, per_minute: float, burst: float) -> None:
-        self.rate = per_minute / 60
-        self.capacity = max(1.0, self.rate * burst)
-        self.level = self.capacity
-        self.at = 0.0
-        self.lost = 0.0  # refill and give-backs that found the bucket full
-
-    def to(self, now: float) -> None:
-        grown = self.level + (now - self.at) * self.rate
-        self.lost += max(0.0, grown - self.capacity)
-        self.level, self.at = min(self.capacity, grown), now
-
-    def wait(self, amount: float) -> float:
-        """Seconds from ``at`` until it holds ``amount`` (the bucket full for one larger)."""
-        return max(0.0, min(amount, self.capacity) - self.level) / self.rate
-
-    def give_back(self, amount: float, now: float) -> None:
-        self.to(now)
-        self.lost += max(0.0, self.level + amount - self.capacity)
-        self.level = min(self.capacity, self.level + amount)
-
-
 @dataclass(frozen=True, slots=True)
 class Replay:
     seconds: float  # first call to last answer
@@ -133,9 +111,11 @@ def replay(
     many seconds in front, as the shared quota keeps) hold it; a cached document's reads once its write has
     started (the stand-in's rule). ``in_order``: strictly in the plan's order (a call waits for the one
     before it, as turns do); else any call that fits goes (small ones pass a large one waiting). Pure."""
-    tokens, requests = Bucket(tpm, burst), Bucket(rpm, burst)
-    front = Bucket(tpm, scheduler_burst) if scheduler_burst else None
+    tokens, requests = TokenBucket(tpm, burst), TokenBucket(rpm, burst)
+    front = TokenBucket(tpm, scheduler_burst) if scheduler_burst else None
     buckets = [b for b in (tokens, requests, front) if b is not None]
+    for bucket in buckets:
+        bucket.to(0.0)  # full at the plan's start
     readable: dict[int, float] = {}  # a cached document's reads may start then
     waiting = list(calls)
     ends: list[tuple[float, int, int]] = []  # (when, give-back, index) of calls under way
@@ -195,8 +175,8 @@ def replay(
 def _scored(
     admitted: list[tuple[float, int]],
     last_end: float,
-    tokens: Bucket,
-    requests: Bucket,
+    tokens: TokenBucket,
+    requests: TokenBucket,
     *,
     rpm: int,
     tpm: int,

@@ -123,9 +123,9 @@ def test_a_request_timed_before_the_last_one_takes_back_no_refill() -> None:
     """Requests are timed on arrival and reach the quota's lock out of order: one timed earlier than the
     last let in is judged at the later time (it took back the refill the later one had been given, and
     refused calls a bucket in order lets in)."""
-    from contextual_kb.local.bedrock_standin import _Bucket
+    from contextual_kb.local.bedrock_standin import TokenBucket
 
-    bucket = _Bucket(per_minute=600, burst_seconds=0.5)  # 10 a second, 5 at once
+    bucket = TokenBucket(per_minute=600, burst_seconds=0.5)  # 10 a second, 5 at once
     assert bucket.allows(1, 100.0)  # the bucket starts full
     assert bucket.allows(1, 100.5)  # still full: the half second's refill overflowed
     bucket.take(1)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from contextual_kb.local.bedrock_standin import _Bucket
+from contextual_kb.local.bedrock_standin import TokenBucket
 from contextual_kb.local.quota_table import create_quota_table
 from contextual_kb.runtime.context.claude.shared_quota import (
     Booking,
@@ -43,7 +43,7 @@ def test_calls_sent_at_their_turns_pass_the_stand_ins_bucket(seed: int) -> None:
     however many callers, the largest calls included (more than a second of the quota)."""
     draw = random.Random(seed)
     rate = QuotaRate(requests_per_minute=0, tokens_per_minute=60_000, burst_seconds=1.0)  # 1,000 a second
-    bucket = _Bucket(rate.tokens_per_minute, rate.burst_seconds)
+    bucket = TokenBucket(rate.tokens_per_minute, rate.burst_seconds)
     tat, now, sends = 0.0, 1000.0, []
     for _ in range(300):
         now += draw.expovariate(20.0)  # callers asking for turns, faster than the quota lets calls in

@@ -152,30 +152,45 @@ class StandInStats:
         return seconds
 
 
-class _Bucket:
-    def __init__(self, per_minute: int, burst_seconds: float) -> None:
+class TokenBucket:
+    """A quota as the stand-in keeps one: ``per_minute`` refilled continuously, holding ``burst_seconds`` of
+    it, full at the first request. Also the clock-free model of ``bench/quota_bound.py`` (``to``, ``wait``,
+    ``lost``): one bucket for both, so the bound is the stand-in's rules."""
+
+    def __init__(self, per_minute: float, burst_seconds: float) -> None:
         self.rate = per_minute / 60.0
         self.capacity = max(1.0, self.rate * burst_seconds)
         self.level = self.capacity
         self.at: float | None = None  # the first request's time: the bucket starts full then
+        self.lost = 0.0  # refill and give-backs that found the bucket full
+
+    def to(self, now: float) -> None:
+        """Refilled to ``now``. Requests timed on arrival reach the lock out of order: an earlier one refills
+        nothing (it would take back what the later one was given)."""
+        if self.at is None:
+            self.at = now
+        grown = self.level + max(0.0, now - self.at) * self.rate
+        self.lost += max(0.0, grown - self.capacity)
+        self.level = min(self.capacity, grown)
+        self.at = max(now, self.at)
 
     def allows(self, amount: float, now: float) -> bool:
         """Refilled to ``now``: whether a request of ``amount`` may pass (one larger than the bucket once it
         is full)."""
-        if self.at is None:
-            self.at = now
-        # Requests timed on arrival reach the lock out of order: an earlier one refills nothing (it would
-        # take back what the later one was given).
-        self.level = min(self.capacity, self.level + max(0.0, now - self.at) * self.rate)
-        self.at = max(now, self.at)
+        self.to(now)
         return self.level >= min(amount, self.capacity)
+
+    def wait(self, amount: float) -> float:
+        """Seconds from the last refill until it holds ``amount`` (the bucket full, for one larger)."""
+        return max(0.0, min(amount, self.capacity) - self.level) / self.rate
 
     def take(self, amount: float) -> None:
         self.level -= amount
 
     def give_back(self, amount: float, now: float) -> None:
         """Refilled to ``now``, then ``amount`` back (a negative one taken): a request settled at its end."""
-        self.allows(0, now)
+        self.to(now)
+        self.lost += max(0.0, self.level + amount - self.capacity)
         self.level = min(self.capacity, self.level + amount)
 
 
@@ -186,8 +201,8 @@ class BedrockStandIn:
         self._lock = threading.Lock()
         self._cache: dict[str, _Entry] = {}
         self._random = random.Random(self.config.seed)
-        self._rpm = _Bucket(self.config.rpm, self.config.burst_seconds) if self.config.rpm else None
-        self._tpm = _Bucket(self.config.tpm, self.config.burst_seconds) if self.config.tpm else None
+        self._rpm = TokenBucket(self.config.rpm, self.config.burst_seconds) if self.config.rpm else None
+        self._tpm = TokenBucket(self.config.tpm, self.config.burst_seconds) if self.config.tpm else None
         self._settlements: list[tuple[float, float]] = []  # (when a request ends, tokens it gives back): heap
         self._scripted: list[int] = []  # statuses to answer next, in order
         self.seen: list[dict[str, Any]] = []  # request bodies, when ``config.record``
@@ -202,8 +217,8 @@ class BedrockStandIn:
                     raise AttributeError(f"StandInConfig has no {name}")
                 setattr(self.config, name, value)
             config = self.config
-            self._rpm = _Bucket(config.rpm, config.burst_seconds) if config.rpm else None
-            self._tpm = _Bucket(config.tpm, config.burst_seconds) if config.tpm else None
+            self._rpm = TokenBucket(config.rpm, config.burst_seconds) if config.rpm else None
+            self._tpm = TokenBucket(config.tpm, config.burst_seconds) if config.tpm else None
             self._settlements.clear()
 
     def fail_next(self, count: int, status: int = 500) -> None:
