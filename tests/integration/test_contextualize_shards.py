@@ -301,6 +301,60 @@ def test_a_cli_taking_the_run_over_during_a_map_ends_its_children_quietly() -> N
         assert creates(world) == 1
 
 
+def test_a_later_execution_taking_the_run_over_ends_the_first_maps_children_quietly() -> None:
+    """The likelier takeover: the first execution's claim lapsed during its Map and a scheduled execution
+    took the run over (the claim says whom from). The first Map's children end quietly, writing nothing;
+    the second execution's Map finishes the run with one job. A child given an owner the run was not taken
+    from still raises (a Map wired wrong would otherwise loop quietly)."""
+    with LocalWorld(corpus(documents=4), BatchConfig(min_records=1, step_seconds=0.05)) as world:
+        world.ingest("always")
+        result = step({"mode": "start"}, workflow_contextualizer(world, "exec-1"), reingest=None)
+        assert result["outcome"] == "plan"
+        second = workflow_contextualizer(world, "exec-2")
+        second.claim.lease_seconds = 0.0  # exec-1's claim has lapsed
+        again = step({"mode": "resume"}, second, reingest=None)
+        assert again["outcome"] == "plan" and again["run"] == result["run"] and again["execution"] == "exec-2"
+        child = shard({"action": "plan-shard", "run": result["run"], "shard": 0},
+                      workflow_contextualizer(world, "exec-1"), reingest=None)  # fmt: skip
+        assert child["outcome"] == "taken-over"
+        folder = f"{BATCH}{result['run']}/shards/00000/"
+        assert keys(world, folder) == [f"{folder}keys.txt"]
+        with pytest.raises(TakenOverError, match="no longer held"):
+            shard({"action": "plan-shard", "run": result["run"], "shard": 0},
+                  workflow_contextualizer(world, "exec-3"), reingest=None)  # fmt: skip
+        assert execution(world, "exec-2", "resume") == ["plan", "waiting"]  # its Map, then the jobs run
+        assert resume_until_jobs_end(world, first=4)[-1] == "done" and creates(world) == 1
+        assert pending(world) == {}
+
+
+def test_a_shard_taken_over_midway_stops_quietly_and_the_run_ends_once() -> None:
+    """The claim lapses while a child works (its renewal, before a write, finds a CLI holding the run): the
+    child ends quietly; the CLI finishes the run with one job and every chunk once."""
+    with LocalWorld(corpus(documents=4), BatchConfig(min_records=1, step_seconds=0.05)) as world:
+        world.ingest("always")
+        result = step({"mode": "start"}, workflow_contextualizer(world, "exec-1"), reingest=None)
+        cli, _ = here(world, shards=1)
+        cli.claim.lease_seconds = 0.0
+        child_contextualizer = workflow_contextualizer(world, "exec-1")
+        renew = child_contextualizer.claim.renew
+        calls: list[int] = []
+
+        def renew_after_a_takeover(**kwargs: Any) -> None:
+            calls.append(1)
+            if len(calls) == 2:  # the first is the join's own; the next is the shard's, before it writes
+                cli.claim.take(result["run"])
+            renew(**kwargs)
+
+        child_contextualizer.claim.renew = renew_after_a_takeover  # type: ignore[method-assign]
+        child = shard({"action": "plan-shard", "run": result["run"], "shard": 0},
+                      child_contextualizer, reingest=None)  # fmt: skip
+        assert len(calls) >= 2 and child["outcome"] == "taken-over"
+        cli.claim.release()
+        summary = cli.run(reingest=cli.mark)  # type: ignore[attr-defined]
+        assert summary.run == result["run"] and summary.pending_after == 0 and creates(world) == 1
+        assert summary.contexts_stored == 20
+
+
 def test_ckb_contextualize_local_in_shards_ends_as_in_one_piece(tmp_path: Any) -> None:
     """``--shard-documents``: the CLI runs the shards itself, one after the other; the same summary."""
     from typer.testing import CliRunner

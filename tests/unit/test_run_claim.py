@@ -112,3 +112,32 @@ def test_a_joiner_names_who_holds_the_claim_now_or_none(s3: Any) -> None:
     with pytest.raises(TakenOverError, match="the claim names nothing") as raised:
         claim(s3).join("run-a")
     assert raised.value.holder == ""
+
+
+def test_a_holder_whose_claim_is_gone_is_told_none_holds_it_and_a_takeover_is_recorded(s3: Any) -> None:
+    a = claim(s3)
+    a.owner = "workflow:exec-1"
+    a.take("run-a")
+    b = claim(s3, lease_seconds=0)
+    b.owner = "workflow:exec-2"
+    assert b.take("run-b") == "run-a" and b.taken_from == "workflow:exec-1"
+    b.renew(force=True)  # kept through renewals, and by a process joining it
+    joiner = claim(s3)
+    joiner.owner = "workflow:exec-2"
+    joiner.join("run-a")
+    with pytest.raises(TakenOverError) as raised:
+        a.renew(force=True)
+    assert (raised.value.run, raised.value.holder, raised.value.taken_from) == (
+        "run-a",
+        "workflow:exec-2",
+        "workflow:exec-1",
+    )
+    joiner.release(finished=True)  # the run finished: the claim is gone
+    with pytest.raises(TakenOverError) as raised:
+        b.renew(force=True)
+    assert (raised.value.run, raised.value.holder) == ("", "")
+    c = claim(s3)
+    assert c.take("run-c") == "run-c" and c.taken_from == ""
+    c.release()
+    d = claim(s3)
+    assert d.take("run-d") == "run-c" and d.taken_from == ""  # released: resumed, taken from no one

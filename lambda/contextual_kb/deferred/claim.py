@@ -42,11 +42,14 @@ class BusyError(ContextualizeError):
 
 class TakenOverError(ContextualizeError):
     """The claim no longer names this holder's run and owner: another process took the run over (after the
-    lease lapsed) or finished it. ``holder``: the claim's owner now ("" when none holds it, or it is gone)."""
+    lease lapsed) or finished it. What the claim says now: ``run`` and ``holder`` ("" when none holds it,
+    or it is gone) and ``taken_from``, the owner the holder took the run over from ("" when it did not)."""
 
-    def __init__(self, message: str, holder: str) -> None:
+    def __init__(self, message: str, seen: dict[str, Any] | None) -> None:
         super().__init__(message)
-        self.holder = holder
+        self.run = str((seen or {}).get("run") or "")
+        self.holder = str((seen or {}).get("owner") or "")
+        self.taken_from = str((seen or {}).get("taken_from") or "")
 
 
 class Claim:
@@ -70,6 +73,9 @@ class Claim:
         self.owner = owner or uuid.uuid4().hex
         self.run = ""
         self.etag = ""  # of the claim as this process last wrote it; "" when it holds none
+        # The owner whose lapsed claim this one took over (kept in the claim: the taken-over execution's
+        # Map children tell a takeover from a fault by it, ``workflow.shard``)
+        self.taken_from = ""
         self._renewed = 0.0
         self._writes = 0
 
@@ -106,6 +112,7 @@ class Claim:
         released or has lapsed (to resume). Raises ``ContextualizeError`` when another process holds it."""
         seen = self.peek()
         if seen is None:
+            self.taken_from = ""
             if self._write(new_run, {"IfNoneMatch": "*"}):
                 return new_run
             seen = self.peek()  # another process claimed it at the same moment
@@ -126,6 +133,12 @@ class Claim:
                 f"{max(age, 0):.0f} s ago; a claim lapses {self.lease_seconds:.0f} s after its last "
                 "renewal): wait for it to end, then run again to see its result"
             )
+        if body.get("owner") and body["owner"] != self.owner:  # lapsed: taken over
+            self.taken_from = str(body["owner"])
+        elif body.get("owner") != self.owner:  # released: the run is resumed, not taken from anyone
+            self.taken_from = ""
+        else:  # our own (a step retried): as it was
+            self.taken_from = str(body.get("taken_from") or "")
         if not self._write(body["run"], {"IfMatch": etag}):
             raise BusyError(
                 f"another ckb contextualize took over run {body['run']} at the same moment: wait for it to "
@@ -153,7 +166,7 @@ class Claim:
             f"run {taken} was taken over by another ckb contextualize (this one had not renewed its "
             f"claim for {self.lease_seconds:.0f} s, e.g. at a confirmation prompt): this one stops "
             "here, before anything more is paid for; the other goes on",
-            holder=str(seen[0].get("owner") or "") if seen is not None else "",
+            seen[0] if seen is not None else None,
         )
 
     def join(self, run: str) -> None:
@@ -170,9 +183,10 @@ class Claim:
             raise TakenOverError(
                 f"run {run} is no longer held by {self.owner} (the claim names {holder}): this shard stops "
                 "here; the run's next look goes on",
-                holder=str(seen[0].get("owner") or "") if seen is not None else "",
+                seen[0] if seen is not None else None,
             )
         self.run, self.etag = run, seen[1]
+        self.taken_from = str(seen[0].get("taken_from") or "")
         self.renew(force=True)
 
     def release(self, *, finished: bool = False) -> None:
@@ -195,6 +209,8 @@ class Claim:
         """The claim written for this process over ``condition``; False when S3 refuses the condition."""
         self._writes += 1  # a new body each time: S3's ETag is the body's hash, so each write's is its own
         body = {"run": run, "owner": self.owner, "renewed_at": _now(), "write": self._writes}
+        if self.taken_from:
+            body["taken_from"] = self.taken_from
         try:
             self.etag = self._put(body, condition)
         except ClientError as exc:

@@ -48,7 +48,7 @@ MODES = ("start", "resume")
 OWNER_PREFIX = "workflow:"  # the claim's owner is the execution: "workflow:<execution name>"
 # A Map's child: one shard of a run, planned or stored (``shards.py``).
 ACTIONS = {"plan-shard": PLAN, "store-shard": STORE}
-TAKEN_OVER = "taken-over"  # a shard's outcome when a ckb contextualize took its run over
+TAKEN_OVER = "taken-over"  # a shard's outcome when its run was taken over from its execution
 
 
 def options_from_environment(environ: dict[str, str] | None = None) -> Options:
@@ -138,8 +138,9 @@ def shard(
     "run", "shard"}``. It works under the claim of the execution that fanned out (``Claim.join``: it stops
     when the run was taken over), and is idempotent (a retry, or a shard already done, repeats nothing).
     Returns a few figures (the shard's own objects in S3 hold the rest: Step Functions' 256 KB limit) and
-    its outcome, ``done`` or ``taken-over`` (a ckb contextualize holds the run now: nothing done, no error,
-    so no retry and no page); a claim another execution holds raises."""
+    its outcome, ``done`` or ``taken-over`` (the run was taken over from this execution, by a ckb
+    contextualize or a later execution, or finished: no error, so no retry and no page); a claim on the same
+    run that another execution holds without having taken it from this one raises."""
     action = str(event.get("action", ""))
     if action not in ACTIONS:
         raise ValueError(f"action {action!r} is not one of {', '.join(ACTIONS)}")
@@ -149,14 +150,21 @@ def shard(
         shards = Shards(contextualizer)
         done = shards.plan(run, number) if ACTIONS[action] == PLAN else shards.store(run, number, reingest)
     except TakenOverError as exc:
-        if exc.holder.startswith(OWNER_PREFIX):
-            # Another execution's claim: a dead execution's run taken over by a live one, or this Map given
-            # the wrong owner. Raised: retried, then the dead end, which pages.
+        if (
+            exc.run == run
+            and exc.holder.startswith(OWNER_PREFIX)
+            and exc.taken_from != contextualizer.claim.owner
+        ):
+            # The run held by an execution that did not take it from this one: the Map given the wrong
+            # owner (or a chain of takeovers). Raised: retried, then the dead end, which pages.
             raise
-        # A ckb contextualize took the run over once this execution's claim lapsed (or has finished it):
-        # nothing is wrong and the run goes on there. The shard ends quietly; the look after the Map then
-        # answers busy (the CLI still holds it), idle (finished) or resumes it (the CLI left it resumable).
-        contextualizer.log(f"shard {number} of run {run} not run: {exc}")
+        # Taken over once this execution's claim lapsed (by a ckb contextualize, or by a later execution of
+        # the workflow, which runs the run's shards itself), released, finished or replaced by a new run:
+        # nothing is wrong and the run goes on elsewhere. What this shard wrote before is idempotent. It
+        # ends quietly; the look after the Map answers busy, idle, or resumes a run left resumable.
+        contextualizer.log(
+            f"shard {number} of run {run} stopped, the run is no longer this execution's: {exc}"
+        )
         return {"action": action, "run": run, "shard": number, "records": 0, "contexts_stored": 0,
                 "outcome": TAKEN_OVER}  # fmt: skip
     figures = done["summary"]
