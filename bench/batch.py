@@ -32,7 +32,7 @@ shards: the workflow's sharded plan and store (its Distributed Maps' children, e
 the single process, for 1,440 pending documents in four shards and 2,070 in one (a default shard's size),
 and the listing that cuts 100,000 pending records into shards (``shards``'s docstring).
 
-shards-at-scale (only when named: ``make bench-batch-at-scale``, over an hour and about 10 GB): the same row
+shards-at-scale (only when named: ``make bench-batch-at-scale``, about 80 minutes and 10 GB): the same row
 for 100,000 pending documents in shards of 2,000 (``shards_at_scale``'s docstring).
 """
 
@@ -376,22 +376,35 @@ def shards_at_scale(documents: int = 100_000, shard_documents: int = 2000, laten
     that the whole takes the longer of the two rather than their sum; both wait on the same 20 ms per
     request and share this machine's two cores (the load they put on it is said beside the figures). The
     single process's plan is timed inside its run (its ``_plan``), not by a dry run of its own: at this size a
-    dry run would cost as long again."""
+    dry run would cost as long again. Its plan column is then the plan and its state's first save to the
+    jobs submitted, as the workflow's plan (list, slowest shard, cut and submit) is."""
     import json
+    import os
     import subprocess
     import sys
     import tempfile
 
     copies = -(-documents // len(load_documents(DATASET)))
+    load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "single.json"
         child = subprocess.Popen(
             [sys.executable, __file__, "_single-at-scale", "--dataset", str(DATASET), "--copies", str(copies),
-             "--out", str(out)]
+             "--out", str(out), "--latency-ms", str(latency_ms)]
         )  # fmt: skip
-        sharded = _sharded_at_scale(copies, shard_documents, latency_ms)
-        if child.wait() != 0:
-            raise SystemExit(f"the single process's run failed (exit {child.returncode})")
+        try:
+            sharded = _sharded_at_scale(copies, shard_documents, latency_ms)
+            code = child.wait()
+        finally:  # never an hour-long child left behind (a failure, an interrupt)
+            if child.poll() is None:
+                child.terminate()
+                try:
+                    child.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+        if code != 0:
+            print(f"the single process's run failed (exit {code}); the workflow's figures: {sharded}")
+            raise SystemExit(1)
         single = json.loads(out.read_text())
     print(
         f"\nthe workflow in shards at scale ({latency_ms:.0f} ms per S3 request; "
@@ -399,9 +412,15 @@ def shards_at_scale(documents: int = 100_000, shard_documents: int = 2000, laten
     )
     print(SHARDS_HEADER)
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    print(_shards_row(sharded, single), flush=True)
+    print(_shards_row(sharded, {**single, "plan": single["to_submitted"]}), flush=True)
     print(
-        f"\nsingle process: plan {single['plan']:.1f} s, submit {single['submit']:.1f} s, store "
+        f"\nload average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end (the two paths side by "
+        "side on this machine's cores)"
+    )
+    print(
+        f"\nsingle process: to its jobs submitted {single['to_submitted']:.1f} s "
+        f"(plan {single['plan']:.1f} s, state saves {single['save']:.1f} s in all, "
+        f"submit {single['submit']:.1f} s), store "
         f"{single['store']:.1f} s, settle {single['settle']:.1f} s of its whole run {single['whole']:.1f} s; "
         f"its state object {single['state_bytes']:,} bytes (staged in {single['staged']:.0f} s, ingested in "
         f"{single['ingested']:.0f} s); the workflow's state object {sharded['state_bytes']:,} bytes "
@@ -476,7 +495,7 @@ def _single_at_scale(copies: int, out: Path, latency_ms: float = 20.0) -> None:
     try:
         made = world.contextualizer(s3=_delayed_s3(latency_ms), poll_seconds=0.05)
         phases: dict[str, float] = {}
-        for name in ("plan", "submit", "store", "settle"):
+        for name in ("plan", "submit", "store", "settle", "save"):
             original = getattr(made, f"_{name}")
 
             def timed(*args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
@@ -489,6 +508,14 @@ def _single_at_scale(copies: int, out: Path, latency_ms: float = 20.0) -> None:
 
             setattr(made, f"_{name}", timed)
         started = time.perf_counter()
+        submit = made._submit
+
+        def submitted(*args: Any, **kwargs: Any) -> Any:
+            out = submit(*args, **kwargs)
+            phases["to_submitted"] = time.perf_counter() - started
+            return out
+
+        made._submit = submitted  # type: ignore[method-assign]
         summary = made.run()
         whole = time.perf_counter() - started
         state_bytes = _run_state_bytes(world.s3)
@@ -617,12 +644,13 @@ if __name__ == "__main__":
     # no ``choices``: Python 3.11's argparse checks an empty default list against them and refuses it
     parser.add_argument(
         "parts", nargs="*", metavar="cost|speed|scale|workflow|shards|shards-at-scale",
-        help="the first five when none is given; shards-at-scale (100,000 documents, hours) only when named",
+        help="the first five when none is given; shards-at-scale (100,000 documents, ~80 min) only if named",
     )  # fmt: skip
     parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASET, help="a codebase-format corpus")
     parser.add_argument("--documents", type=int, default=100_000, help="shards-at-scale: pending documents")
     parser.add_argument("--copies", type=int, help=argparse.SUPPRESS)  # _single-at-scale, the child
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--latency-ms", type=float, default=20.0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if unknown := sorted(set(args.parts) - {*PARTS, "shards-at-scale", "_single-at-scale"}):
         parser.error(
@@ -631,7 +659,9 @@ if __name__ == "__main__":
     DATASET = args.dataset
     parts = args.parts or list(PARTS)
     if "_single-at-scale" in parts:  # the child of shards-at-scale
-        _single_at_scale(args.copies, args.out)
+        if args.copies is None or args.out is None:
+            parser.error("_single-at-scale is shards-at-scale's child: run shards-at-scale")
+        _single_at_scale(args.copies, args.out, args.latency_ms)
         raise SystemExit(0)
     if "cost" in parts:
         cost()
