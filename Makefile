@@ -117,7 +117,7 @@ bench-chunking: $(STAMP)  ## chunking by structure: 1/10/50 MB documents whole; 
 bench-batch: $(STAMP)  ## ckb contextualize: cost against the floor, at scale, the workflow (its looks, its shards); deferred ingestion speed (~35 min)
 	$(BIN)/python bench/batch.py
 
-bench-batch-at-scale: $(STAMP)  ## the workflow in shards against the single process on 100,000 pending documents (~80 min, 10 GB)
+bench-batch-at-scale: $(STAMP)  ## the workflow in shards against the single process on 100,000 pending documents (~2.5 h on 2 cores, 11-15 GB)
 	$(BIN)/python bench/batch.py shards-at-scale
 
 bench-cold-start: $(STAMP)  ## the function's asset (size, contents) and a cold start's first model call (~30 s)

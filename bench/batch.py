@@ -32,7 +32,8 @@ shards: the workflow's sharded plan and store (its Distributed Maps' children, e
 the single process, for 1,440 pending documents in four shards and 2,070 in one (a default shard's size),
 and the listing that cuts 100,000 pending records into shards (``shards``'s docstring).
 
-shards-at-scale (only when named: ``make bench-batch-at-scale``, about 80 minutes and 10 GB): the same row
+shards-at-scale (only when named: ``make bench-batch-at-scale``; 11-15 GB, the two paths one after the other
+below 40 GB of memory: about 2.5 hours on 2 cores): the same row
 for 100,000 pending documents in shards of 2,000 (``shards_at_scale``'s docstring).
 """
 
@@ -369,12 +370,19 @@ def _shards_row(sharded: dict[str, Any], single: dict[str, Any]) -> str:
     )
 
 
-def shards_at_scale(documents: int = 100_000, shard_documents: int = 2000, latency_ms: float = 20.0) -> None:
+def shards_at_scale(
+    documents: int = 100_000,
+    shard_documents: int = 2000,
+    latency_ms: float = 20.0,
+    side_by_side: bool = False,
+) -> None:
     """The workflow in shards against the single process on ``documents`` pending documents (the corpus copied
-    until it holds that many), at 20 ms per S3 request: the same columns as ``shards``'s rows. The two paths
-    run side by side, each in a process of its own with its own local S3 (the single process in a child), so
-    that the whole takes the longer of the two rather than their sum; both wait on the same 20 ms per
-    request and share this machine's two cores (the load they put on it is said beside the figures). The
+    until it holds that many), at 20 ms per S3 request: the same columns as ``shards``'s rows. Each path runs
+    in a process of its own with its own local S3 (the single process in a child): one after the other, or
+    with ``side_by_side`` (or on a machine of 40 GB or more) side by side, so that the whole takes the longer
+    of the two rather than their sum, sharing the machine's cores (the load is said beside the figures). At
+    100,000 documents each process holds 11 to 15 GB (moto's S3 in it): side by side on 24 GB the kernel
+    killed the single process. The
     single process's plan is timed inside its run (its ``_plan``), not by a dry run of its own: at this size a
     dry run would cost as long again. Its plan column is then the plan and its state's first save to the
     jobs submitted, as the workflow's plan (list, slowest shard, cut and submit) is."""
@@ -385,26 +393,29 @@ def shards_at_scale(documents: int = 100_000, shard_documents: int = 2000, laten
     import tempfile
 
     copies = -(-documents // len(load_documents(DATASET)))
+    memory_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    side_by_side = side_by_side or memory_gb >= 40
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "single.json"
-        child = subprocess.Popen(
-            [sys.executable, __file__, "_single-at-scale", "--dataset", str(DATASET), "--copies", str(copies),
-             "--out", str(out), "--latency-ms", str(latency_ms)]
-        )  # fmt: skip
+        command = [sys.executable, __file__, "_single-at-scale", "--dataset", str(DATASET), "--copies",
+                   str(copies), "--out", str(out), "--latency-ms", str(latency_ms)]  # fmt: skip
+        child = subprocess.Popen(command) if side_by_side else None
         try:
             sharded = _sharded_at_scale(copies, shard_documents, latency_ms)
+            print(f"the workflow's figures: {json.dumps(sharded)}", flush=True)  # kept whatever comes next
+            child = child or subprocess.Popen(command)
             code = child.wait()
         finally:  # never an hour-long child left behind (a failure, an interrupt)
-            if child.poll() is None:
+            if child is not None and child.poll() is None:
                 child.terminate()
                 try:
                     child.wait(timeout=30)
                 except subprocess.TimeoutExpired:
                     child.kill()
         if code != 0:
-            print(f"the single process's run failed (exit {code}); the workflow's figures: {sharded}")
-            raise SystemExit(1)
+            why = " (-9: killed, out of memory? see dmesg)" if code == -9 else ""
+            raise SystemExit(f"the single process's run failed (exit {code}{why})")
         single = json.loads(out.read_text())
     print(
         f"\nthe workflow in shards at scale ({latency_ms:.0f} ms per S3 request; "
@@ -414,8 +425,8 @@ def shards_at_scale(documents: int = 100_000, shard_documents: int = 2000, laten
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     print(_shards_row(sharded, {**single, "plan": single["to_submitted"]}), flush=True)
     print(
-        f"\nload average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end (the two paths side by "
-        "side on this machine's cores)"
+        f"\nload average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end (the two paths "
+        f"{'side by side' if side_by_side else 'one after the other'}, {memory_gb:.0f} GB of memory)"
     )
     print(
         f"\nsingle process: to its jobs submitted {single['to_submitted']:.1f} s "
@@ -651,6 +662,10 @@ if __name__ == "__main__":
     parser.add_argument("--copies", type=int, help=argparse.SUPPRESS)  # _single-at-scale, the child
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--latency-ms", type=float, default=20.0, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--side-by-side", action="store_true",
+        help="shards-at-scale: both paths at once (the default from 40 GB of memory; each takes 11-15 GB)",
+    )  # fmt: skip
     args = parser.parse_args()
     if unknown := sorted(set(args.parts) - {*PARTS, "shards-at-scale", "_single-at-scale"}):
         parser.error(
@@ -674,4 +689,4 @@ if __name__ == "__main__":
     if "shards" in parts:
         shards()
     if "shards-at-scale" in parts:
-        shards_at_scale(args.documents)
+        shards_at_scale(args.documents, side_by_side=args.side_by_side)

@@ -106,6 +106,7 @@ EXCUSED = {
     "make bench-structural": "timings: dated measurements",
     "make bench-cold-start": "timings and the asset's size: dated measurements (the size: test_stack.py)",
     "make bench-batch": "timings; its cost rows are ckb contextualize --local's (test_contextualize_figures)",
+    "make bench-batch-at-scale": "timings of 100,000 documents, over an hour and 15+ GB: a dated measurement",
     "make bench-fleet": "timings of a fleet, 15 minutes: dated measurements",
     "python bench/fleet.py --shared-quota 1.0": "timings of a fleet: dated measurements",
     "python bench/fleet.py": "timings of a fleet: dated measurements",
