@@ -655,7 +655,7 @@ if __name__ == "__main__":
     # no ``choices``: Python 3.11's argparse checks an empty default list against them and refuses it
     parser.add_argument(
         "parts", nargs="*", metavar="cost|speed|scale|workflow|shards|shards-at-scale",
-        help="the first five when none is given; shards-at-scale (100,000 documents, ~80 min) only if named",
+        help="the first five when none is given; shards-at-scale (100,000 docs, over an hour) if named",
     )  # fmt: skip
     parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASET, help="a codebase-format corpus")
     parser.add_argument("--documents", type=int, default=100_000, help="shards-at-scale: pending documents")
