@@ -140,10 +140,10 @@ def replay(
             )
             if fits:
                 waiting.remove(call)
-                tokens.level -= call.reserved
-                requests.level -= 1
+                tokens.take(call.reserved)
+                requests.take(1)
                 if front is not None:
-                    front.level -= call.reserved
+                    front.take(call.reserved)
                 if call.writes:
                     readable[call.document] = now + LATENCY_SECONDS
                 heapq.heappush(ends, (now + call.seconds, call.reserved - call.kept, len(admitted)))
