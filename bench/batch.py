@@ -40,6 +40,8 @@ for 100,000 pending documents in shards of 2,000 (``shards_at_scale``'s docstrin
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +77,6 @@ def speed(runs: int = 5) -> None:
     (closer to Lambda, where S3's side of a request is a network wait, not the function's CPU). Each case
     gets an S3 of its own, the corpus staged anew, and starts from a collected heap: a case run after
     another does not pay for what the other left behind."""
-    from collections.abc import Iterator
     from contextlib import contextmanager
 
     from moto import mock_aws
@@ -269,7 +270,6 @@ def shards(latency_ms: float = 20.0) -> None:
     time is its slowest shard's."""
     print(f"\nthe workflow in shards ({latency_ms:.0f} ms per S3 request; each shard measured alone):\n")
     print(SHARDS_HEADER)
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     _sharded_run(16, 360, latency_ms)
     _sharded_run(23, 2100, latency_ms)
     _listing(100_000, 2000, latency_ms)
@@ -291,11 +291,9 @@ def _delayed_s3(latency_ms: float) -> Any:
 
 
 def _sharded_run(copies: int, shard_documents: int, latency_ms: float) -> None:
-    import json
     import time
 
     from contextual_kb.deferred.offline import LocalWorld
-    from contextual_kb.deferred.workflow import shard, step
     from contextual_kb.local.batch_standin import BatchConfig
 
     documents = load_documents_copied(copies)
@@ -311,40 +309,7 @@ def _sharded_run(copies: int, shard_documents: int, latency_ms: float) -> None:
         single_seconds = time.perf_counter() - started
     with LocalWorld(documents, BatchConfig(step_seconds=0.02)) as world:
         world.ingest("always")
-
-        def contextualizer() -> Any:
-            made = world.contextualizer(
-                s3=_delayed_s3(latency_ms), follow=False, fan_out=True, shard_documents=shard_documents
-            )
-            made.claim.owner = "workflow:bench"
-            return made
-
-        def timed(fn: Any) -> tuple[Any, float]:
-            started = time.perf_counter()
-            out = fn()
-            return out, time.perf_counter() - started
-
-        listed, list_seconds = timed(lambda: step({"mode": "start"}, contextualizer(), reingest=None))
-        assert listed["outcome"] == "plan", listed
-        items = json.loads(
-            world.s3.get_object(Bucket=listed["bucket"], Key=listed["manifest"])["Body"].read()
-        )
-        plans = [timed(lambda i=i: shard({"action": "plan-shard", **i}, contextualizer(), reingest=None))[1]
-                 for i in items]  # fmt: skip
-        result, cut_seconds = timed(lambda: step({"mode": "resume"}, contextualizer(), reingest=None))
-        while result["outcome"] == "waiting":  # the waits between looks are Step Functions', not counted
-            time.sleep(0.05)
-            result = step({"mode": "resume"}, contextualizer(), reingest=None)
-        assert result["outcome"] == "store", result
-        stores = [timed(lambda i=i: shard({"action": "store-shard", **i}, contextualizer(), reingest=None))[1]
-                  for i in items]  # fmt: skip
-        done, finish_seconds = timed(lambda: step({"mode": "resume"}, contextualizer(), reingest=None))
-        summary = done["summary"]
-    sharded = {
-        "documents": summary["documents"], "plans": plans, "stores": stores, "list": list_seconds,
-        "cut": cut_seconds, "finish": finish_seconds, "cost_vs_floor": summary["cost_vs_floor"],
-        "pending_after": summary["pending_after"],
-    }  # fmt: skip
+        sharded = _workflow_phases(world, shard_documents, latency_ms)
     single_figures = {"plan": single_plan, "whole": single_seconds, "cost_vs_floor": single.cost_vs_floor}
     print(_shards_row(sharded, single_figures), flush=True)
 
@@ -353,7 +318,8 @@ SHARDS_HEADER = (
     "| pending documents | shards | single process: plan s | single process: whole run s | list s | "
     "plan shards: slowest / sum s | cut + submit s | store shards: slowest / sum s | finish s | "
     "workflow plan (list + slowest + cut) s | workflow store (slowest + finish) s | "
-    "cost / floor (shards) | cost / floor (single) | pending after |"
+    "cost / floor (shards) | cost / floor (single) | pending after |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -422,7 +388,6 @@ def shards_at_scale(
         "each shard measured alone):\n"
     )
     print(SHARDS_HEADER)
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     print(_shards_row(sharded, {**single, "plan": single["to_submitted"]}), flush=True)
     print(
         f"\nload average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end (the two paths "
@@ -448,10 +413,11 @@ def _progress(what: str, started: float) -> None:
           flush=True)  # fmt: skip
 
 
-def _staged_world(copies: int, who: str) -> tuple[Any, float, float]:
+@contextmanager
+def _staged_world(copies: int, who: str) -> Iterator[tuple[Any, float, float]]:
     """A local world of ``copies`` copies of the corpus, ingested with CONTEXT_DEFER=always a thousand files
-    an invocation (a Knowledge Base hands the function its files in batches too); entered: the caller
-    exits it. Returns the world and the seconds staging and ingesting took."""
+    an invocation (a Knowledge Base hands the function its files in batches too); with the seconds staging
+    and ingesting took."""
     import contextlib
     import io
     import time
@@ -462,27 +428,22 @@ def _staged_world(copies: int, who: str) -> tuple[Any, float, float]:
     from contextual_kb.runtime import handler
 
     started = time.perf_counter()
-    world = LocalWorld(load_documents_copied(copies), BatchConfig(step_seconds=0.02)).__enter__()
-    staged = time.perf_counter() - started
-    _progress(f"{who}: staged {len(world.documents):,} documents", started)
-    files = world.event["inputFiles"]
-    started = time.perf_counter()
-    try:
+    with LocalWorld(load_documents_copied(copies), BatchConfig(step_seconds=0.02)) as world:
+        staged = time.perf_counter() - started
+        _progress(f"{who}: staged {len(world.documents):,} documents", started)
+        files = world.event["inputFiles"]
+        started = time.perf_counter()
         for first in range(0, len(files), 1000):
+            batch = files[first : first + 1000]
             # The handler itself (the runner would read every input and output back: not the sync's work)
             with environment(CONTEXT_DEFER="always"), contextlib.redirect_stdout(io.StringIO()):
                 handler.runtime.cache_clear()
-                response = handler.lambda_handler(
-                    {**world.event, "inputFiles": files[first : first + 1000]}, LocalLambdaContext()
-                )
-            if len(response.get("outputFiles", [])) != len(files[first : first + 1000]):
+                response = handler.lambda_handler({**world.event, "inputFiles": batch}, LocalLambdaContext())
+            if len(response.get("outputFiles", [])) != len(batch):
                 raise SystemExit(f"{who}: the ingestion returned {response}")
-    except BaseException:
-        world.__exit__(None, None, None)  # its stand-ins' threads would keep the process alive
-        raise
-    ingested = time.perf_counter() - started
-    _progress(f"{who}: ingested", started)
-    return world, staged, ingested
+        ingested = time.perf_counter() - started
+        _progress(f"{who}: ingested", started)
+        yield world, staged, ingested
 
 
 def _run_state_bytes(s3: Any) -> int:
@@ -502,8 +463,7 @@ def _single_at_scale(copies: int, out: Path, latency_ms: float = 20.0) -> None:
     import json
     import time
 
-    world, staged, ingested = _staged_world(copies, "single")
-    try:
+    with _staged_world(copies, "single") as (world, staged, ingested):
         made = world.contextualizer(s3=_delayed_s3(latency_ms), poll_seconds=0.05)
         phases: dict[str, float] = {}
         for name in ("plan", "submit", "store", "settle", "save"):
@@ -522,16 +482,14 @@ def _single_at_scale(copies: int, out: Path, latency_ms: float = 20.0) -> None:
         submit = made._submit
 
         def submitted(*args: Any, **kwargs: Any) -> Any:
-            out = submit(*args, **kwargs)
+            result = submit(*args, **kwargs)
             phases["to_submitted"] = time.perf_counter() - started
-            return out
+            return result
 
         made._submit = submitted  # type: ignore[method-assign]
         summary = made.run()
         whole = time.perf_counter() - started
         state_bytes = _run_state_bytes(world.s3)
-    finally:
-        world.__exit__(None, None, None)
     out.write_text(json.dumps({
         **phases, "whole": whole, "cost_vs_floor": summary.cost_vs_floor, "documents": summary.documents,
         "pending_after": summary.pending_after, "state_bytes": state_bytes, "staged": staged,
@@ -541,54 +499,59 @@ def _single_at_scale(copies: int, out: Path, latency_ms: float = 20.0) -> None:
 
 def _sharded_at_scale(copies: int, shard_documents: int, latency_ms: float) -> dict[str, Any]:
     """The workflow's looks and Map children over the world, one after the other, each timed."""
+    with _staged_world(copies, "shards") as (world, staged, ingested):
+        return {
+            **_workflow_phases(world, shard_documents, latency_ms),
+            "staged": staged,
+            "ingested": ingested,
+        }
+
+
+def _workflow_phases(world: Any, shard_documents: int, latency_ms: float) -> dict[str, Any]:
+    """The deferred workflow over an ingested world, as the state machine runs it: the listing look, each
+    shard's plan (a Map's child, measured alone), the look that cuts and submits, the looks while the jobs
+    run (Step Functions' waits, not counted), each shard's store, the finishing look."""
     import json
     import time
 
     from contextual_kb.deferred.workflow import shard, step
 
-    world, staged, ingested = _staged_world(copies, "shards")
-    try:
+    def contextualizer() -> Any:
+        made = world.contextualizer(
+            s3=_delayed_s3(latency_ms), follow=False, fan_out=True, shard_documents=shard_documents
+        )
+        made.claim.owner = "workflow:bench"
+        return made
 
-        def contextualizer() -> Any:
-            made = world.contextualizer(
-                s3=_delayed_s3(latency_ms), follow=False, fan_out=True, shard_documents=shard_documents
-            )
-            made.claim.owner = "workflow:bench"
-            return made
+    def timed(fn: Any, what: str) -> tuple[Any, float]:
+        started = time.perf_counter()
+        out = fn()
+        _progress(f"shards: {what}", started)
+        return out, time.perf_counter() - started
 
-        def timed(fn: Any, what: str) -> tuple[Any, float]:
-            started = time.perf_counter()
-            out = fn()
-            _progress(f"shards: {what}", started)
-            return out, time.perf_counter() - started
+    def look(mode: str) -> dict[str, Any]:
+        return step({"mode": mode}, contextualizer(), reingest=None)
 
-        def look(mode: str) -> dict[str, Any]:
-            return step({"mode": mode}, contextualizer(), reingest=None)
+    def child(action: str, item: dict[str, Any]) -> dict[str, Any]:
+        return shard({"action": action, **item}, contextualizer(), reingest=None)
 
-        def child(action: str, item: dict[str, Any]) -> dict[str, Any]:
-            return shard({"action": action, **item}, contextualizer(), reingest=None)
-
-        listed, list_seconds = timed(lambda: look("start"), "listed")
-        assert listed["outcome"] == "plan", listed
-        manifest = world.s3.get_object(Bucket=listed["bucket"], Key=listed["manifest"])
-        items = json.loads(manifest["Body"].read())
-        plans = [timed(lambda i=i: child("plan-shard", i), f"planned shard {i['shard']}")[1] for i in items]
-        result, cut_seconds = timed(lambda: look("resume"), "cut")
-        while result["outcome"] == "waiting":  # the waits between looks are Step Functions', not counted
-            time.sleep(0.5)
-            result = look("resume")
-        assert result["outcome"] == "store", result
-        stores = [timed(lambda i=i: child("store-shard", i), f"stored shard {i['shard']}")[1] for i in items]
-        done, finish_seconds = timed(lambda: look("resume"), "finished")
-        summary = done["summary"]
-        state_bytes = _run_state_bytes(world.s3)
-    finally:
-        world.__exit__(None, None, None)
+    listed, list_seconds = timed(lambda: look("start"), "listed")
+    assert listed["outcome"] == "plan", listed
+    manifest = world.s3.get_object(Bucket=listed["bucket"], Key=listed["manifest"])
+    items = json.loads(manifest["Body"].read())
+    plans = [timed(lambda i=i: child("plan-shard", i), f"planned shard {i['shard']}")[1] for i in items]
+    result, cut_seconds = timed(lambda: look("resume"), "cut")
+    while result["outcome"] == "waiting":  # the waits between looks are Step Functions', not counted
+        time.sleep(0.05)
+        result = look("resume")
+    assert result["outcome"] == "store", result
+    stores = [timed(lambda i=i: child("store-shard", i), f"stored shard {i['shard']}")[1] for i in items]
+    done, finish_seconds = timed(lambda: look("resume"), "finished")
+    summary = done["summary"]
     return {
         "documents": summary["documents"], "plans": plans, "stores": stores, "list": list_seconds,
         "cut": cut_seconds, "finish": finish_seconds, "cost_vs_floor": summary["cost_vs_floor"],
-        "pending_after": summary["pending_after"], "state_bytes": state_bytes, "staged": staged,
-        "ingested": ingested,
+        "pending_after": summary["pending_after"], "state_bytes": _run_state_bytes(world.s3),
     }  # fmt: skip
 
 
