@@ -44,10 +44,10 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import unquote
 
+from contextual_kb.local.http_base import HttpError, JsonHandler
 from contextual_kb.local.kb_chunking import fixed_size_chunks
 from contextual_kb.local.kb_staging import StagedFile, batch_keys_for, batch_objects, build_event, job_prefix
 from contextual_kb.local.loopback import LoopbackServer
@@ -68,12 +68,7 @@ RERANKERS = {
 ACCOUNT = "000000000000"  # the local account; never a real one
 
 
-class ApiError(Exception):
-    """An answer in the service's error shape: HTTP status, error code (``__type``), message."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
+ApiError = HttpError  # the service's error shape (local/http_base.py)
 
 
 def _now() -> str:
@@ -843,37 +838,12 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
 _REGION = re.compile(r"Credential=[^/]+/\d{8}/(?P<region>[^/]+)/")
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     service: LocalKnowledgeBase
-    protocol_version = "HTTP/1.1"
-    wbufsize = 1 << 16
-    disable_nagle_algorithm = True
+    server_name = "knowledge-base"
 
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        self._handle("GET")
-
-    def do_POST(self) -> None:
-        self._handle("POST")
-
-    def do_PUT(self) -> None:
-        self._handle("PUT")
-
-    def _handle(self, method: str) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        try:
-            status, reply = 200, self._answer(method, raw)
-        except ApiError as exc:
-            status, reply = exc.status, {"__type": exc.code, "message": exc.message}
-        except Exception as exc:  # a bug of the stand-in: a 500 the client reports, never a dead server
-            status, reply = (
-                500,
-                {"__type": "InternalServerException", "message": f"{type(exc).__name__}: {exc}"},
-            )
-        self._send(status, reply)
+    def answer(self, method: str, raw: bytes) -> tuple[int, dict[str, Any]]:
+        return 200, self._answer(method, raw)
 
     def _answer(self, method: str, raw: bytes) -> dict[str, Any]:
         auth = self.headers.get("Authorization", "")
@@ -926,20 +896,6 @@ class _Handler(BaseHTTPRequestHandler):
             raise ApiError(400, "UnknownOperationException", f"service-quotas {action} is not emulated")
         # No quota is known locally: the doctor says so (a warning), never a figure made up here.
         return {"Quotas": []}
-
-    def _send(self, status: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode("utf-8")
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        if status >= 300:
-            self.send_header(
-                "x-amzn-ErrorType", f"{body.get('__type', 'Unknown')}:http://internal.amazon.com/"
-            )
-        self.end_headers()
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            self.wfile.write(data)
-            self.wfile.flush()
 
 
 @contextlib.contextmanager
