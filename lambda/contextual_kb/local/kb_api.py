@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 from urllib.parse import unquote
 
+from contextual_kb.local import service_model
 from contextual_kb.local.http_base import JsonHandler
 from contextual_kb.local.kb_model import ACCOUNT, ApiError, Catalog, now, page
 
@@ -165,6 +166,16 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
         ("GET", r"/foundation-model-availability/(?P<model>[^/]+)", "GetFoundationModelAvailability"),
     )
 ]
+# Each operation's model in botocore (service, operation), whose bounds the request's body is held to.
+MODELS = {
+    "ListKnowledgeBases": ("bedrock-agent", "ListKnowledgeBases"),
+    "ListDataSources": ("bedrock-agent", "ListDataSources"),
+    "StartIngestionJob": ("bedrock-agent", "StartIngestionJob"),
+    "ListIngestionJobs": ("bedrock-agent", "ListIngestionJobs"),
+    "ListDocuments": ("bedrock-agent", "ListKnowledgeBaseDocuments"),
+    "Retrieve": ("bedrock-agent-runtime", "Retrieve"),
+    "Rerank": ("bedrock-agent-runtime", "Rerank"),
+}
 _REGION = re.compile(r"Credential=[^/]+/\d{8}/(?P<region>[^/]+)/")
 
 
@@ -201,6 +212,10 @@ class Handler(JsonHandler):
             raise ApiError(400, "ValidationException", "the body is not JSON") from None
         if not isinstance(body, dict):
             raise ApiError(400, "ValidationException", "the body is not a JSON object")
+        if operation in MODELS:
+            refused = service_model.problems(*MODELS[operation], body)
+            if refused:
+                raise ApiError(400, "ValidationException", service_model.message(refused))
         found = {name: unquote(value) for name, value in match.groupdict().items()}
         region_match = _REGION.search(auth)
         region = region_match.group("region") if region_match else ""

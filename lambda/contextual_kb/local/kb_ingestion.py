@@ -24,6 +24,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any
 
 from contextual_kb.local.kb_chunking import fixed_size_chunks
@@ -40,6 +41,8 @@ from contextual_kb.local.kb_model import (
     page,
 )
 from contextual_kb.local.kb_staging import StagedFile, batch_keys_for, batch_objects, build_event, job_prefix
+from contextual_kb.query.reprocess import METADATA_MAX_BYTES
+from contextual_kb.query.uploads import SUPPORTED_SUFFIXES
 
 Invoke = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -183,6 +186,11 @@ class Ingestion:
             if reason:
                 job.failure_reasons.append(reason)
 
+    def _fail_job_file(self, job: Job, reason: str) -> None:
+        """A file the service refuses is named in the job's ``failureReasons`` too, as Bedrock names it."""
+        with self._lock:
+            job.failure_reasons.append(reason)
+
     def _count(self, job: Job, name: str, by: int = 1) -> None:
         with self._lock:
             job.statistics[name] = job.statistics.get(name, 0) + by
@@ -226,14 +234,25 @@ class Ingestion:
         def failed(reason: str) -> Document:
             return Document("FAILED", reason, fingerprint, now())
 
-        data = s3.get_object(Bucket=ds.bucket, Key=key)["Body"].read()
+        refused = refusal(key)
+        if refused:
+            self._fail_job_file(job, f"{uri}: {refused}")
+            return failed(refused)
         attributes: dict[str, Any] = {}
         if has_sidecar:
+            sidecar = s3.get_object(Bucket=ds.bucket, Key=key + SIDECAR)["Body"].read()
+            if len(sidecar) > METADATA_MAX_BYTES:
+                reason = (
+                    f"the metadata file {key}{SIDECAR} is {len(sidecar):,} bytes: a metadata file is at most "
+                    "10 KB"
+                )
+                self._fail_job_file(job, f"s3://{ds.bucket}/{key}{SIDECAR}: {reason}")
+                return failed(reason)
             try:
-                sidecar = json.loads(s3.get_object(Bucket=ds.bucket, Key=key + SIDECAR)["Body"].read())
-                attributes = dict(sidecar["metadataAttributes"])
+                attributes = metadata_values(json.loads(sidecar)["metadataAttributes"])
             except (ValueError, KeyError, TypeError) as exc:
                 return failed(f"the metadata file {key}{SIDECAR} is not valid: {exc}")
+        data = s3.get_object(Bucket=ds.bucket, Key=key)["Body"].read()
         text = _parse(data)
         if text is None:
             return failed("unsupported file format: this stand-in parses UTF-8 text only")
@@ -353,3 +372,49 @@ def _list_objects(s3: Any, bucket: str, prefixes: Sequence[str]) -> dict[str, st
             for item in listed.get("Contents", []):
                 found[item["Key"]] = str(item.get("ETag", "")).strip('"')
     return found
+
+
+def refusal(key: str) -> str:
+    """Why a Knowledge Base refuses the document at ``key`` by its type, or "" (knowledge-base-ds, "Supported
+    document formats": the default parser's formats, the list ``ckb upload`` warns with)."""
+    suffix = PurePosixPath(key).suffix.lower()
+    if suffix in SUPPORTED_SUFFIXES:
+        return ""
+    return (
+        f"unsupported file format {suffix or '(no extension)'}: a Knowledge Base's default parser reads "
+        f"{' '.join(sorted(SUPPORTED_SUFFIXES))} (upload code or other text as .txt)"
+    )
+
+
+_TYPED_FIELDS = {
+    "STRING": ("stringValue", str),
+    "NUMBER": ("numberValue", int | float),
+    "BOOLEAN": ("booleanValue", bool),
+    "STRING_LIST": ("stringListValue", list),
+}
+
+
+def metadata_values(attributes: Any) -> dict[str, Any]:
+    """A metadata file's ``metadataAttributes`` as the index holds them: a plain value as it is, a typed one
+    (``{"value": {"type": "STRING", "stringValue": "payments"}, "includeForEmbedding": true}``) by its value,
+    as Bedrock indexes it. A typed value without its field, or of an unknown type, raises ValueError."""
+    if not isinstance(attributes, dict):
+        raise ValueError("metadataAttributes is not an object")
+    values: dict[str, Any] = {}
+    for key, given in attributes.items():
+        if not (isinstance(given, dict) and "value" in given):
+            values[key] = given
+            continue
+        typed = given["value"]
+        kind = typed.get("type") if isinstance(typed, dict) else None
+        if kind not in _TYPED_FIELDS:
+            raise ValueError(f"{key}: type {kind!r} is not one of {', '.join(_TYPED_FIELDS)}")
+        name, expected = _TYPED_FIELDS[kind]
+        value = typed.get(name)
+        wrong_number = kind == "NUMBER" and isinstance(value, bool)
+        if value is None or not isinstance(value, expected) or wrong_number:
+            raise ValueError(f"{key}: a {kind} value needs {name}")
+        if kind == "STRING_LIST" and not all(isinstance(v, str) for v in value):
+            raise ValueError(f"{key}: stringListValue holds strings only")
+        values[key] = value
+    return values
