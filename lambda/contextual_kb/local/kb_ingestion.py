@@ -118,10 +118,24 @@ class Ingestion:
         ds = self._catalog.ds(kb_id, ds_id)
         with self._lock:
             jobs = self._jobs[(kb_id, ds_id)]
-            if any(j.status in {"STARTING", "IN_PROGRESS", "STOPPING"} for j in jobs):
-                # The documented quota: one job at a time per data source (and per Knowledge Base).
+            # The documented quota: one job at a time per data source, and per Knowledge Base.
+            running = [
+                job
+                for (kb, _), each in self._jobs.items()
+                if kb == kb_id
+                for job in each
+                if job.status in {"STARTING", "IN_PROGRESS", "STOPPING"}
+            ]
+            if any(job.data_source_id == ds_id for job in running):
                 raise ApiError(
                     409, "ConflictException", f"Data source {ds_id} already has an ongoing ingestion job"
+                )
+            if running:
+                raise ApiError(
+                    409,
+                    "ConflictException",
+                    f"Knowledge base {kb_id} already has an ongoing ingestion job ({running[0].job_id}, data "
+                    f"source {running[0].data_source_id}): one job at a time per Knowledge Base",
                 )
             stamp = now()
             job = Job(uuid.uuid4().hex[:10].upper(), kb_id, ds_id, "STARTING", stamp, stamp, _statistics())

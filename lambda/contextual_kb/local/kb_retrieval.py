@@ -106,7 +106,7 @@ class Retrieval:
         with self._lock:
             return list(self._indexes[kb_id].chunks)
 
-    def retrieve(self, kb_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    def retrieve(self, kb_id: str, body: dict[str, Any], region: str = "") -> dict[str, Any]:
         kb = self._catalog.kb(kb_id)
         text = ((body.get("retrievalQuery") or {}).get("text") or "").strip()
         if not text:
@@ -137,8 +137,11 @@ class Retrieval:
             ranked = fuse(index.lexical(text, allowed), index.semantic(text, allowed))
         else:
             ranked = index.lexical(text, allowed)
+        ranked = ranked[:count]
+        if vector.get("rerankingConfiguration"):
+            ranked = self._reranked(text, ranked, index, vector["rerankingConfiguration"], region)
         results = []
-        for i, score in ranked[:count]:
+        for i, score in ranked:
             chunk = index.chunks[i]
             results.append(
                 {
@@ -150,6 +153,20 @@ class Retrieval:
             )
         return {"retrievalResults": results}
 
+    def _reranked(
+        self, query: str, ranked: list[tuple[int, float]], index: Index, reranking: Any, region: str
+    ) -> list[tuple[int, float]]:
+        """Retrieve's ``rerankingConfiguration`` applied, as Bedrock applies it: the results retrieved
+        (``numberOfResults``) reranked by the model, ``numberOfRerankedResults`` of them kept (all by
+        default), each scored by the reranker. The stand-in reranks the chunks' text alone (no
+        ``metadataConfiguration``)."""
+        config = reranking.get("bedrockRerankingConfiguration") or {}
+        reranker(config, region)
+        wanted = config.get("numberOfRerankedResults", len(ranked))
+        scores = rerank_scores(self.analyzer, query, [index.chunks[i].body for i, _ in ranked])
+        order = sorted(range(len(ranked)), key=lambda n: (-scores[n], n))[:wanted]
+        return [(ranked[n][0], scores[n]) for n in order]
+
     def rerank(self, body: dict[str, Any], region: str) -> dict[str, Any]:
         queries = body.get("queries") or []
         if len(queries) != 1:
@@ -159,12 +176,7 @@ class Retrieval:
         if not 1 <= len(sources) <= 1000:
             raise ApiError(400, "ValidationException", "sources: between 1 and 1000")
         config = (body.get("rerankingConfiguration") or {}).get("bedrockRerankingConfiguration") or {}
-        arn = (config.get("modelConfiguration") or {}).get("modelArn", "")
-        model = arn.rsplit("/", 1)[-1]
-        if model not in RERANKERS:
-            raise ApiError(400, "ValidationException", f"the model {arn} is not a reranking model")
-        if region and region not in RERANKERS[model]:
-            raise ApiError(400, "ValidationException", f"{model} is not offered in {region}")
+        reranker(config, region)
         wanted = config.get("numberOfResults", len(sources))
         if not isinstance(wanted, int) or not 1 <= wanted <= len(sources):
             raise ApiError(400, "ValidationException", "numberOfResults must be between 1 and the sources")
@@ -174,6 +186,22 @@ class Retrieval:
         scores = rerank_scores(self.analyzer, query, texts)
         order = sorted(range(len(texts)), key=lambda i: (-scores[i], i))[:wanted]
         return {"results": [{"index": i, "relevanceScore": scores[i]} for i in order]}
+
+
+def reranker(config: Any, region: str) -> str:
+    """The reranking model a ``bedrockRerankingConfiguration`` names; refused (ValidationException) when it
+    is no reranker, or not offered in ``region`` (the request's signing region), as Bedrock refuses it."""
+    arn = ((config or {}).get("modelConfiguration") or {}).get("modelArn", "")
+    model = arn.rsplit("/", 1)[-1]
+    if model not in RERANKERS:
+        raise ApiError(400, "ValidationException", f"the model {arn} is not a reranking model")
+    if region and region not in RERANKERS[model]:
+        raise ApiError(
+            400,
+            "ValidationException",
+            f"{model} is not offered in {region} (it is in {', '.join(RERANKERS[model])})",
+        )
+    return model
 
 
 def rerank_scores(analyzer: Analyzer, query: str, texts: Sequence[str]) -> list[float]:

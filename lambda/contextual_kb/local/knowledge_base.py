@@ -131,7 +131,7 @@ class LocalKnowledgeBase:
             "ListIngestionJobs": lambda: self.list_ingestion_jobs(found["kb"], found["ds"], body),
             "ListDocuments": lambda: self.list_documents(found["kb"], found["ds"], body),
             "ListTagsForResource": lambda: self.list_tags(found["arn"]),
-            "Retrieve": lambda: self.retrieve(found["kb"], body),
+            "Retrieve": lambda: self.retrieve(found["kb"], body, region),
             "Rerank": lambda: self.rerank(body, region),
             "GetFoundationModelAvailability": lambda: kb_api.foundation_model_availability(found["model"]),
         }
@@ -170,8 +170,8 @@ class LocalKnowledgeBase:
 
     # ---- bedrock-agent-runtime (kb_retrieval.py)
 
-    def retrieve(self, kb_id: str, body: dict[str, Any]) -> dict[str, Any]:
-        return self.retrieval.retrieve(kb_id, body)
+    def retrieve(self, kb_id: str, body: dict[str, Any], region: str = "") -> dict[str, Any]:
+        return self.retrieval.retrieve(kb_id, body, region)
 
     def rerank(self, body: dict[str, Any], region: str) -> dict[str, Any]:
         return self.retrieval.rerank(body, region)
