@@ -232,6 +232,8 @@ def test_the_filter_operators(stack: local.LocalStack) -> None:
         '{"equals": {"key": "team", "value": "payments"}}': True,
         '{"notEquals": {"key": "team", "value": "payments"}}': False,
         '{"notEquals": {"key": "missing", "value": 1}}': True,
+        '{"notIn": {"key": "missing", "value": [1]}}': True,  # as docs/CLI.md says: AWS does not document it
+        '{"equals": {"key": "missing", "value": 1}}': False,
         '{"in": {"key": "team", "value": ["search", "payments"]}}': True,
         '{"notIn": {"key": "team", "value": ["search"]}}': True,
         '{"startsWith": {"key": "path", "value": "docs/"}}': True,

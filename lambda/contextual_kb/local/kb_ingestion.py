@@ -2,10 +2,13 @@
 GetIngestionJob, ListIngestionJobs, ListKnowledgeBaseDocuments), in order, on a worker thread:
 
 1. lists the data source's bucket (under its inclusion prefixes), reading ``<key>.metadata.json`` sidecars
-   (``{"metadataAttributes": {...}}``) as the documents' metadata and skipping documents whose object and
-   sidecar are unchanged since the last job (deleted ones are taken out of the index);
-2. parses: UTF-8 text as it is; anything else fails that document, named, with the reason (the service
-   parses PDF, Word and HTML: this stand-in does not);
+   (``{"metadataAttributes": {...}}``, plain or typed values: ``metadata_values``) as the documents'
+   metadata and skipping documents whose object and sidecar are unchanged since the last job (deleted ones
+   are taken out of the index);
+2. refuses what Bedrock refuses (``refusal``: a type its default parser does not read; a metadata file over
+   10 KB), the document FAILED with the reason and named in the job's ``failureReasons``; parses: UTF-8
+   text as it is; anything else fails that document, named, with the reason (the service parses PDF, Word
+   and Excel: this stand-in does not);
 3. chunks with the data source's strategy: FIXED_SIZE (``local/kb_chunking.py``, the default 300 tokens and
    20%) or NONE (the whole document, one chunk);
 4. stages each document's chunks as batch objects in the intermediate bucket, in the contract's format and

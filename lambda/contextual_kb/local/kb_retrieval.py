@@ -5,9 +5,12 @@ Retrieval: BM25 (k1 1.5, b 0.75, bm25s) over the indexed text, tokenized by the 
 command line gives the deployed index's analysis, ``evaluation/lexical.py``); with an ``embed`` function,
 vectors too (cosine), and HYBRID is the reciprocal rank fusion of the two top 100s (k 60). Without ``embed``,
 HYBRID is BM25 alone and SEMANTIC is refused (ValidationException naming the dense extra). Metadata filters:
-every operator of ``RetrievalFilter``. Rerank is a deterministic stand-in, not a model: each source's BM25
-score against the query among the sources given, squashed into 0-1 (``s / (s + 1)``), ties in the order
-given.
+every operator of ``RetrievalFilter``; a chunk without the key matches ``notEquals`` and ``notIn`` and no
+other operator (AWS does not document ``notIn`` on a missing key). Scores: raw BM25 (HYBRID without
+``embed``: 0 and up, comparable only within one query), the RRF sum (HYBRID with it), cosine (SEMANTIC),
+the reranker's 0-1 (a ``rerankingConfiguration``): not Bedrock's scales. Rerank is a deterministic
+stand-in, not a model: each source's BM25 score against the query among the sources given, squashed into
+0-1 (``s / (s + 1)``), ties in the order given.
 """
 
 from __future__ import annotations
