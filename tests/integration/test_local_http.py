@@ -57,13 +57,15 @@ def exchange(host: str, port: int, request: bytes) -> tuple[int, dict[str, str],
         ("abc", 400, "is not a number"),
         ("-1", 400, "is negative"),
         (str(10**12), 413, "at most"),
+        ("chunked", 411, "not chunked"),  # its chunks would otherwise be read as the next request
     ],
 )
 def test_a_body_length_it_cannot_read_is_answered_and_the_connection_closed(
     server: tuple[str, int, str], length: str, status: int, says: str
 ) -> None:
     host, port, path = server
-    request = f"POST {path} HTTP/1.1\r\nHost: x\r\n{SIGNED}Content-Length: {length}\r\n\r\n{{}}".encode()
+    header = f"Content-Length: {length}" if length != "chunked" else "Transfer-Encoding: chunked"
+    request = f"POST {path} HTTP/1.1\r\nHost: x\r\n{SIGNED}{header}\r\n\r\n{{}}".encode()
     got, headers, body, _ = exchange(host, port, request)
     assert got == status and body["__type"] == "ValidationException" and says in body["message"]
     assert headers["connection"] == "close"

@@ -100,6 +100,7 @@ def test_files_bedrock_refuses_fail_with_the_reason_and_are_not_retrievable(stac
     put("refused/big.md.metadata.json", json.dumps({"metadataAttributes": {"notes": "z" * 12_000}}))
     put("refused/small.md", "# Zebra crossing\n\nA zebra page with a small metadata file.")
     put("refused/small.md.metadata.json", json.dumps({"metadataAttributes": {"notes": "fine"}}))
+    put("refused/", b"")  # a folder's marker, as the S3 console makes one: no document at all
     job = sync()
     assert job["status"] == "COMPLETE"
     listed = documents()
@@ -108,6 +109,7 @@ def test_files_bedrock_refuses_fail_with_the_reason_and_are_not_retrievable(stac
         ".py" in listed["ratelimit.py"]["statusReason"] and ".txt" in listed["ratelimit.py"]["statusReason"]
     )
     assert "10 KB" in listed["big.md"]["statusReason"]
+    assert "" not in listed  # the folder's marker is no document
     assert any("ratelimit.py" in reason for reason in job["failureReasons"]), job["failureReasons"]
     assert any("big.md.metadata.json" in reason for reason in job["failureReasons"]), job["failureReasons"]
     sources = {r["location"]["s3Location"]["uri"].rsplit("/", 1)[-1] for r in retrieve("zebra")}

@@ -65,6 +65,10 @@ class JsonHandler(BaseHTTPRequestHandler):
     def read_body(self) -> bytes:
         """The request's body; HttpError (the connection then closed) when its length is not one to read."""
         given = self.headers.get("Content-Length")
+        if self.headers.get("Transfer-Encoding", "identity").strip().lower() != "identity":
+            # The AWS SDKs send a length; a chunked body left unread would be parsed as the next request.
+            self.close_connection = True
+            raise HttpError(411, "ValidationException", "send the body with a Content-Length, not chunked")
         if given is None:
             return b""
         try:

@@ -217,7 +217,10 @@ class Ingestion:
         s3 = self._s3()
         objects = _list_objects(s3, ds.bucket, ds.inclusion_prefixes or ("",))
         sidecars = {key[: -len(SIDECAR)]: etag for key, etag in objects.items() if key.endswith(SIDECAR)}
-        documents = {key: etag for key, etag in objects.items() if not key.endswith(SIDECAR)}
+        # A key ending in "/" is a folder's marker (the S3 console's "Create folder"), not a document.
+        documents = {
+            key: etag for key, etag in objects.items() if not key.endswith(SIDECAR) and not key.endswith("/")
+        }
         self._count(job, "numberOfMetadataDocumentsScanned", len(sidecars))
         known = self._documents[(job.knowledge_base_id, ds.data_source_id)]
         for key in sorted(documents):
