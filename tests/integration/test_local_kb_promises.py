@@ -231,3 +231,11 @@ def test_one_ingestion_job_at_a_time_per_knowledge_base(stack: local.LocalStack)
         kb.wait_for_jobs()
         agent.start_ingestion_job(knowledgeBaseId="TWOSOURCES", dataSourceId="DSB0000001")  # now it may
         kb.wait_for_jobs()
+
+
+def test_the_refusals_are_the_ones_ckb_upload_warns_about() -> None:
+    from contextual_kb.local import kb_model
+    from contextual_kb.query import reprocess, uploads
+
+    assert kb_model.SUPPORTED_SUFFIXES == uploads.SUPPORTED_SUFFIXES
+    assert kb_model.METADATA_MAX_BYTES == reprocess.METADATA_MAX_BYTES

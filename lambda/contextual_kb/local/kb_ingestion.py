@@ -34,8 +34,10 @@ from contextual_kb.local.kb_chunking import fixed_size_chunks
 from contextual_kb.local.kb_model import (
     CHUNK_ID,
     DATA_SOURCE,
+    METADATA_MAX_BYTES,
     SIDECAR,
     SOURCE_URI,
+    SUPPORTED_SUFFIXES,
     ApiError,
     Catalog,
     Chunk,
@@ -44,8 +46,6 @@ from contextual_kb.local.kb_model import (
     page,
 )
 from contextual_kb.local.kb_staging import StagedFile, batch_keys_for, batch_objects, build_event, job_prefix
-from contextual_kb.query.reprocess import METADATA_MAX_BYTES
-from contextual_kb.query.uploads import SUPPORTED_SUFFIXES
 
 Invoke = Callable[[dict[str, Any]], dict[str, Any]]
 

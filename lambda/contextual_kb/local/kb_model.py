@@ -18,6 +18,12 @@ DATA_SOURCE = "x-amz-bedrock-kb-data-source-id"
 CHUNK_ID = "x-amz-bedrock-kb-chunk-id"
 SIDECAR = ".metadata.json"
 ACCOUNT = "000000000000"  # the local account; never a real one
+# What a Knowledge Base refuses (knowledge-base-ds, "Supported document formats and limits"): types other
+# than its default parser's, metadata files over 10 KB. ``ckb upload`` warns with the same figures
+# (query/uploads.py, query/reprocess.py; local may not import query): test_local_kb_promises.py keeps
+# them one.
+SUPPORTED_SUFFIXES = frozenset({".txt", ".md", ".html", ".doc", ".docx", ".csv", ".xls", ".xlsx", ".pdf"})
+METADATA_MAX_BYTES = 10 * 1024
 ApiError = HttpError  # the service's error shape (local/http_base.py)
 
 
