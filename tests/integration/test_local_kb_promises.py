@@ -239,3 +239,45 @@ def test_the_refusals_are_the_ones_ckb_upload_warns_about() -> None:
 
     assert kb_model.SUPPORTED_SUFFIXES == uploads.SUPPORTED_SUFFIXES
     assert kb_model.METADATA_MAX_BYTES == reprocess.METADATA_MAX_BYTES
+
+
+def sized(size: int) -> bytes:
+    """A valid metadata file of exactly ``size`` bytes."""
+    shell = b'{"metadataAttributes": {"n": "%s"}}'
+    return shell % (b"q" * (size - len(shell) + 2))
+
+
+def test_a_metadata_file_it_cannot_read_fails_its_document_not_the_job(stack: local.LocalStack) -> None:
+    """Attacks on the metadata file: not JSON, JSON but no object, no metadataAttributes, a NUMBER given a
+    string, nested deeper than a parser recurses (under 10 KB: it was a RecursionError that failed the
+    whole job, every other document with it), and the 10 KB edge (10,240 bytes read, 10,241 refused). Each
+    bad file fails its own document, named in the job's failureReasons; the rest is indexed."""
+    bad = {
+        "text.md": b"not json at all",
+        "list.md": b'[{"metadataAttributes": {}}]',
+        "missing.md": b'{"attributes": {"team": "payments"}}',
+        "number.md": json.dumps(
+            {"metadataAttributes": {"year": {"value": {"type": "NUMBER", "numberValue": "2026"}}}}
+        ).encode(),
+        "deep.md": b'{"metadataAttributes": {"x": ' + b"[" * 5_000 + b"]" * 5_000 + b"}}",
+        "over.md": sized(10_241),
+        # A value is a string, number, boolean or list of strings (knowledge-base-ds): no object, no null.
+        "object.md": b'{"metadataAttributes": {"x": {"a": [[[[1]]]]}}}',
+        "null.md": b'{"metadataAttributes": {"x": null}}',
+    }
+    edge = sized(10_240)
+    assert len(edge) == 10_240 and len(bad["over.md"]) == 10_241 and len(bad["deep.md"]) < 10_240
+    for name, sidecar in {**bad, "edge.md": edge}.items():
+        put(f"sidecars/{name}", f"# {name}\n\nA quokka page, {name}.")
+        put(f"sidecars/{name}.metadata.json", sidecar)
+    put("sidecars/fine.md", "# Fine\n\nA quokka page with no metadata file.")
+    job = sync()
+    assert job["status"] == "COMPLETE", job
+    listed = documents()
+    for name in bad:
+        assert listed[name]["status"] == "FAILED", (name, listed[name])
+        assert f"{name}.metadata.json" in listed[name]["statusReason"], listed[name]
+        assert any(f"{name}.metadata.json" in reason for reason in job["failureReasons"]), (name, job)
+    assert listed["edge.md"]["status"] == "INDEXED" and listed["fine.md"]["status"] == "INDEXED"
+    found = {r["location"]["s3Location"]["uri"].rsplit("/", 1)[-1] for r in retrieve("quokka")}
+    assert found == {"edge.md", "fine.md"}

@@ -230,7 +230,12 @@ class Ingestion:
             previous = known.get(uri)
             if previous is not None and previous.fingerprint == fingerprint and previous.status == "INDEXED":
                 continue  # unchanged since the last job: a sync does not ingest it again
-            document = self._document(job, ds, s3, key, sidecars.get(key) is not None, fingerprint)
+            try:
+                document = self._document(job, ds, s3, key, sidecars.get(key) is not None, fingerprint)
+            except Exception as exc:  # e.g. the object deleted since it was listed: that file, not the job
+                reason = f"{type(exc).__name__}: {exc}"
+                self._fail_job_file(job, f"{uri}: {reason}")
+                document = Document("FAILED", reason, fingerprint, now())
             with self._lock:
                 known[uri] = document
             if document.status == "FAILED":
@@ -269,9 +274,11 @@ class Ingestion:
                 self._fail_job_file(job, f"s3://{ds.bucket}/{key}{SIDECAR}: {reason}")
                 return failed(reason)
             try:
-                attributes = metadata_values(json.loads(sidecar)["metadataAttributes"])
-            except (ValueError, KeyError, TypeError) as exc:
-                return failed(f"the metadata file {key}{SIDECAR} is not valid: {exc}")
+                attributes = read_metadata(sidecar)
+            except ValueError as exc:
+                reason = f"the metadata file {key}{SIDECAR} is not valid: {exc}"
+                self._fail_job_file(job, f"s3://{ds.bucket}/{key}{SIDECAR}: {reason}")
+                return failed(reason)
         data = s3.get_object(Bucket=ds.bucket, Key=key)["Body"].read()
         text = _parse(data)
         if text is None:
@@ -414,8 +421,24 @@ _TYPED_FIELDS = {
 }
 
 
+def read_metadata(raw: bytes) -> dict[str, Any]:
+    """A metadata file's attributes as the index holds them; ValueError saying why it cannot be read."""
+    try:
+        given = json.loads(raw)
+    except RecursionError:  # under 10 KB a file can still nest deeper than a parser recurses
+        raise ValueError("it nests too deep") from None
+    except ValueError as exc:  # UnicodeDecodeError included
+        raise ValueError(f"it is not JSON ({exc})") from None
+    if not isinstance(given, dict):
+        raise ValueError("it is not a JSON object")
+    if "metadataAttributes" not in given:
+        raise ValueError('it has no "metadataAttributes"')
+    return metadata_values(given["metadataAttributes"])
+
+
 def metadata_values(attributes: Any) -> dict[str, Any]:
-    """A metadata file's ``metadataAttributes`` as the index holds them: a plain value as it is, a typed one
+    """A metadata file's ``metadataAttributes`` as the index holds them: a plain value (a string, number,
+    boolean or list of strings; anything else raises ValueError) as it is, a typed one
     (``{"value": {"type": "STRING", "stringValue": "payments"}, "includeForEmbedding": true}``) by its value,
     as Bedrock indexes it. A typed value without its field, or of an unknown type, raises ValueError."""
     if not isinstance(attributes, dict):
@@ -423,6 +446,8 @@ def metadata_values(attributes: Any) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for key, given in attributes.items():
         if not (isinstance(given, dict) and "value" in given):
+            if not _plain(given):
+                raise ValueError(f"{key}: a value is a string, a number, a boolean or a list of strings")
             values[key] = given
             continue
         typed = given["value"]
@@ -438,3 +463,9 @@ def metadata_values(attributes: Any) -> dict[str, Any]:
             raise ValueError(f"{key}: stringListValue holds strings only")
         values[key] = value
     return values
+
+
+def _plain(value: Any) -> bool:
+    if isinstance(value, list):
+        return all(isinstance(item, str) for item in value)
+    return isinstance(value, str | int | float)  # bool is an int
