@@ -83,3 +83,40 @@ def test_every_answer_says_it_is_a_local_standin(server: tuple[str, int, str]) -
         status, headers, _, _ = exchange(host, port, request.encode())
         assert status in {403, 404}
         assert headers["x-ckb-local"] in {"knowledge-base", "bedrock-runtime"}
+
+
+@pytest.mark.parametrize(
+    ("headers", "status", "says"),
+    [
+        # Two lengths that disagree: which one a proxy in front used is unknowable (request smuggling).
+        ("Content-Length: 2\r\nContent-Length: 40", 400, "more than one Content-Length"),
+        ("Content-Length: 2\r\nContent-Length: 2", 400, "more than one Content-Length"),
+        ("Content-Length: 1_0", 400, "is not a number"),  # int() reads it as 10
+        ("Content-Length: +2", 400, "is not a number"),
+        # The first Transfer-Encoding said identity, the second chunked: the chunks were left in the stream.
+        (
+            "Transfer-Encoding: identity\r\nTransfer-Encoding: chunked\r\nContent-Length: 2",
+            411,
+            "not chunked",
+        ),
+    ],
+)
+def test_a_length_that_is_not_one_plain_number_is_refused(
+    server: tuple[str, int, str], headers: str, status: int, says: str
+) -> None:
+    host, port, path = server
+    request = f"POST {path} HTTP/1.1\r\nHost: x\r\n{SIGNED}{headers}\r\n\r\n{{}}".encode()
+    got, answer, body, _ = exchange(host, port, request)
+    assert got == status and body["__type"] == "ValidationException" and says in body["message"], body
+    assert answer["connection"] == "close"
+
+
+def test_a_body_nested_deeper_than_the_parser_recurses_is_a_400(server: tuple[str, int, str]) -> None:
+    """It was a RecursionError: a 500 InternalServerException, as if the stand-in had a bug."""
+    host, port, path = server
+    deep = b"[" * 100_000 + b"]" * 100_000
+    request = (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\n{SIGNED}Content-Length: {len(deep)}\r\nConnection: close\r\n\r\n"
+    ).encode() + deep
+    got, _, body, _ = exchange(host, port, request)
+    assert got == 400 and body["__type"] == "ValidationException", body

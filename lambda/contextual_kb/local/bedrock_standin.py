@@ -25,7 +25,6 @@ import argparse
 import hashlib
 import heapq
 import html
-import json
 import math
 import random
 import re
@@ -40,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
-from contextual_kb.local.http_base import HttpError, JsonHandler
+from contextual_kb.local.http_base import HttpError, JsonHandler, parse_json
 from contextual_kb.local.loopback import LoopbackServer
 from contextual_kb.local.s3server import stop_child
 from contextual_kb.runtime.context.claude.pricing import min_cache_tokens, output_burndown
@@ -542,10 +541,7 @@ class _Handler(JsonHandler):
         auth = self.headers.get("Authorization", "")
         if not auth.startswith(("AWS4-HMAC-SHA256 ", "Bearer ")):
             raise HttpError(403, "AccessDeniedException", "missing authentication")
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            raise HttpError(400, "ValidationException", "body is not JSON") from None
+        body = parse_json(raw)
         status, reply, delay = self.owner.answer(unquote(match.group("model")), body, arrived)
         wait = arrived + delay - time.monotonic()
         if wait > 0:

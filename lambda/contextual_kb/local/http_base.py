@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 from http.server import BaseHTTPRequestHandler
 from typing import Any, ClassVar
@@ -29,6 +30,15 @@ class HttpError(Exception):
 
 def error_body(code: str, message: str) -> dict[str, Any]:
     return {"__type": code, "message": message}
+
+
+def parse_json(raw: bytes) -> Any:
+    """A request's JSON body; HttpError 400 when it is not JSON or nests deeper than the parser recurses
+    (a RecursionError otherwise: a 500, as if the stand-in had a bug)."""
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        raise HttpError(400, "ValidationException", "the body is not JSON") from None
 
 
 class JsonHandler(BaseHTTPRequestHandler):
@@ -64,21 +74,25 @@ class JsonHandler(BaseHTTPRequestHandler):
 
     def read_body(self) -> bytes:
         """The request's body; HttpError (the connection then closed) when its length is not one to read."""
-        given = self.headers.get("Content-Length")
-        if self.headers.get("Transfer-Encoding", "identity").strip().lower() != "identity":
+        codings = self.headers.get_all("Transfer-Encoding") or []
+        if any(coding.strip().lower() != "identity" for coding in codings):
             # The AWS SDKs send a length; a chunked body left unread would be parsed as the next request.
             self.close_connection = True
             raise HttpError(411, "ValidationException", "send the body with a Content-Length, not chunked")
-        if given is None:
+        lengths = self.headers.get_all("Content-Length") or []
+        if len(lengths) > 1:  # which one a proxy in front of us read is unknowable: request smuggling
+            self.close_connection = True
+            raise HttpError(400, "ValidationException", "more than one Content-Length")
+        if not lengths:
             return b""
-        try:
-            length = int(given.strip())
-        except ValueError:
+        given = lengths[0].strip()
+        if re.fullmatch(r"-[0-9]+", given):
             self.close_connection = True
-            raise HttpError(400, "ValidationException", f"Content-Length {given!r} is not a number") from None
-        if length < 0:
+            raise HttpError(400, "ValidationException", f"Content-Length {given} is negative")
+        if not re.fullmatch(r"[0-9]+", given):  # int() would take "1_0", "+2", " ٣"
             self.close_connection = True
-            raise HttpError(400, "ValidationException", f"Content-Length {length} is negative")
+            raise HttpError(400, "ValidationException", f"Content-Length {given!r} is not a number")
+        length = int(given)
         if length > self.max_body_bytes:
             self.close_connection = True  # the body is not read: the connection cannot carry another request
             raise HttpError(

@@ -5,14 +5,13 @@ plane answers about the Knowledge Bases and data sources it serves."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from typing import Any, ClassVar
 from urllib.parse import unquote
 
 from contextual_kb.local import service_model
-from contextual_kb.local.http_base import JsonHandler
+from contextual_kb.local.http_base import JsonHandler, parse_json
 from contextual_kb.local.kb_model import ACCOUNT, ApiError, Catalog, now, page
 
 # (operation, path parameters, JSON body, the request's signing region) -> the answer's JSON body
@@ -206,10 +205,7 @@ class Handler(JsonHandler):
         if routed is None:
             raise ApiError(404, "UnknownOperationException", f"no operation at {method} {path}")
         operation, match = routed
-        try:
-            body = json.loads(raw) if raw else {}
-        except ValueError:
-            raise ApiError(400, "ValidationException", "the body is not JSON") from None
+        body = parse_json(raw) if raw else {}
         if not isinstance(body, dict):
             raise ApiError(400, "ValidationException", "the body is not a JSON object")
         if operation in MODELS:
