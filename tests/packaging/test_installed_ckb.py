@@ -94,6 +94,8 @@ def test_the_wheels_ckb_uploads_syncs_queries_asks_and_checks_a_deployed_stack(
 ) -> None:
     documents = tmp_path / "docs"
     shutil.copytree(EVENTS / "documents", documents)  # the user's files, in their own folder
+    # A Knowledge Base refuses .py (its supported formats): code goes up as text.
+    (documents / "token_bucket.py").rename(documents / "token_bucket.py.txt")
 
     uploaded = ckb(client, deployed, tmp_path, "upload", "docs", "--prefix", "docs/")
     assert "uploaded 3 file(s)" in uploaded.stdout, uploaded.stdout
@@ -103,11 +105,11 @@ def test_the_wheels_ckb_uploads_syncs_queries_asks_and_checks_a_deployed_stack(
 
     found = ckb(client, deployed, tmp_path, "query", "how does the token bucket refill", "--k", "3", "--json")
     results = json.loads(found.stdout)
-    assert len(results) == 3 and results[0]["source"] == f"{SOURCE}/token_bucket.py", results
+    assert len(results) == 3 and results[0]["source"] == f"{SOURCE}/token_bucket.py.txt", results
     top = results[0]
     # The context the deployed handler wrote (the stand-in model's) and the original chunk, apart.
     assert top["context"].startswith("This chunk is from") and top["context"] not in top["text"]
-    assert top["text"] in (documents / "token_bucket.py").read_text()
+    assert top["text"] in (documents / "token_bucket.py.txt").read_text()
     assert top["rerank_score"] is not None
 
     table = ckb(client, deployed, tmp_path, "query", "service availability each calendar month", "--k", "2")
@@ -116,7 +118,7 @@ def test_the_wheels_ckb_uploads_syncs_queries_asks_and_checks_a_deployed_stack(
     asked = ckb(client, deployed, tmp_path, "ask", "how does the token bucket refill?", "--k", "3")
     answer = asked.stdout.split("\n\n")[0]
     assert "[1]" in answer, asked.stdout  # the answer cites its source, and the source is listed
-    assert f"[1] {SOURCE}/token_bucket.py" in asked.stdout, asked.stdout
+    assert f"[1] {SOURCE}/token_bucket.py.txt" in asked.stdout, asked.stdout
 
     checked = ckb(client, deployed, tmp_path, "doctor", "--json")
     checks = {c["name"]: c["status"] for c in json.loads(checked.stdout)}

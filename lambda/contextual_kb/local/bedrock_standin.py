@@ -22,11 +22,9 @@ the chunk's first words: plausible text of a realistic length, not a model's jud
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import heapq
 import html
-import json
 import math
 import random
 import re
@@ -38,10 +36,10 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import unquote
 
+from contextual_kb.local.http_base import HttpError, JsonHandler, parse_json
 from contextual_kb.local.loopback import LoopbackServer
 from contextual_kb.local.s3server import stop_child
 from contextual_kb.runtime.context.claude.pricing import min_cache_tokens, output_burndown
@@ -527,40 +525,23 @@ def _answer(prompt: str) -> str:
     )
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     owner: BedrockStandIn
-    protocol_version = "HTTP/1.1"
-    # Headers and body in one segment, sent at once: otherwise Nagle's algorithm and delayed ACKs add
-    # ~40 ms to every keep-alive answer.
-    wbufsize = 1 << 16
-    disable_nagle_algorithm = True
+    server_name = "bedrock-runtime"
 
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        if self.path == "/_standin/stats":
-            self._send(200, self.owner.stats.as_dict())
-        else:
-            self._send(404, _error("UnknownOperationException", self.path))
-
-    def do_POST(self) -> None:
-        arrived = time.monotonic()
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
+    def answer(self, method: str, raw: bytes) -> tuple[int, dict[str, Any]]:
+        if method == "GET":
+            if self.path == "/_standin/stats":
+                return 200, self.owner.stats.as_dict()
+            raise HttpError(404, "UnknownOperationException", self.path)
+        arrived = self.arrived
         match = _PATH.match(self.path.split("?")[0])
-        if not match:
-            self._send(404, _error("UnknownOperationException", f"no operation at {self.path}"))
-            return
+        if method != "POST" or not match:
+            raise HttpError(404, "UnknownOperationException", f"no operation at {self.path}")
         auth = self.headers.get("Authorization", "")
         if not auth.startswith(("AWS4-HMAC-SHA256 ", "Bearer ")):
-            self._send(403, _error("AccessDeniedException", "missing authentication"))
-            return
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            self._send(400, _error("ValidationException", "body is not JSON"))
-            return
+            raise HttpError(403, "AccessDeniedException", "missing authentication")
+        body = parse_json(raw)
         status, reply, delay = self.owner.answer(unquote(match.group("model")), body, arrived)
         wait = arrived + delay - time.monotonic()
         if wait > 0:
@@ -568,22 +549,7 @@ class _Handler(BaseHTTPRequestHandler):
         if status == 200:
             with self.owner._lock:
                 self.owner.stats.answer_times.append(time.monotonic())
-        self._send(status, reply)
-
-    def _send(self, status: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode("utf-8")
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        if status != 200:
-            self.send_header(
-                "x-amzn-ErrorType", f"{body.get('__type', 'Unknown')}:http://internal.amazon.com/"
-            )
-        self.end_headers()
-        # The client may have given up (its timeout): nothing to do then.
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            self.wfile.write(data)
-            self.wfile.flush()
+        return status, reply
 
 
 @contextmanager
