@@ -6,6 +6,12 @@ then the Rerank API orders them by relevance, reading each candidate's context a
 top ``k`` come back. Each result carries the original chunk, its context (split using the context metadata
 key the transformation writes), its source, its metadata and both scores.
 
+Rerank takes at most ``RERANK_TEXT_MAX_CHARS`` characters a document (API reference, RerankTextDocument;
+botocore's model: text 1-32,000), and one document over it fails the whole call with ValidationException.
+A chunk may be longer (``chunkMaxTokens`` and hierarchical parents up to 8,192 tokens): what Rerank reads is
+cut to the limit (context first, then the chunk's opening), said in a notice, and the result still carries
+the whole chunk. The model reads less than that anyway (Cohere Rerank 3.5: a 4K-token window).
+
 Retries with backoff on throttling are the SDK's (standard mode); an error that remains is raised as a
 ``RetrievalError`` whose message says what to do.
 """
@@ -29,6 +35,7 @@ RERANKERS: dict[str, tuple[str, ...]] = {
 }
 DEFAULT_RERANKER = "cohere.rerank-v3-5:0"
 MAX_CANDIDATES = 100  # Retrieve's numberOfResults limit
+RERANK_TEXT_MAX_CHARS = 32_000  # Rerank's textDocument.text and textQuery.text: 1-32,000 characters
 CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 6}, connect_timeout=5, read_timeout=60)
 _HINTS = {
     "AccessDeniedException": "check the caller's IAM permissions and the model access granted in the Bedrock "
@@ -129,14 +136,21 @@ class Retriever:
 
     def _rerank(self, query: str, found: list[Result], k: int) -> list[Result]:
         model_arn = f"arn:aws:bedrock:{self.region}::foundation-model/{self.reranker}"
+        texts = [rerank_text(_body(r)) for r in found]
+        cut = sum(1 for r, text in zip(found, texts, strict=True) if text != _body(r) and _body(r))
+        if cut:
+            self.notices.append(
+                f"{cut} of {len(found)} candidates were cut to Rerank's {RERANK_TEXT_MAX_CHARS:,} characters "
+                "for reranking (the results carry them whole)"
+            )
         request: dict[str, Any] = {
-            "queries": [{"type": "TEXT", "textQuery": {"text": query}}],
+            "queries": [{"type": "TEXT", "textQuery": {"text": rerank_text(query)}}],
             "sources": [
                 {
                     "type": "INLINE",
-                    "inlineDocumentSource": {"type": "TEXT", "textDocument": {"text": _body(r)}},
+                    "inlineDocumentSource": {"type": "TEXT", "textDocument": {"text": text}},
                 }
-                for r in found
+                for text in texts
             ],
             "rerankingConfiguration": {
                 "type": "BEDROCK_RERANKING_MODEL",
@@ -200,6 +214,22 @@ def split_context(body: str, context: Any) -> tuple[str, str]:
         if cut >= 0:
             return body[:cut], body[cut + len(BODY_SEPARATOR) :]
     return "", body
+
+
+def rerank_text(text: str, limit: int = RERANK_TEXT_MAX_CHARS) -> str:
+    """``text`` as Rerank takes it: at most ``limit`` characters, counted as UTF-16 code units (the larger
+    count: a character outside the BMP is two, and the service's own count is not documented), never a
+    half surrogate pair; an empty text (Rerank refuses length 0) is one space. Pure."""
+    if not text:
+        return " "
+    if len(text) <= limit // 2 or len(text.encode("utf-16-le")) // 2 <= limit:
+        return text
+    units = 0
+    for i, char in enumerate(text):
+        units += 2 if ord(char) > 0xFFFF else 1
+        if units > limit:
+            return text[:i]
+    return text
 
 
 def _body(result: Result) -> str:
