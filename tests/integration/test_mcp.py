@@ -207,3 +207,24 @@ def test_streamable_http_binds_loopback_and_serves_the_same_tools(stack: local.L
         _refused_from_outside(stack.knowledge_base._server.address[1])  # type: ignore[union-attr]
     finally:
         stop_child(child)
+
+
+def test_ask_logs_no_endpoint_and_nothing_below_warning(stack: local.LocalStack, tmp_path: Path) -> None:
+    """MCP.md: the server logs at WARNING on stderr, and no endpoint. The model SDK's INFO lines name the
+    model endpoint's URL (``HTTP Request: POST http://127.0.0.1:.../model/.../invoke``)."""
+    from mcp.client.stdio import stdio_client
+
+    stderr = tmp_path / "stderr.log"
+
+    async def session() -> Any:
+        with stderr.open("w") as errlog:
+            async with Client(stdio_client(server(stack), errlog=errlog)) as client:
+                return await client.call_tool(
+                    "ask", {"question": "how does the token bucket refill?", "k": 2}
+                )
+
+    asked = run(session())
+    assert not asked.is_error, text_of(asked)
+    logged = stderr.read_text()
+    assert "HTTP Request" not in logged and "127.0.0.1" not in logged and "/invoke" not in logged, logged
+    assert not [line for line in logged.splitlines() if line.lstrip().startswith(("INFO", "DEBUG"))], logged
