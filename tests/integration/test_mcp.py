@@ -9,6 +9,7 @@ import shutil
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -228,3 +229,66 @@ def test_ask_logs_no_endpoint_and_nothing_below_warning(stack: local.LocalStack,
     logged = stderr.read_text()
     assert "HTTP Request" not in logged and "127.0.0.1" not in logged and "/invoke" not in logged, logged
     assert not [line for line in logged.splitlines() if line.lstrip().startswith(("INFO", "DEBUG"))], logged
+
+
+DENIED = (
+    '<ErrorResponse xmlns="http://cloudformation.amazonaws.com/doc/2010-05-15/"><Error><Type>Sender</Type>'
+    "<Code>AccessDenied</Code><Message>User: arn:aws:sts::123456789012:assumed-role/kb-reader/agent is not "
+    "authorized to perform: cloudformation:DescribeStacks because no identity-based policy allows the "
+    "cloudformation:DescribeStacks action</Message></Error><RequestId>1</RequestId></ErrorResponse>"
+)
+
+
+@contextmanager
+def cloudformation_denied() -> Iterator[str]:
+    """A CloudFormation endpoint that refuses every call as IAM does for a role without its permissions."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Deny(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = DENIED.encode()
+            self.send_response(403)
+            self.send_header("Content-Type", "text/xml")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    denier = ThreadingHTTPServer(("127.0.0.1", 0), Deny)
+    thread = threading.Thread(target=denier.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{denier.server_address[1]}"
+    finally:
+        denier.shutdown()
+        denier.server_close()
+
+
+def test_listing_needs_no_cloudformation(stack: local.LocalStack) -> None:
+    """A least-privilege reader without cloudformation:DescribeStacks still lists the Knowledge Bases (and
+    queries one by id); the stacks are said not looked up, in one line."""
+
+    async def session(url: str) -> tuple[Any, Any]:
+        async with Client(server(stack, AWS_ENDPOINT_URL_CLOUDFORMATION=url)) as client:
+            return (
+                await client.call_tool("list_knowledge_bases", {}),
+                await client.call_tool(
+                    "query", {"query": "token bucket", "k": 1, "knowledge_base_id": local.KNOWLEDGE_BASE_ID}
+                ),
+            )
+
+    with cloudformation_denied() as url:
+        listed, queried = run(session(url))
+    assert not listed.is_error and not queried.is_error, (text_of(listed), text_of(queried))
+    found = listed.structured_content
+    assert found["stacks"] == []
+    (kb,) = found["knowledge_bases"]
+    assert kb["knowledge_base_id"] == local.KNOWLEDGE_BASE_ID and kb["stack"] is None
+    (notice,) = found["notices"]
+    assert notice.startswith("stacks not looked up (CloudFormation DescribeStacks failed: AccessDenied: ")
+    assert "\n" not in notice and "123456789012" not in notice and "127.0.0.1" not in notice
+    assert queried.structured_content["results"]

@@ -103,7 +103,8 @@ def build_server(  # noqa: PLR0915 - the tools are closures over the server's se
         other tools) and the Knowledge Bases in the region with their data sources (pass an id as
         `knowledge_base_id`). Call this first when you do not know which Knowledge Base holds the answer."""
         agent = client("bedrock-agent")
-        stacks = _our_stacks(client("cloudformation"))
+        notices: list[str] = []
+        stacks = _our_stacks(client("cloudformation"), notices)
         owned = {s["knowledge_base_id"]: s["stack"] for s in stacks}
         bases = []
         for summary in _pages(agent.list_knowledge_bases, "knowledgeBaseSummaries"):
@@ -133,6 +134,7 @@ def build_server(  # noqa: PLR0915 - the tools are closures over the server's se
             "stacks": stacks,
             "knowledge_bases": bases,
             "tag_filter": f"{tag}=true" if tag else None,
+            "notices": notices,
         }
 
     @server.tool()
@@ -348,8 +350,29 @@ def _pages(call: Callable[..., dict[str, Any]], name: str) -> list[dict[str, Any
         request["nextToken"] = page["nextToken"]
 
 
-def _our_stacks(cloudformation: Any) -> list[dict[str, Any]]:
-    """This project's stacks in the region: those whose outputs name a Knowledge Base and a source bucket."""
+def _our_stacks(cloudformation: Any, notices: list[str]) -> list[dict[str, Any]]:
+    """This project's stacks in the region: those whose outputs name a Knowledge Base and a source bucket.
+
+    Listing Knowledge Bases needs bedrock-agent permissions only: when DescribeStacks fails (a least-
+    privilege reader without cloudformation:DescribeStacks), no stack is named and ``notices`` says why."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        return _stacks_with_outputs(cloudformation)
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        why = f"{error.get('Code', 'Unknown')}: {error.get('Message', '')}".rstrip(": ")
+    except BotoCoreError as exc:  # unreachable endpoint, no credentials for it
+        why = f"{type(exc).__name__}: {exc}"
+    notices.append(
+        f"stacks not looked up (CloudFormation DescribeStacks failed: {redact(why)}): the Knowledge Bases "
+        "are listed without their stack; pass knowledge_base_id to the other tools, or allow "
+        "cloudformation:DescribeStacks to use `stack`"
+    )
+    return []
+
+
+def _stacks_with_outputs(cloudformation: Any) -> list[dict[str, Any]]:
     stacks = []
     for page in cloudformation.get_paginator("describe_stacks").paginate():
         for stack in page.get("Stacks", []):
