@@ -143,9 +143,9 @@ def test_every_failure_is_a_tool_error_in_one_line_and_the_server_goes_on(stack:
     prefix = "Error executing tool query: "
     assert all(text_of(r).startswith(prefix) for r in failed)
     lines = [text_of(r).removeprefix(prefix) for r in failed]
-    assert lines[0] == (
-        "Retrieve failed: ResourceNotFoundException: Knowledge base NOSUCHKB01 does not exist (check the "
-        "knowledge base id and the region)"
+    assert lines[0] == (  # its type is looked up first (each type takes its own retrievalConfiguration)
+        "GetKnowledgeBase failed: ResourceNotFoundException: Knowledge base NOSUCHKB01 does not exist. Check "
+        "the id and the region"
     )
     assert lines[1] == "k must be between 1 and 100"
     assert lines[2].startswith("Retrieve failed: ValidationException: in takes a list of values")

@@ -33,6 +33,7 @@ from contextual_kb.query.retrieval import DEFAULT_RERANKER, MAX_CANDIDATES, RERA
 Explain = Callable[[BaseException], str | None]  # an exception -> the command line's one line, or None
 TAG_ENV = "CKB_MCP_TAG_KEY"
 DATA_SOURCE_KEY = "x-amz-bedrock-kb-data-source-id"  # the metadata key Bedrock gives every chunk
+MANAGED_DATA_SOURCE_KEY = "_data_source_id"  # a MANAGED Knowledge Base's (as AWS Labs' server 1.1.2 reads it)
 INSTRUCTIONS = (
     "Search Amazon Bedrock Knowledge Bases whose chunks carry a context (contextual retrieval). Call "
     "list_knowledge_bases first when you do not know which Knowledge Base to search; then query to read the "
@@ -109,8 +110,9 @@ def build_server(  # noqa: PLR0915 - the tools are closures over the server's se
         bases = []
         for summary in _pages(agent.list_knowledge_bases, "knowledgeBaseSummaries"):
             kb_id = summary["knowledgeBaseId"]
+            described = agent.get_knowledge_base(knowledgeBaseId=kb_id)["knowledgeBase"]
             if tag:
-                arn = agent.get_knowledge_base(knowledgeBaseId=kb_id)["knowledgeBase"]["knowledgeBaseArn"]
+                arn = described["knowledgeBaseArn"]
                 tags = agent.list_tags_for_resource(resourceArn=arn).get("tags") or {}
                 if str(tags.get(tag, "")).lower() != "true":
                     continue
@@ -123,6 +125,7 @@ def build_server(  # noqa: PLR0915 - the tools are closures over the server's se
                     "name": summary.get("name", ""),
                     "description": summary.get("description", ""),
                     "status": summary.get("status", ""),
+                    "type": _kind(described),
                     "stack": owned.get(kb_id),
                     "data_sources": [
                         {"data_source_id": s["dataSourceId"], "name": s.get("name", "")} for s in sources
@@ -149,6 +152,7 @@ def build_server(  # noqa: PLR0915 - the tools are closures over the server's se
         agent = client("bedrock-agent")
         kb = agent.get_knowledge_base(knowledgeBaseId=kb_id)["knowledgeBase"]
         store = (kb.get("storageConfiguration") or {}).get("type", "")
+        kind = _kind(kb)
         sources = []
         for summary in _pages(
             functools.partial(agent.list_data_sources, knowledgeBaseId=kb_id), "dataSourceSummaries"
@@ -174,10 +178,9 @@ def build_server(  # noqa: PLR0915 - the tools are closures over the server's se
             "description": kb.get("description", ""),
             "status": kb.get("status", ""),
             "stack": found_stack,
-            "vector_store": store,
-            "search": "semantic only (no lexical index)"
-            if store == "S3_VECTORS"
-            else "hybrid (vectors + BM25)",
+            "type": kind,
+            "vector_store": store or None,
+            "search": _search_of(kind, store),
             "data_sources": sources,
         }
 
@@ -207,18 +210,22 @@ def build_server(  # noqa: PLR0915 - the tools are closures over the server's se
             raise _ArgumentError(f"search: {search_type!r} is not hybrid or semantic")
         kb_id, _ = _target(knowledge_base_id, stack)
         semantic_only = False
+        kind = "VECTOR"  # this project's stacks: a transformation Lambda needs a VECTOR Knowledge Base
         if knowledge_base_id is None:
             semantic_only = deployment(stack).vector_store == "s3vectors"
+        else:  # anyone's: each type takes its own retrievalConfiguration
+            kind = _kind(client("bedrock-agent").get_knowledge_base(knowledgeBaseId=kb_id)["knowledgeBase"])
         retriever = Retriever(
             kb_id,
             where(),
             reranker=reranker if rerank else None,
             search_type="SEMANTIC" if search_type.lower() == "semantic" else "HYBRID",
             client=client("bedrock-agent-runtime"),
+            kind=kind,
         )
         if semantic_only:
             retriever.use_semantic_only("S3 Vectors has no lexical index")
-        where_filter = _with_data_sources(metadata_filter, data_source_ids)
+        where_filter = _with_data_sources(metadata_filter, data_source_ids, kind)
         return retriever, retriever.search(text, k=k, candidates=candidates, filter=where_filter)
 
     @server.tool()
@@ -257,7 +264,7 @@ def build_server(  # noqa: PLR0915 - the tools are closures over the server's se
         )
         return {
             "knowledge_base_id": retriever.knowledge_base_id,
-            "search": retriever.search_type.lower(),
+            "search": retriever.search_name,
             "reranker": retriever.reranker,
             "notices": list(retriever.notices),
             "results": [r.as_dict() for r in results],
@@ -329,13 +336,30 @@ def build_server(  # noqa: PLR0915 - the tools are closures over the server's se
     return server
 
 
+def _kind(knowledge_base: dict[str, Any]) -> str:
+    """A Knowledge Base's type (GetKnowledgeBase's knowledgeBaseConfiguration.type; VECTOR when absent)."""
+    return str((knowledge_base.get("knowledgeBaseConfiguration") or {}).get("type") or "VECTOR")
+
+
+def _search_of(kind: str, store: str) -> str:
+    if kind == "MANAGED":
+        return "managed (Bedrock's own storage, search and reranking)"
+    if kind == "KENDRA":
+        return "Amazon Kendra GenAI index (Kendra's own search)"
+    if kind == "SQL":
+        return "structured data (SQL that Bedrock writes; `query` and `ask` refuse it)"
+    return "semantic only (no lexical index)" if store == "S3_VECTORS" else "hybrid (vectors + BM25)"
+
+
 def _with_data_sources(
-    metadata_filter: dict[str, Any] | None, data_source_ids: list[str] | None
+    metadata_filter: dict[str, Any] | None, data_source_ids: list[str] | None, kind: str = "VECTOR"
 ) -> dict[str, Any] | None:
-    """The Retrieve filter: the caller's, and the data sources' (by the metadata key Bedrock sets)."""
+    """The Retrieve filter: the caller's, and the data sources' (by the metadata key Bedrock sets: a MANAGED
+    Knowledge Base names it differently, and filtering on the other key matches nothing)."""
     if not data_source_ids:
         return metadata_filter or None
-    sources = {"in": {"key": DATA_SOURCE_KEY, "value": list(data_source_ids)}}
+    key = MANAGED_DATA_SOURCE_KEY if kind == "MANAGED" else DATA_SOURCE_KEY
+    sources = {"in": {"key": key, "value": list(data_source_ids)}}
     return {"andAll": [metadata_filter, sources]} if metadata_filter else sources
 
 

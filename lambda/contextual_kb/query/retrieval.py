@@ -28,6 +28,11 @@ from botocore.exceptions import ClientError
 from contextual_kb.runtime.enrichment import BODY_SEPARATOR, ELLIPSIS
 
 SearchType = Literal["HYBRID", "SEMANTIC"]
+# knowledgeBaseConfiguration.type (bedrock-agent's KnowledgeBaseConfiguration). Retrieve takes a VECTOR or
+# KENDRA Knowledge Base's settings in vectorSearchConfiguration (KENDRA: Kendra runs its own search, so no
+# overrideSearchType), a MANAGED one's in managedSearchConfiguration (vectorSearchConfiguration refused); a
+# SQL one answers with rows of a generated SQL query, not passages to rerank: refused here in one line.
+KNOWLEDGE_BASE_TYPES = ("VECTOR", "MANAGED", "KENDRA", "SQL")
 RERANKERS: dict[str, tuple[str, ...]] = {
     # Regions offering each reranker (../shared/notes/aws-facts.md).
     "cohere.rerank-v3-5:0": ("us-east-1", "us-west-2", "eu-central-1", "ap-northeast-1", "ca-central-1"),
@@ -81,8 +86,20 @@ class Retriever:
     context_metadata_key: str = "ckb_context"
     client: Any = None  # bedrock-agent-runtime
     notices: list[str] = field(default_factory=list)  # said once per retriever, e.g. a search-type change
+    kind: str = "VECTOR"  # the Knowledge Base's type (KNOWLEDGE_BASE_TYPES)
 
     def __post_init__(self) -> None:
+        if self.kind == "SQL":
+            raise RetrievalError(
+                f"knowledge base {self.knowledge_base_id} is a SQL (structured data) Knowledge Base: Bedrock "
+                "answers it with rows of a SQL query it writes (RetrieveAndGenerate, GenerateQuery), not "
+                "passages to rerank; query a VECTOR, MANAGED or KENDRA Knowledge Base"
+            )
+        if self.kind not in KNOWLEDGE_BASE_TYPES:
+            raise RetrievalError(
+                f"knowledge base {self.knowledge_base_id} is of type {self.kind}, which this version does "
+                f"not know ({', '.join(KNOWLEDGE_BASE_TYPES)})"
+            )
         if self.reranker is not None and self.reranker not in RERANKERS:
             raise RetrievalError(f"unknown reranker {self.reranker}; choose {', '.join(RERANKERS)} or none")
         if self.reranker is not None and self.region not in RERANKERS[self.reranker]:
@@ -92,6 +109,11 @@ class Retriever:
             )
         if self.client is None:
             self.client = boto3.client("bedrock-agent-runtime", region_name=self.region, config=CLIENT_CONFIG)
+
+    @property
+    def search_name(self) -> str:
+        """What searched: hybrid or semantic (VECTOR), managed (MANAGED), kendra (KENDRA)."""
+        return self.search_type.lower() if self.kind == "VECTOR" else self.kind.lower()
 
     def use_semantic_only(self, why: str) -> None:
         """The vector store has no lexical side (S3 Vectors): say so once, and ask for what it does."""
@@ -117,13 +139,16 @@ class Retriever:
         return self._rerank(query, found, k)
 
     def _retrieve(self, query: str, count: int, filter: dict[str, Any] | None) -> list[Result]:
-        vector: dict[str, Any] = {"numberOfResults": count, "overrideSearchType": self.search_type}
+        search: dict[str, Any] = {"numberOfResults": count}
+        if self.kind == "VECTOR":
+            search["overrideSearchType"] = self.search_type
         if filter:
-            vector["filter"] = filter
+            search["filter"] = filter
+        key = "managedSearchConfiguration" if self.kind == "MANAGED" else "vectorSearchConfiguration"
         request = {
             "knowledgeBaseId": self.knowledge_base_id,
             "retrievalQuery": {"text": query},
-            "retrievalConfiguration": {"vectorSearchConfiguration": vector},
+            "retrievalConfiguration": {key: search},
         }
         results: list[Result] = []
         while True:
