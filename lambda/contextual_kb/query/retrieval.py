@@ -87,6 +87,7 @@ class Retriever:
     client: Any = None  # bedrock-agent-runtime
     notices: list[str] = field(default_factory=list)  # said once per retriever, e.g. a search-type change
     kind: str = "VECTOR"  # the Knowledge Base's type (KNOWLEDGE_BASE_TYPES)
+    user_id: str | None = None  # Retrieve's userContext: for data sources with per-document access control
 
     def __post_init__(self) -> None:
         if self.kind == "SQL":
@@ -150,12 +151,21 @@ class Retriever:
             "retrievalQuery": {"text": query},
             "retrievalConfiguration": {key: search},
         }
+        if self.user_id:
+            request["userContext"] = {"userId": self.user_id}
         results: list[Result] = []
+        skipped = 0
         while True:
             response = self._call("Retrieve", self.client.retrieve, **request)
-            results.extend(self._result(item) for item in response.get("retrievalResults", []))
+            for item in response.get("retrievalResults", []):
+                if (item.get("content") or {}).get("type", "TEXT") != "TEXT":  # IMAGE: no text to rerank
+                    skipped += 1
+                    continue
+                results.append(self._result(item))
             token = response.get("nextToken")
             if not token or len(results) >= count:
+                if skipped:
+                    self.notices.append(f"{skipped} non-text results (images) left out")
                 return results[:count]
             request["nextToken"] = token
 
