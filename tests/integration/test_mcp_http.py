@@ -120,7 +120,7 @@ def test_a_browser_origin_passes_only_when_allowed() -> None:
 
 
 def test_a_token_once_set_is_required() -> None:
-    with serving(**{mcp_http.TOKEN_ENV: TOKEN}) as (child, port):
+    with serving(**{mcp_http.TOKEN_ENV: TOKEN + "\n"}) as (child, port):  # as read from a file
         wait_listening(child, "127.0.0.1", port)
         url = f"http://127.0.0.1:{port}/mcp"
         assert asyncio.run(tools_of(url, Authorization=f"Bearer {TOKEN}")) == TOOLS

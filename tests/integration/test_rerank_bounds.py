@@ -109,6 +109,7 @@ def test_the_mcp_tools_answer_over_a_long_candidate(stack: local.LocalStack) -> 
     assert any(whole(r) for r in found["results"])
     assert any("cut to Rerank's" in n for n in found["notices"])
     assert any(s["source"].endswith("docs/limits.md") for s in asked.structured_content["sources"])
+    assert any("cut to Rerank's" in n for n in asked.structured_content["notices"])
 
 
 def test_rerank_text_counts_as_bedrock_may_and_never_splits_a_pair() -> None:

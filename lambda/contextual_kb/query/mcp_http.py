@@ -63,7 +63,7 @@ def plan(
     insecure_no_token: bool = False,
 ) -> HttpPlan:
     """The endpoint's guards for ``host``, or an ``HttpSetupError`` saying what to give. Pure."""
-    token = token or None
+    token = (token or "").strip() or None  # a trailing newline from a file is not part of the secret
     if token is not None and len(token) < MIN_TOKEN_CHARS:
         raise HttpSetupError(
             f"{TOKEN_ENV} is {len(token)} characters: use a random secret of at least {MIN_TOKEN_CHARS} "

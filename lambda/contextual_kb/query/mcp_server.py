@@ -482,7 +482,7 @@ def build_server(  # noqa: PLR0915 - the tools are closures over the server's se
         from contextual_kb.runtime.context.claude.client import ClaudeClient, ModelCallError
         from contextual_kb.runtime.settings import DEFAULT_MODEL_ID
 
-        _, results = retrieve(
+        retriever, results = retrieve(
             question,
             knowledge_base_id,
             stack,
@@ -512,7 +512,7 @@ def build_server(  # noqa: PLR0915 - the tools are closures over the server's se
             "answer": reply.text.strip(),
             "model": model_id,
             "sources": sources,
-            "notices": cut,
+            "notices": [*retriever.notices, *cut],
         }
 
     @server.tool()
