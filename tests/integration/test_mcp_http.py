@@ -181,3 +181,8 @@ def test_loopback_means_any_loopback_address() -> None:
         and mcp_http.is_loopback("localhost")
     )
     assert not mcp_http.is_loopback("0.0.0.0") and not mcp_http.is_loopback("mcp.example.com")
+    for every in ("0.0.0.0", "::", "0:0::0", "[::]"):
+        assert mcp_http.is_every_interface(every)
+        with pytest.raises(mcp_http.HttpSetupError, match="--allowed-host NAME"):
+            mcp_http.plan(every, 1, token=TOKEN)
+    assert not mcp_http.is_every_interface("10.0.0.5") and not mcp_http.is_every_interface("example.com")

@@ -19,7 +19,6 @@ from typing import Any
 TOKEN_ENV = "CKB_MCP_TOKEN"
 MIN_TOKEN_CHARS = 32
 _LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
-_WILDCARDS = ("0.0.0.0", "::", "")  # every interface: no single name a client uses
 _MAKE_TOKEN = "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
 
 
@@ -32,6 +31,14 @@ def is_loopback(host: str) -> bool:
         return True
     try:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def is_every_interface(host: str) -> bool:
+    """0.0.0.0, ::, or any spelling of them (``0:0::0``), or no host at all."""
+    try:
+        return not host or ipaddress.ip_address(host.strip("[]")).is_unspecified
     except ValueError:
         return False
 
@@ -70,7 +77,7 @@ def plan(
             f"(`{_MAKE_TOKEN}`)"
         )
     loopback = is_loopback(host)
-    if host in _WILDCARDS and not allowed_hosts:
+    if is_every_interface(host) and not allowed_hosts:
         raise HttpSetupError(
             f"--host {host or '(all)'} listens on every interface, and the Host check lets only the names "
             "given pass: add --allowed-host NAME for each name or address clients reach this server by"
@@ -83,7 +90,7 @@ def plan(
             "without one"
         )
     hosts = list(_LOOPBACK_HOSTS)
-    if host not in _WILDCARDS:
+    if not is_every_interface(host):
         hosts.append(_bracketed(host))
     for name in allowed_hosts:
         hosts.append(name.strip().lower())
