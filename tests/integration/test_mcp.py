@@ -9,6 +9,7 @@ import shutil
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -144,9 +145,9 @@ def test_every_failure_is_a_tool_error_in_one_line_and_the_server_goes_on(stack:
     prefix = "Error executing tool query: "
     assert all(text_of(r).startswith(prefix) for r in failed)
     lines = [text_of(r).removeprefix(prefix) for r in failed]
-    assert lines[0] == (
-        "Retrieve failed: ResourceNotFoundException: Knowledge base NOSUCHKB01 does not exist (check the "
-        "knowledge base id and the region)"
+    assert lines[0] == (  # its type is looked up first (each type takes its own retrievalConfiguration)
+        "GetKnowledgeBase failed: ResourceNotFoundException: Knowledge base NOSUCHKB01 does not exist. Check "
+        "the id and the region"
     )
     assert lines[1] == "k must be between 1 and 100"
     assert lines[2].startswith("Retrieve failed: ValidationException: in takes a list of values")
@@ -209,3 +210,87 @@ def test_streamable_http_binds_loopback_and_serves_the_same_tools(stack: local.L
         _refused_from_outside(stack.knowledge_base._server.address[1])  # type: ignore[union-attr]
     finally:
         stop_child(child)
+
+
+def test_ask_logs_no_endpoint_and_nothing_below_warning(stack: local.LocalStack, tmp_path: Path) -> None:
+    """MCP.md: the server logs at WARNING on stderr, and no endpoint. The model SDK's INFO lines name the
+    model endpoint's URL (``HTTP Request: POST http://127.0.0.1:.../model/.../invoke``)."""
+    from mcp.client.stdio import stdio_client
+
+    stderr = tmp_path / "stderr.log"
+
+    async def session() -> Any:
+        with stderr.open("w") as errlog:
+            async with Client(stdio_client(server(stack), errlog=errlog)) as client:
+                return await client.call_tool(
+                    "ask", {"question": "how does the token bucket refill?", "k": 2}
+                )
+
+    asked = run(session())
+    assert not asked.is_error, text_of(asked)
+    logged = stderr.read_text()
+    assert "HTTP Request" not in logged and "127.0.0.1" not in logged and "/invoke" not in logged, logged
+    assert not [line for line in logged.splitlines() if line.lstrip().startswith(("INFO", "DEBUG"))], logged
+
+
+DENIED = (
+    '<ErrorResponse xmlns="http://cloudformation.amazonaws.com/doc/2010-05-15/"><Error><Type>Sender</Type>'
+    "<Code>AccessDenied</Code><Message>User: arn:aws:sts::123456789012:assumed-role/kb-reader/agent is not "
+    "authorized to perform: cloudformation:DescribeStacks because no identity-based policy allows the "
+    "cloudformation:DescribeStacks action</Message></Error><RequestId>1</RequestId></ErrorResponse>"
+)
+
+
+@contextmanager
+def cloudformation_denied() -> Iterator[str]:
+    """A CloudFormation endpoint that refuses every call as IAM does for a role without its permissions."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Deny(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = DENIED.encode()
+            self.send_response(403)
+            self.send_header("Content-Type", "text/xml")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    denier = ThreadingHTTPServer(("127.0.0.1", 0), Deny)
+    thread = threading.Thread(target=denier.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{denier.server_address[1]}"
+    finally:
+        denier.shutdown()
+        denier.server_close()
+
+
+def test_listing_needs_no_cloudformation(stack: local.LocalStack) -> None:
+    """A least-privilege reader without cloudformation:DescribeStacks still lists the Knowledge Bases (and
+    queries one by id); the stacks are said not looked up, in one line."""
+
+    async def session(url: str) -> tuple[Any, Any]:
+        async with Client(server(stack, AWS_ENDPOINT_URL_CLOUDFORMATION=url)) as client:
+            return (
+                await client.call_tool("list_knowledge_bases", {}),
+                await client.call_tool(
+                    "query", {"query": "token bucket", "k": 1, "knowledge_base_id": local.KNOWLEDGE_BASE_ID}
+                ),
+            )
+
+    with cloudformation_denied() as url:
+        listed, queried = run(session(url))
+    assert not listed.is_error and not queried.is_error, (text_of(listed), text_of(queried))
+    found = listed.structured_content
+    assert found["stacks"] == []
+    (kb,) = found["knowledge_bases"]
+    assert kb["knowledge_base_id"] == local.KNOWLEDGE_BASE_ID and kb["stack"] is None
+    (notice,) = found["notices"]
+    assert notice.startswith("stacks not looked up (CloudFormation DescribeStacks failed: AccessDenied: ")
+    assert "\n" not in notice and "123456789012" not in notice and "127.0.0.1" not in notice
+    assert queried.structured_content["results"]

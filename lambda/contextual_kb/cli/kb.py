@@ -422,7 +422,11 @@ def _search(
     where = filter_of(metadata_filter)  # a bad filter is the user's first mistake to hear about
     deployment = deployment_of(stack, region)
     retriever = retriever_of(deployment, reranker, no_rerank, search)
-    return deployment, retriever.search(text, k=k, filter=where)
+    said = len(retriever.notices)
+    results = retriever.search(text, k=k, filter=where)
+    for notice in retriever.notices[said:]:  # what the search itself noticed (a candidate cut for Rerank)
+        error_console().print(Text.assemble(("note:", "yellow"), " ", plain(notice)))
+    return deployment, results
 
 
 def filter_of(raw: str | None) -> dict[str, Any] | None:

@@ -6,6 +6,12 @@ then the Rerank API orders them by relevance, reading each candidate's context a
 top ``k`` come back. Each result carries the original chunk, its context (split using the context metadata
 key the transformation writes), its source, its metadata and both scores.
 
+Rerank takes at most ``RERANK_TEXT_MAX_CHARS`` characters a document (API reference, RerankTextDocument;
+botocore's model: text 1-32,000), and one document over it fails the whole call with ValidationException.
+A chunk may be longer (``chunkMaxTokens`` and hierarchical parents up to 8,192 tokens): what Rerank reads is
+cut to the limit (context first, then the chunk's opening), said in a notice, and the result still carries
+the whole chunk. The model reads less than that anyway (Cohere Rerank 3.5: a 4K-token window).
+
 Retries with backoff on throttling are the SDK's (standard mode); an error that remains is raised as a
 ``RetrievalError`` whose message says what to do.
 """
@@ -22,6 +28,11 @@ from botocore.exceptions import ClientError
 from contextual_kb.runtime.enrichment import BODY_SEPARATOR, ELLIPSIS
 
 SearchType = Literal["HYBRID", "SEMANTIC"]
+# knowledgeBaseConfiguration.type (bedrock-agent's KnowledgeBaseConfiguration). Retrieve takes a VECTOR or
+# KENDRA Knowledge Base's settings in vectorSearchConfiguration (KENDRA: Kendra runs its own search, so no
+# overrideSearchType), a MANAGED one's in managedSearchConfiguration (vectorSearchConfiguration refused); a
+# SQL one answers with rows of a generated SQL query, not passages to rerank: refused here in one line.
+KNOWLEDGE_BASE_TYPES = ("VECTOR", "MANAGED", "KENDRA", "SQL")
 RERANKERS: dict[str, tuple[str, ...]] = {
     # Regions offering each reranker (../shared/notes/aws-facts.md).
     "cohere.rerank-v3-5:0": ("us-east-1", "us-west-2", "eu-central-1", "ap-northeast-1", "ca-central-1"),
@@ -29,6 +40,7 @@ RERANKERS: dict[str, tuple[str, ...]] = {
 }
 DEFAULT_RERANKER = "cohere.rerank-v3-5:0"
 MAX_CANDIDATES = 100  # Retrieve's numberOfResults limit
+RERANK_TEXT_MAX_CHARS = 32_000  # Rerank's textDocument.text and textQuery.text: 1-32,000 characters
 CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 6}, connect_timeout=5, read_timeout=60)
 _HINTS = {
     "AccessDeniedException": "check the caller's IAM permissions and the model access granted in the Bedrock "
@@ -74,8 +86,21 @@ class Retriever:
     context_metadata_key: str = "ckb_context"
     client: Any = None  # bedrock-agent-runtime
     notices: list[str] = field(default_factory=list)  # said once per retriever, e.g. a search-type change
+    kind: str = "VECTOR"  # the Knowledge Base's type (KNOWLEDGE_BASE_TYPES)
+    user_id: str | None = None  # Retrieve's userContext: for data sources with per-document access control
 
     def __post_init__(self) -> None:
+        if self.kind == "SQL":
+            raise RetrievalError(
+                f"knowledge base {self.knowledge_base_id} is a SQL (structured data) Knowledge Base: Bedrock "
+                "answers it with rows of a SQL query it writes (RetrieveAndGenerate, GenerateQuery), not "
+                "passages to rerank; query a VECTOR, MANAGED or KENDRA Knowledge Base"
+            )
+        if self.kind not in KNOWLEDGE_BASE_TYPES:
+            raise RetrievalError(
+                f"knowledge base {self.knowledge_base_id} is of type {self.kind}, which this version does "
+                f"not know ({', '.join(KNOWLEDGE_BASE_TYPES)})"
+            )
         if self.reranker is not None and self.reranker not in RERANKERS:
             raise RetrievalError(f"unknown reranker {self.reranker}; choose {', '.join(RERANKERS)} or none")
         if self.reranker is not None and self.region not in RERANKERS[self.reranker]:
@@ -85,6 +110,11 @@ class Retriever:
             )
         if self.client is None:
             self.client = boto3.client("bedrock-agent-runtime", region_name=self.region, config=CLIENT_CONFIG)
+
+    @property
+    def search_name(self) -> str:
+        """What searched: hybrid or semantic (VECTOR), managed (MANAGED), kendra (KENDRA)."""
+        return self.search_type.lower() if self.kind == "VECTOR" else self.kind.lower()
 
     def use_semantic_only(self, why: str) -> None:
         """The vector store has no lexical side (S3 Vectors): say so once, and ask for what it does."""
@@ -110,33 +140,52 @@ class Retriever:
         return self._rerank(query, found, k)
 
     def _retrieve(self, query: str, count: int, filter: dict[str, Any] | None) -> list[Result]:
-        vector: dict[str, Any] = {"numberOfResults": count, "overrideSearchType": self.search_type}
+        search: dict[str, Any] = {"numberOfResults": count}
+        if self.kind == "VECTOR":
+            search["overrideSearchType"] = self.search_type
         if filter:
-            vector["filter"] = filter
+            search["filter"] = filter
+        key = "managedSearchConfiguration" if self.kind == "MANAGED" else "vectorSearchConfiguration"
         request = {
             "knowledgeBaseId": self.knowledge_base_id,
             "retrievalQuery": {"text": query},
-            "retrievalConfiguration": {"vectorSearchConfiguration": vector},
+            "retrievalConfiguration": {key: search},
         }
+        if self.user_id:
+            request["userContext"] = {"userId": self.user_id}
         results: list[Result] = []
+        skipped = 0
         while True:
             response = self._call("Retrieve", self.client.retrieve, **request)
-            results.extend(self._result(item) for item in response.get("retrievalResults", []))
+            for item in response.get("retrievalResults", []):
+                if (item.get("content") or {}).get("type", "TEXT") != "TEXT":  # IMAGE: no text to rerank
+                    skipped += 1
+                    continue
+                results.append(self._result(item))
             token = response.get("nextToken")
             if not token or len(results) >= count:
+                if skipped:
+                    self.notices.append(f"{skipped} non-text results (images) left out")
                 return results[:count]
             request["nextToken"] = token
 
     def _rerank(self, query: str, found: list[Result], k: int) -> list[Result]:
         model_arn = f"arn:aws:bedrock:{self.region}::foundation-model/{self.reranker}"
+        texts = [rerank_text(_body(r)) for r in found]
+        cut = sum(1 for r, text in zip(found, texts, strict=True) if text != _body(r) and _body(r))
+        if cut:
+            self.notices.append(
+                f"{cut} of {len(found)} candidates were cut to Rerank's {RERANK_TEXT_MAX_CHARS:,} characters "
+                "for reranking (the results carry them whole)"
+            )
         request: dict[str, Any] = {
-            "queries": [{"type": "TEXT", "textQuery": {"text": query}}],
+            "queries": [{"type": "TEXT", "textQuery": {"text": rerank_text(query)}}],
             "sources": [
                 {
                     "type": "INLINE",
-                    "inlineDocumentSource": {"type": "TEXT", "textDocument": {"text": _body(r)}},
+                    "inlineDocumentSource": {"type": "TEXT", "textDocument": {"text": text}},
                 }
-                for r in found
+                for text in texts
             ],
             "rerankingConfiguration": {
                 "type": "BEDROCK_RERANKING_MODEL",
@@ -200,6 +249,22 @@ def split_context(body: str, context: Any) -> tuple[str, str]:
         if cut >= 0:
             return body[:cut], body[cut + len(BODY_SEPARATOR) :]
     return "", body
+
+
+def rerank_text(text: str, limit: int = RERANK_TEXT_MAX_CHARS) -> str:
+    """``text`` as Rerank takes it: at most ``limit`` characters, counted as UTF-16 code units (the larger
+    count: a character outside the BMP is two, and the service's own count is not documented), never a
+    half surrogate pair; an empty text (Rerank refuses length 0) is one space. Pure."""
+    if not text:
+        return " "
+    if len(text) <= limit // 2 or len(text.encode("utf-16-le")) // 2 <= limit:
+        return text
+    units = 0
+    for i, char in enumerate(text):
+        units += 2 if ord(char) > 0xFFFF else 1
+        if units > limit:
+            return text[:i]
+    return text
 
 
 def _body(result: Result) -> str:

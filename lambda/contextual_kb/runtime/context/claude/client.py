@@ -30,10 +30,13 @@ FailureKind = Literal["throttled", "transient", "rejected", "fatal"]
 
 # The SDK logs every request, the whole document in it, at DEBUG: with ANTHROPIC_LOG=debug, or whenever the
 # root logger is at DEBUG (Lambda's log-level control sets it). Documents must never reach the logs, so its
-# loggers stay at INFO or above, whatever is asked (docs/SECURITY.md).
+# loggers stay at WARNING or above, whatever is asked (docs/SECURITY.md). Not INFO: httpx2 logs each request's
+# URL there (the model endpoint) and the SDK each retry, one unstructured line per model call in the
+# function's logs and on ckb mcp's stderr; the function counts attempts and 429s itself (the middleware
+# below, its summary line and metrics).
 for _name in ("anthropic", "httpx2"):
     _sdk_logger = logging.getLogger(_name)
-    _sdk_logger.setLevel(max(logging.INFO, _sdk_logger.level))
+    _sdk_logger.setLevel(max(logging.WARNING, _sdk_logger.level))
 
 
 @dataclass(frozen=True, slots=True)
