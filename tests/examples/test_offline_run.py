@@ -174,3 +174,16 @@ def test_a_plain_function_that_breaks_the_contract_is_one_line(tmp_path: Path) -
     assert result.exit_code == 1, result.output
     (line,) = result.stderr.strip().splitlines()
     assert "not the contract's response" in line and line.startswith("error: your handler "), line
+
+
+def test_what_a_handler_file_prints_on_import_stays_out_of_the_json(tmp_path: Path) -> None:
+    spec = write(
+        tmp_path,
+        SDK
+        + "print('loading my handler')\n@transformation\ndef handler(document: Document) -> list[Chunk]:\n"
+        "    return list(document.chunks)\n",
+    )
+    args = ["transform", str(EVENT), "--handler", spec, "--strategy", "structural", "--json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert len(json.loads(result.stdout)["outputFiles"]) == 1 and "loading my handler" in result.stderr

@@ -10,6 +10,7 @@ traceback with ``--debug``).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import inspect
 import re
@@ -74,7 +75,9 @@ def load(spec: str) -> UserHandler:
         sys.path.insert(0, folder)  # the asset root, as in Lambda: the file's neighbours import
     sys.modules[module_name] = module
     try:
-        module_spec.loader.exec_module(module)
+        # What the file prints as it is imported goes to stderr: stdout may be a --json answer.
+        with contextlib.redirect_stdout(sys.stderr):
+            module_spec.loader.exec_module(module)
     except BaseException as exc:
         sys.modules.pop(module_name, None)
         if isinstance(exc, KeyboardInterrupt):
