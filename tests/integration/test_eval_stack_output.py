@@ -171,6 +171,8 @@ def test_the_legend_names_only_what_the_table_shows() -> None:
     offline = legend([Row("raw", "bm25 index", scores), Row("raw", "bm25 code-aware", scores)])
     assert "index: BM25 with the deployed index's analysis" in offline and "code-aware:" in offline
     assert "builtin:" not in offline and "minilm" not in offline and "rerank" not in offline
+    assert "offline rows: the corpus's own chunks, a golden chunk found by its exact text" in offline
+    assert "offline rows" not in text
 
 
 def test_the_upload_line_and_the_notes_hold_for_every_count() -> None:

@@ -430,6 +430,8 @@ def legend(rows: Sequence[Row]) -> str:
     """The table's caption: the metrics, then what the retrieval names shown mean (none other). Pure."""
     shown = " ".join(_SHOWN.get(row.retrieval, row.retrieval) for row in rows)
     said = [text for word, text in _LEGEND if word in shown]
+    if any(row.chunks != "deployed KB" for row in rows):  # the deployed rows' own note says theirs
+        said.insert(0, "offline rows: the corpus's own chunks, a golden chunk found by its exact text")
     metrics = "P@k Pass@k, R@k Recall@k (golden chunks pooled), MRR; x100."
     return f"{metrics} {'; '.join(said)}" if said else metrics
 
