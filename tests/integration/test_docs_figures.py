@@ -92,6 +92,15 @@ EXCUSED = {
     "ckb transform events/malformed-event/event.json": "no output quoted (tests/integration/test_cli.py)",
     "AWS_ENDPOINT_URL_S3=http://127.0.0.1:4566 ckb transform EVENT.json": "the reader's own S3 and event",
     "ckb demo --max-tokens 200 --overlap 10 --strategy structural": "no output quoted",
+    "ckb transform events/markdown/event.json --handler examples/path_metadata/handler.py --show 2": (
+        "tests/examples/test_offline_run.py (the example README's same command, with --strategy structural)"
+    ),
+    "python bench/eval_paths.py": "eval --stack against ckb local, 15 minutes: a dated measurement",
+    "ckb eval --local --strategies none,structural,claude --analyzers index --k 5,10,20 --json": (
+        "bench/eval_paths.py's offline half, in its dated measurement (raw and structural: eval_table's)"
+    ),
+    "ckb local --strategy claude --max-tokens 300 --overlap 20": "bench/eval_paths.py's, for each strategy",
+    "ckb eval --k 5,10,20 --yes --state claude.jsonl --json": "bench/eval_paths.py's, against ckb local",
     "python -m contextual_kb.local.bedrock_standin --port 8765 --rpm 600": "a server; no output quoted",
     "ckb sync --reprocess --stack ContextualKbAttached": "a deployed stack (AWS)",
     "ckb contextualize --dry-run": "a deployed stack (AWS)",

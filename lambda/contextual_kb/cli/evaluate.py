@@ -46,7 +46,46 @@ def cutoffs_of(value: str) -> list[int]:
     return found
 
 
+# Options one path applies and the other cannot: given to the other, refused, never silently ignored.
+OFFLINE_ONLY = (
+    "strategies",
+    "analyzers",
+    "retrieval",
+    "engine",
+    "rrf_k",
+    "bedrock",
+    "chunkers",
+    "chunk_tokens",
+    "chunk_overlap",
+)
+DEPLOYED_ONLY = ("stack", "region", "state", "skip_sync")
+
+
+def _refuse_the_other_paths_options(ctx: typer.Context, local: bool) -> None:
+    """One line naming every option the chosen path would ignore: against a stack, the stack's function
+    decides the contexts and its index the analysis and the search; offline, there is no stack. An option
+    counts as given when it is on the command line (``CKB_STACK``, which ``ckb local`` exports, does not)."""
+    wrong = DEPLOYED_ONLY if local else OFFLINE_ONLY
+    given = [
+        next(p.opts[0] for p in ctx.command.params if p.name == name)
+        for name in wrong
+        # By name: typer carries its own copy of click, whose enum is not click's.
+        if getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"
+    ]
+    if not given:
+        return
+    if local:
+        raise usage(", ".join(given), "against a deployed stack only, not with --local", "Drop them")
+    raise usage(
+        ", ".join(given),
+        "offline only (ckb eval --local); against a stack, its function decides the contexts and its index "
+        "the analysis and the search",
+        "Add --local, or drop them",
+    )
+
+
 def eval_command(
+    ctx: typer.Context,
     queries: Annotated[
         Path | None,
         typer.Option(
@@ -147,6 +186,7 @@ def eval_command(
     from contextual_kb.evaluation.lexical import ANALYZERS
     from contextual_kb.evaluation.offline import RETRIEVALS, evaluate, load_corpus, load_queries
 
+    _refuse_the_other_paths_options(ctx, local)
     cutoffs = cutoffs_of(k)
     chosen = names("--strategies", strategies, STRATEGY_NAMES, "strategy")
     chosen_analyzers = names("--analyzers", analyzers, list(ANALYZERS), "analyzer")
@@ -182,8 +222,9 @@ def eval_command(
             as_json,
         )
         return
+    notes: list[str] = []
     if not local:
-        rows = _deployed(documents, labelled, cutoffs, stack, region, state, skip_sync, yes)
+        rows, notes = _deployed(documents, labelled, cutoffs, stack, region, state, skip_sync, yes, as_json)
     else:
         from contextual_kb.local.environment import offline_aws
 
@@ -217,8 +258,13 @@ def eval_command(
                 for row, gain in zip(rows, gains, strict=True)
             ]
         )
+        for note in notes:  # what the figures measure: said, never in the JSON a script reads
+            error_console().print(note, markup=False, highlight=False)
         return
-    print_table(console(), rows, cutoffs, title=f"{len(labelled)} queries, {len(documents)} documents")
+    out = console()
+    print_table(out, rows, cutoffs, title=f"{len(labelled)} queries, {len(documents)} documents")
+    for note in notes:
+        out.print(note, markup=False, highlight=False)
 
 
 def _with_lucene(
@@ -335,11 +381,7 @@ def compared_cutoff(cutoffs: list[int]) -> int:
 
 
 def print_table(out: Console, rows: list[Row], cutoffs: list[int], *, title: str) -> None:
-    caption = (
-        "P@k Pass@k, R@k Recall@k (golden chunks pooled), MRR; x100. index: BM25 with the deployed index's "
-        "analysis; builtin: with built-in analyzer names only"
-    )
-    table = Table(title=title, caption=caption, box=box.SIMPLE_HEAD)
+    table = Table(title=title, caption=legend(rows), box=box.SIMPLE_HEAD)
     table.add_column("chunks", no_wrap=True)
     table.add_column("retrieval", no_wrap=True)
     deepest = cutoffs[-1]  # Recall at the deepest cut-off only, so the table fits a terminal (--json: all)
@@ -371,6 +413,27 @@ def print_table(out: Console, rows: list[Row], cutoffs: list[int], *, title: str
     width = max(map(len, labels))
     for label, (_, gain) in zip(labels, gains, strict=True):
         out.print(f"  {label:<{width}}  {_gain(gain)}", markup=False, highlight=False)
+
+
+# What each name in the retrieval column means, said under the table only when a row shows it.
+_LEGEND = (
+    ("index", "index: BM25 with the deployed index's analysis"),
+    ("(lucene)", "(lucene): Lucene's BM25 with that analysis"),
+    ("code-aware", "code-aware: BM25 splitting identifiers"),
+    ("builtin", "builtin: with built-in analyzer names only"),
+    ("minilm", "minilm: MiniLM vectors, hybrid their RRF with BM25"),
+    ("rerank", "hybrid: the Knowledge Base's search; rerank: its Rerank of the top candidates"),
+)
+
+
+def legend(rows: Sequence[Row]) -> str:
+    """The table's caption: the metrics, then what the retrieval names shown mean (none other). Pure."""
+    shown = " ".join(_SHOWN.get(row.retrieval, row.retrieval) for row in rows)
+    said = [text for word, text in _LEGEND if word in shown]
+    if any(row.chunks != "deployed KB" for row in rows):  # the deployed rows' own note says theirs
+        said.insert(0, "offline rows: the corpus's own chunks, a golden chunk found by its exact text")
+    metrics = "P@k Pass@k, R@k Recall@k (golden chunks pooled), MRR; x100."
+    return f"{metrics} {'; '.join(said)}" if said else metrics
 
 
 def row_label(row: Row) -> str:
@@ -433,14 +496,16 @@ def _deployed(
     state: Path,
     skip_sync: bool,
     yes: bool,
-) -> list[Row]:
-    """Upload the corpus, sync, query every question with and without reranking, score."""
+    as_json: bool,
+) -> tuple[list[Row], list[str]]:
+    """Upload the corpus, sync, query every question with and without reranking, score; the rows, and the
+    notes that say what they measured. Every line for a person goes to stderr with ``as_json``."""
     from contextual_kb.cli.kb import deployment_of, ingestion_of, retriever_of
     from contextual_kb.evaluation.deployed import corpus_digest, run_queries, score_deployed, upload_corpus
     from contextual_kb.query import aws_clients
     from contextual_kb.query.retrieval import DEFAULT_RERANKER
 
-    out = console()
+    out = error_console() if as_json else console()
     deployment = deployment_of(stack, region)
     retrievals = f"{2 * len(labelled):,} retrievals ({len(labelled):,} queries, with and without reranking)"
     if skip_sync:
@@ -455,7 +520,7 @@ def _deployed(
     s3 = aws_clients.client("s3", deployment.region)
     with status_line(f"uploading {len(documents):,} document(s)"):
         uploaded = upload_corpus(s3, deployment.source_bucket, documents)
-    out.print(f"{uploaded} of {len(documents)} document(s) uploaded (the rest were there already)")
+    out.print(uploaded_line(uploaded, len(documents)), markup=False, highlight=False)
     if not skip_sync:
         ingestion = ingestion_of(deployment)
         with status_line("ingestion: starting") as progress:
@@ -499,7 +564,68 @@ def _deployed(
             )
         name = f"{retriever.search_type.lower()} + {'no rerank' if reranker == 'none' else 'rerank'}"
         rows.append(Row("deployed KB", name, score_deployed(documents, labelled, retrieved, cutoffs)))
-    return rows
+    return rows, deployed_notes(_chunking_of(deployment), local_stack=_is_local(deployment))
+
+
+def uploaded_line(uploaded: int, total: int) -> str:
+    """What the upload did, in words that hold for every count. Pure."""
+    if uploaded == total:
+        return f"{total:,} document(s) uploaded"
+    there = total - uploaded
+    return f"{uploaded:,} of {total:,} document(s) uploaded ({there:,} already there with the same content)"
+
+
+def deployed_notes(chunking: str, *, local_stack: bool) -> list[str]:
+    """What the deployed rows measure, so they are not compared with the offline ones unawares. Pure."""
+    notes = [
+        f"deployed KB: the Knowledge Base's own chunks ({chunking}), each with the context its function "
+        "gave it; a golden chunk of the benchmark counts as found in a retrieved chunk that holds at least "
+        "half of its word 5-grams (a short one whole), so one larger chunk may hold several golden chunks. "
+        "ckb eval --local scores the benchmark's own chunks by exact text: the two figures are comparable "
+        "only for a corpus chunked as the data source chunks it (docs/BENCHMARKS.md, side by side)",
+    ]
+    if local_stack:
+        notes.append(
+            "ckb local: its HYBRID search is BM25 alone over the index's analysis (RRF with MiniLM vectors "
+            "only when started with --dense), its contexts the Bedrock stand-in's (made by rule), its "
+            "rerank a stand-in (BM25 among the candidates): these rows measure the plumbing, not Titan, "
+            "Claude or Cohere"
+        )
+    return notes
+
+
+def _chunking_of(deployment: Deployment) -> str:
+    """The data source's chunking in a few words, read from GetDataSource; said as unknown when it cannot be
+    read (the rows stand without it)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from contextual_kb.cli.kb import ingestion_of
+    from contextual_kb.query.ingestion import IngestionError
+
+    try:
+        source = ingestion_of(deployment).data_source()
+    except (ClientError, BotoCoreError, IngestionError):
+        return "its data source's chunking, not read"
+    chunking = (source.get("vectorIngestionConfiguration") or {}).get("chunkingConfiguration") or {}
+    strategy = chunking.get("chunkingStrategy")
+    fixed = chunking.get("fixedSizeChunkingConfiguration") or {}
+    if strategy == "FIXED_SIZE" and fixed:
+        return f"fixed-size, {fixed.get('maxTokens')} tokens, {fixed.get('overlapPercentage')}% overlap"
+    if strategy is None:
+        return "the default chunking, fixed-size of about 300 tokens"
+    if strategy == "NONE":
+        return "no chunking: each file one chunk, or ours with CHUNKING=structure"
+    return f"{strategy.lower()} chunking"
+
+
+def _is_local(deployment: Deployment) -> bool:
+    """The Knowledge Base answers on this machine: ``ckb local``'s (the only one a client reaches there)."""
+    from urllib.parse import urlparse
+
+    from contextual_kb.query import aws_clients
+
+    endpoint = aws_clients.client("bedrock-agent-runtime", deployment.region).meta.endpoint_url
+    return urlparse(endpoint).hostname in {"127.0.0.1", "localhost", "::1"}
 
 
 def _function_settings(deployment: Deployment) -> str:

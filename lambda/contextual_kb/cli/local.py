@@ -8,21 +8,27 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from contextual_kb.cli.errors import choice
 from contextual_kb.cli.terminal import console, error_console
 
+if TYPE_CHECKING:
+    from contextual_kb.local.user_handler import UserHandler
+
 STRATEGIES = ("claude", "structural", "none")
 
 
 @contextmanager
-def running_stack(*, max_tokens: int = 300, overlap: int = 20, dense: bool = False) -> Iterator[object]:
-    """The local stack with the deployed index's analysis (and MiniLM vectors with ``dense``)."""
+def running_stack(
+    *, max_tokens: int = 300, overlap: int = 20, dense: bool = False, handler: UserHandler | None = None
+) -> Iterator[object]:
+    """The local stack with the deployed index's analysis (and MiniLM vectors with ``dense``); its ingestion
+    runs ``handler`` (a user's) instead of ours when one is given."""
     from contextual_kb.evaluation.lexical import ANALYZERS
     from contextual_kb.local.stack import local_stack
 
@@ -36,10 +42,23 @@ def running_stack(*, max_tokens: int = 300, overlap: int = 20, dense: bool = Fal
             embed(["a probe, so a missing dense extra is said now"])
         except DenseUnavailableError as exc:
             raise usage("--dense", str(exc)) from None
+    hook = {} if handler is None else {"invoke": invoking(handler)}
     with local_stack(
-        analyzer=ANALYZERS["index"], embed=embed, max_tokens=max_tokens, overlap_percentage=overlap
+        analyzer=ANALYZERS["index"], embed=embed, max_tokens=max_tokens, overlap_percentage=overlap, **hook
     ) as stack:
         yield stack
+
+
+def invoking(handler: UserHandler) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """The local Knowledge Base's transformation step with the user's handler in place of ours (the only
+    change: the stack, its ingestion and its runtime are the same)."""
+    from contextual_kb.local import runner
+
+    def invoke(event: dict[str, Any]) -> dict[str, Any]:
+        # On the job's thread: standard output stays the main thread's, as for ours (stack._invoke).
+        return runner.invoke(event, capture_stdout=False, lambda_handler=handler.function).response
+
+    return invoke
 
 
 def local(
@@ -67,23 +86,36 @@ def local(
     until_stdin_closes: Annotated[
         bool, typer.Option("--until-stdin-closes", help="Stop when standard input closes (a parent's pipe).")
     ] = False,
+    user_handler: Annotated[
+        str | None,
+        typer.Option(
+            "--handler",
+            help="Ingestion runs your own handler (contextual_kb.runtime.sdk, docs/SDK.md) instead of ours: "
+            "the function NAME (default handler) of the Python FILE.",
+            metavar="FILE[:NAME]",
+        ),
+    ] = None,
 ) -> None:
     """A local Knowledge Base and stack on 127.0.0.1 (local S3, the Bedrock stand-in, ingestion that runs the
     real handler), until Ctrl-C: prints the variables that point ckb, boto3 and ckb mcp at it."""
+    from contextual_kb.cli.user_handler import load_user_handler
+
+    yours = load_user_handler(user_handler) if user_handler else None  # before anything starts
     os.environ["CONTEXT_STRATEGY"] = strategy
     started = time.perf_counter()
-    with running_stack(max_tokens=max_tokens, overlap=overlap, dense=dense) as stack:
+    with running_stack(max_tokens=max_tokens, overlap=overlap, dense=dense, handler=yours) as stack:
         out = console()
         environment = stack.environment()  # type: ignore[attr-defined]
         for name, value in environment.items():
             out.print(f"export {name}={shlex.quote(value)}", markup=False, highlight=False)
         sys.stdout.flush()
+        handler_note = f"; ingestion runs your handler {yours.spec}" if yours else ""
         error_console().print(
             f"local stack {environment['CKB_STACK']} ready in {time.perf_counter() - started:.1f} s "
-            f"(strategy {strategy}); in another shell, set the variables above, then: ckb upload DOCS; ckb "
-            "sync; ckb query TEXT. Its Rerank is a deterministic stand-in (BM25 among the candidates), not "
-            "a model, and ckb ask's answers are the Bedrock stand-in's, made by rule. Ctrl-C stops it (and "
-            "forgets everything)."
+            f"(strategy {strategy}{handler_note}); in another shell, set the variables above, then: ckb "
+            "upload DOCS; ckb sync; ckb query TEXT. Its Rerank is a deterministic stand-in (BM25 among the "
+            "candidates), not a model, and ckb ask's answers are the Bedrock stand-in's, made by rule. "
+            "Ctrl-C stops it (and forgets everything)."
         )
         try:
             if until_stdin_closes:

@@ -18,6 +18,7 @@ from contextual_kb.cli.datasets import DATASET_HELP
 from contextual_kb.cli.errors import CkbGroup, choice
 from contextual_kb.cli.paid import YES_HELP, confirm_contexts, corpus_sizes
 from contextual_kb.cli.terminal import console, error_console, write_json
+from contextual_kb.cli.user_handler import HANDLER_HELP
 
 if TYPE_CHECKING:
     from contextual_kb.local.model_endpoint import ModelEndpoint
@@ -149,8 +150,12 @@ def transform(
         ),
     ] = False,
     yes: Annotated[bool, typer.Option("--yes", help=YES_HELP)] = False,
+    user_handler: Annotated[
+        str | None,
+        typer.Option("--handler", help=HANDLER_HELP, metavar="FILE[:NAME]"),
+    ] = None,
 ) -> None:
-    """Run the real transformation handler on EVENT_FILE and print a summary."""
+    """Run the real transformation handler (or yours, --handler) on EVENT_FILE and print a summary."""
     from contextlib import nullcontext
 
     from contextual_kb.local.environment import offline_aws
@@ -170,6 +175,7 @@ def transform(
             logs,
             allow_fallback,
             yes,
+            user_handler,
         )
 
 
@@ -185,18 +191,21 @@ def _transform(
     logs: bool,
     allow_fallback: bool,
     yes: bool,
+    user_handler: str | None = None,
 ) -> None:
     from contextlib import nullcontext
 
     import boto3
 
     from contextual_kb.cli.render import STANDIN_CONTEXT, print_chunks, print_summary
+    from contextual_kb.cli.user_handler import load_user_handler, print_handler_output, user_handler_failed
     from contextual_kb.local import runner, s3server
     from contextual_kb.local.model_endpoint import ENV, model_endpoint
     from contextual_kb.runtime.models import parse_event
 
     event = runner.load_event(event_file)
     parse_event(event)  # a malformed event fails here, before any server starts
+    yours = load_user_handler(user_handler) if user_handler else None  # before any server starts
     objects_dir = objects or (event_file.parent / "objects")
     os.environ["CONTEXT_STRATEGY"] = strategy = strategy or "claude"
     if chunking:
@@ -217,18 +226,24 @@ def _transform(
         if model is not None and model.kind == "custom endpoint" and not allow_fallback:
             _check_reachable(os.environ[ENV])
         try:
-            result = runner.invoke(event)
+            result = runner.invoke(event, lambda_handler=yours.function if yours else None)
         except runner.HandlerError as failed:
             if logs:
                 sys.stderr.write(failed.log)
+            if yours is not None:
+                raise user_handler_failed(yours.spec, failed) from failed.error
             raise
     if logs:
         sys.stderr.write(result.log)
     if as_json:
         write_json(result.response)
     else:
+        if yours is not None:
+            out.print(f"handler: yours, {yours.spec}", markup=False, highlight=False)
         print_summary(out, result)
-        if show:
+        if show and yours is not None:
+            print_handler_output(out, result, show)
+        elif show:
             standin = model is not None and model.kind == "stand-in"
             print_chunks(out, result, show, label=STANDIN_CONTEXT if standin else "context")
     if model is not None:

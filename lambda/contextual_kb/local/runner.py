@@ -7,7 +7,7 @@ import io
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,12 +86,14 @@ def invoke(
     *,
     fresh: bool = True,
     capture_stdout: bool = True,
+    lambda_handler: Callable[[dict[str, Any], Any], dict[str, Any]] | None = None,
 ) -> RunResult:
     """Invoke the real handler, then read inputs and outputs back. ``fresh``: settings, strategy and S3 client
     built anew from the environment (else the ones already built, e.g. with a fault hook on the client).
     ``capture_stdout`` False: the handler's log is still captured (its logger's stream), but standard output
     is left alone, for a caller on another thread (the local Knowledge Base's jobs) while the main thread
-    prints."""
+    prints. ``lambda_handler``: the function to run instead of ours (a user's, ``local/user_handler.py``);
+    it shares our runtime (settings, strategy, store), as the SDK's handlers do in Lambda."""
     if fresh:
         handler.runtime.cache_clear()
     s3 = boto3.client("s3")
@@ -110,8 +112,10 @@ def invoke(
     try:
         with contextlib.redirect_stdout(printed) if capture_stdout else contextlib.nullcontext():
             started = time.perf_counter()
-            response = handler.lambda_handler(event, context or LocalLambdaContext())
+            response = (lambda_handler or handler.lambda_handler)(event, context or LocalLambdaContext())
             seconds = time.perf_counter() - started
+        if lambda_handler is not None:  # ours keeps the contract; a user's function is checked
+            _check_response(response, event)
     except Exception as exc:
         raise HandlerError(exc, printed.getvalue()) from exc
     finally:
@@ -139,6 +143,24 @@ def invoke(
             )
         )
     return RunResult(response, files, before, after, event, printed.getvalue(), seconds)
+
+
+def _check_response(response: Any, event: dict[str, Any]) -> None:
+    """A handler's answer the Knowledge Base can read: the contract's response, one output file per input."""
+    from contextual_kb.runtime.models import TransformationResponse
+
+    try:
+        parsed = TransformationResponse.model_validate(response)
+    except ValidationError as exc:
+        raise ValueError(
+            f"the handler returned {type(response).__name__}, not the contract's response "
+            f"({{'outputFiles': [...]}}): {exc.errors()[0]['msg']}"
+        ) from None
+    if len(parsed.output_files) != len(event.get("inputFiles", [])):
+        raise ValueError(
+            f"the handler returned {len(parsed.output_files)} output file(s) for "
+            f"{len(event.get('inputFiles', []))} input file(s)"
+        )
 
 
 EVENT = "a Knowledge Base custom-transformation event, a JSON object like events/markdown/event.json"
