@@ -18,7 +18,7 @@ switched, so that its first sync finds everything it needs.
 
 from __future__ import annotations
 
-from aws_cdk import Aws, CfnOutput, CfnResource, CustomResource, Duration, Stack
+from aws_cdk import Acknowledgment, Aws, CfnOutput, CfnResource, CustomResource, Duration, Stack, Validations
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
@@ -31,7 +31,7 @@ from contextual_kb.cdk.batch import BatchRole
 from contextual_kb.cdk.bundling import resources_code
 from contextual_kb.cdk.config import StackConfig
 from contextual_kb.cdk.function import TransformFunction
-from contextual_kb.cdk.ingestion_logs import IngestionLogs
+from contextual_kb.cdk.ingestion_logs import IngestionLogs, delivery_source_name
 from contextual_kb.cdk.knowledge_base import transformation_statements
 from contextual_kb.cdk.logs import month_of_logs
 from contextual_kb.cdk.monitoring import Monitoring
@@ -111,6 +111,17 @@ class AttachStack(Stack):
                 resources=[f"arn:{Aws.PARTITION}:kms:{Aws.REGION}:{Aws.ACCOUNT_ID}:key/*"],
             )
         )
+        # The inspection looks for a delivery source the Knowledge Base already has for its ingestion logs
+        # (one a resource and log type): a list action, on no resource (AWS's vended-logs permissions: "*").
+        delivery_sources = iam.PolicyStatement(actions=["logs:DescribeDeliverySources"], resources=["*"])
+        self.attach_role.add_to_policy(delivery_sources)
+        Validations.of(self.attach_role).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions::AwsSolutions-IAM5[Resource::*]",
+                reason="logs:DescribeDeliverySources (the inspection's look for the Knowledge Base's own "
+                "delivery source) supports no resource-level permission: AWS requires *.",
+            )
+        )
         self.attach_function = lambda_.Function(
             self,
             "AttachFunction",
@@ -141,6 +152,16 @@ class AttachStack(Stack):
                 # when CONTEXT_METADATA_MAX_BYTES is 0)
                 "ContextMetadataKey": config.context_metadata_key,
                 "RdsMetadataColumns": "true" if config.rds_metadata_columns else "false",
+                # What the stack does with the Knowledge Base's ingestion logs: the inspection refuses a
+                # second delivery source for them before one is made (contextual_kb/cdk/ingestion_logs.py).
+                "IngestionLogs": (
+                    "off" if not config.ingestion_logs else "use" if config.ingestion_log_source else "create"
+                ),
+                "IngestionLogSource": (
+                    config.ingestion_log_source or delivery_source_name(self.stack_name, kb_id)
+                    if config.ingestion_logs
+                    else ""
+                ),
             },
         )
 
@@ -202,7 +223,13 @@ class AttachStack(Stack):
         self.alarm_topic = AlarmTopic(self, "Alarms", config=config, key=key)
         # The user's Knowledge Base's logs, delivered to a log group of this stack (what destroy removes).
         self.ingestion_logs = (
-            IngestionLogs(self, "IngestionLogs", knowledge_base_arn=kb_arn, knowledge_base=kb_id)
+            IngestionLogs(
+                self,
+                "IngestionLogs",
+                knowledge_base_arn=kb_arn,
+                knowledge_base=kb_id,
+                existing_source=config.ingestion_log_source,
+            )
             if config.ingestion_logs
             else None
         )
@@ -235,6 +262,8 @@ class AttachStack(Stack):
             # One line: whether the data source's key policy lets the function's role use the key, or what
             # to add to it (printed by `cdk deploy`, checked by `ckb doctor`).
             ("DataSourceKeyCheck", self.inspection.get_att_string("DataSourceKeyCheck")),
+            # One line: the Knowledge Base's ingestion logs: a new delivery source, its own used, or off.
+            ("IngestionLogsCheck", self.inspection.get_att_string("IngestionLogsCheck")),
             ("StackMode", "attach"),
             ("BatchRoleArn", self.batch.role.role_arn),
             ("RdsMetadataColumns", self.inspection.get_att_string("MetadataColumns")),

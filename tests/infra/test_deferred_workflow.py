@@ -101,7 +101,15 @@ def test_it_looks_on_schedules_and_when_bedrock_says_a_batch_job_changed(
     _, template = templates["both"]
     (rule,) = resources(template, "AWS::Events::Rule").values()
     pattern = rule["Properties"]["EventPattern"]
-    assert pattern == {"source": ["aws.bedrock"], "detail-type": ["Batch Inference Job State Change"]}
+    assert pattern == {
+        "source": ["aws.bedrock"],
+        "detail-type": ["Batch Inference Job State Change"],
+        # only our jobs' ends (tests/infra/test_first_deploy.py matches events against it)
+        "detail": {
+            "batchJobName": [{"prefix": "ckb-"}],
+            "status": ["Completed", "PartiallyCompleted", "Failed", "Stopped", "Expired"],
+        },
+    }
     (target,) = rule["Properties"]["Targets"]
     assert json.loads(target["Input"]) == {"mode": "resume"}
 

@@ -16,6 +16,9 @@ import pytest
 from botocore.stub import Stubber
 
 from contextual_kb.resources.attach_data_source import (
+    LOGS_CREATE,
+    LOGS_OFF,
+    LOGS_USE,
     AttachError,
     DataSources,
     handle,
@@ -653,3 +656,126 @@ def test_a_key_in_another_account_or_unreadable_is_said_in_one_line(agent: Any) 
     )
     assert f"{ACCOUNT_ROOT}) or allow {FUNCTION_ROLE}" in lines[1]
     assert all("\n" not in line for line in lines)
+
+
+# --- the Knowledge Base's ingestion logs: one delivery source a resource and log type -----------------------
+
+KB_ARN = f"arn:aws:bedrock:{REGION}:123456789012:knowledge-base/{KB}"
+OUR_SOURCE = "ContextualKbAttached-kb-1a2b3c"
+
+
+def test_a_delivery_source_the_knowledge_base_already_has_fails_the_inspection_naming_it() -> None:
+    """AWS's Knowledge Base logging page has users set the logs up in the console, which makes a delivery
+    source; CloudWatch Logs refuses a second one for the same resource and log type (ConflictException, once
+    everything else of the stack was made; moto accepts it). The inspection, which runs before the stack's
+    source is made, finds it (DescribeDeliverySources, moto's) and refuses in one line, naming it and both
+    ways out; the stack's own source (an update of the stack) is no conflict."""
+    from moto import mock_aws
+
+    with mock_aws():
+        logs = boto3.client("logs", region_name=REGION)
+        logs.put_delivery_source(name="console-kb-logs", resourceArn=KB_ARN, logType="APPLICATION_LOGS")
+        client = boto3.client("bedrock-agent", region_name=REGION)
+        with Stubber(client) as stub:
+            stub.add_response("get_knowledge_base", knowledge_base(), {"knowledgeBaseId": KB})
+            stub.add_response(
+                "get_data_source", {"dataSource": _plain()}, {"knowledgeBaseId": KB, "dataSourceId": DS}
+            )
+            with pytest.raises(AttachError) as refused:
+                handle(_logs_event(LOGS_CREATE, OUR_SOURCE), DataSources(client, logs=logs))
+            stub.assert_no_pending_responses()
+        message = str(refused.value)
+        assert message == (
+            f"knowledge base {KB} already delivers its ingestion logs through delivery source "
+            "console-kb-logs (CloudWatch Logs allows one a resource and log type): deploy with "
+            "-c ingestionLogSource=console-kb-logs to deliver them to this stack's log group as well, or "
+            "with -c ingestionLogs=false to leave them as they are"
+        )
+        # The stack's own source, there since its first deploy, and another resource's: no conflict.
+        logs.delete_delivery_source(name="console-kb-logs")
+        logs.put_delivery_source(name=OUR_SOURCE, resourceArn=KB_ARN, logType="APPLICATION_LOGS")
+        other = KB_ARN.replace(KB, "KBOTHER001")
+        logs.put_delivery_source(name="other-kb-logs", resourceArn=other, logType="APPLICATION_LOGS")
+        found = _inspect(client_logs=logs, mode=LOGS_CREATE, name=OUR_SOURCE)
+        assert found["Data"]["IngestionLogsCheck"] == (
+            f"create: delivery source {OUR_SOURCE}, new, to the stack's log group"
+        )
+
+
+def test_the_knowledge_bases_own_source_is_used_when_named_and_checked_to_be_its() -> None:
+    from moto import mock_aws
+
+    with mock_aws():
+        logs = boto3.client("logs", region_name=REGION)
+        logs.put_delivery_source(name="console-kb-logs", resourceArn=KB_ARN, logType="APPLICATION_LOGS")
+        other = KB_ARN.replace(KB, "KBOTHER001")
+        logs.put_delivery_source(name="other-kb-logs", resourceArn=other, logType="APPLICATION_LOGS")
+        found = _inspect(client_logs=logs, mode=LOGS_USE, name="console-kb-logs")
+        assert found["Data"]["IngestionLogsCheck"].startswith("use: a delivery from console-kb-logs")
+        for name, why in (
+            ("other-kb-logs", f"ingestionLogSource other-kb-logs is for {other} (APPLICATION_LOGS)"),
+            ("typo-kb-logs", "ingestionLogSource typo-kb-logs does not exist in this account and region"),
+        ):
+            with pytest.raises(AttachError) as refused:
+                _inspect(client_logs=logs, mode=LOGS_USE, name=name)
+            assert str(refused.value) == (
+                f"{why}, not knowledge base {KB}'s APPLICATION_LOGS: deploy with "
+                "-c ingestionLogSource=console-kb-logs"
+            )
+
+
+def test_every_page_of_delivery_sources_is_read_and_off_reads_none() -> None:
+    """DescribeDeliverySources pages (nextToken; moto answers in one page): the Knowledge Base's source on
+    the second page is found (Stubber, the API's own shapes). With ingestionLogs=false nothing is asked."""
+    logs = boto3.client("logs", region_name=REGION)
+    with Stubber(logs) as stubbed:
+        stubbed.add_response(
+            "describe_delivery_sources",
+            {
+                "deliverySources": [{"name": "cdn-logs", "resourceArns": ["arn:aws:cloudfront::1:x"]}],
+                "nextToken": "page2",
+            },
+            {},
+        )
+        stubbed.add_response(
+            "describe_delivery_sources",
+            {
+                "deliverySources": [
+                    {"name": "console-kb-logs", "resourceArns": [KB_ARN], "logType": "APPLICATION_LOGS"}
+                ]
+            },
+            {"nextToken": "page2"},
+        )
+        with pytest.raises(AttachError, match="through delivery source console-kb-logs "):
+            _inspect(client_logs=logs, mode=LOGS_CREATE, name=OUR_SOURCE)
+        found = _inspect(client_logs=logs, mode=LOGS_OFF, name="")
+        stubbed.assert_no_pending_responses()
+    assert found["Data"]["IngestionLogsCheck"].startswith("off: ingestionLogs=false")
+
+
+def _plain() -> dict[str, Any]:
+    """A data source with no KMS key (the key check is another test's)."""
+    source = data_source(CHUNKINGS["fixed_size"])
+    del source["serverSideEncryptionConfiguration"]
+    return source
+
+
+def _logs_event(mode: str, name: str) -> dict[str, Any]:
+    return event(
+        "Create",
+        "Custom::DataSourceInspection",
+        properties={"IngestionLogs": mode, "IngestionLogSource": name},
+    )
+
+
+def _inspect(*, client_logs: Any, mode: str, name: str) -> dict[str, Any]:
+    client = boto3.client("bedrock-agent", region_name=REGION)
+    with Stubber(client) as stub:
+        stub.add_response("get_knowledge_base", knowledge_base(), {"knowledgeBaseId": KB})
+        stub.add_response(
+            "get_data_source", {"dataSource": _plain()}, {"knowledgeBaseId": KB, "dataSourceId": DS}
+        )
+        try:
+            return handle(_logs_event(mode, name), DataSources(client, logs=client_logs))
+        finally:
+            stub.assert_no_pending_responses()

@@ -34,6 +34,8 @@ SERVICES = (
     "cloudwatch",
     "iam",
     "sns",
+    "logs",
+    "stepfunctions",
 )
 runner = CliRunner()
 
@@ -630,3 +632,207 @@ def test_an_attached_stack_says_what_the_inspection_found_of_the_data_sources_ke
     assert code == 0 and found["status"] == status, found
     assert detail in found["detail"] and todo in found["todo"]
     assert [c["name"] for c in checks][4] == "data source key"
+
+
+# --- issue 51: ingestion-log delivery, the workflow's Map width, the deferred path's assumptions ------------
+
+KB_ARN = f"arn:aws:bedrock:{REGION}:123456789012:knowledge-base/{KB}"
+GROUP = "/aws/vendedlogs/bedrock/knowledge-bases/ContextualKb"
+OURS, CONSOLE = "ContextualKb-kb-1a2b3c", "kb-logs-from-the-console"
+
+
+def delivery_sources(*names: str) -> dict[str, Any]:
+    other = {"name": "cdn-logs", "resourceArns": ["arn:aws:cloudfront::123456789012:distribution/E1"],
+             "logType": "ACCESS_LOGS"}  # fmt: skip
+    kb = [{"name": n, "resourceArns": [KB_ARN], "logType": "APPLICATION_LOGS"} for n in names]
+    return {"deliverySources": [other, *kb]}
+
+
+@pytest.mark.parametrize(
+    ("outputs", "sources", "delivered", "status", "detail"),
+    [
+        ({"IngestionLogGroupName": GROUP}, (OURS,), OURS, "ok", f"by delivery source {OURS} (the stack's)"),
+        (
+            {
+                **ATTACHED,
+                "IngestionLogGroupName": GROUP,
+                "IngestionLogsCheck": f"use: a delivery from {CONSOLE}",
+            },
+            (CONSOLE,),
+            CONSOLE,
+            "ok",
+            f"by delivery source {CONSOLE} (the Knowledge Base's own, used by the stack "
+            "(ingestionLogSource))",
+        ),
+        (
+            {**ATTACHED, "IngestionLogsCheck": "off: ingestionLogs=false"},
+            (CONSOLE,),
+            None,
+            "ok",
+            f"skipped by the stack (ingestionLogs=false): delivery source {CONSOLE} delivers them",
+        ),
+        (
+            {**ATTACHED, "IngestionLogsCheck": "off: ingestionLogs=false"},
+            (),
+            None,
+            "warn",
+            "delivered nowhere",
+        ),
+        ({"IngestionLogGroupName": GROUP}, (), None, "fail", "no delivery source"),
+        ({"IngestionLogGroupName": GROUP}, (OURS,), "", "fail", f"delivery source {OURS} delivers nothing"),
+    ],
+)
+def test_doctor_says_which_delivery_source_carries_the_ingestion_logs(
+    aws: Clients,
+    outputs: dict[str, str],
+    sources: tuple[str, ...],
+    delivered: str | None,
+    status: str,
+    detail: str,
+) -> None:
+    """CloudWatch Logs allows one delivery source a resource and log type: the stack's own, the Knowledge
+    Base's own used by the stack (attach, ingestionLogSource), or one it leaves alone (ingestionLogs=false).
+    """
+    healthy(
+        aws,
+        stack=lambda: aws.stubs["cloudformation"].add_response("describe_stacks", stack_outputs(**outputs)),
+    )
+    if "StackMode" in outputs:
+        for _ in range(4):
+            aws.stubs["iam"].add_response("simulate_principal_policy", simulated("allowed"))
+    aws.stubs["bedrock-agent"].add_response("get_knowledge_base", knowledge_base(), {"knowledgeBaseId": KB})
+    logs = aws.stubs["logs"]
+    logs.add_response("describe_delivery_sources", delivery_sources(*sources), {})
+    if sources and "IngestionLogGroupName" in outputs:
+        destination = f"arn:aws:logs:{REGION}:123456789012:delivery-destination:ContextualKb-kb-logs"
+        logs.add_response(
+            "describe_deliveries",
+            {
+                "deliveries": [
+                    {"id": "d1", "deliverySourceName": sources[0], "deliveryDestinationArn": destination}
+                ]
+            },
+            {},
+        )
+        target = GROUP if delivered else "/aws/vendedlogs/bedrock/knowledge-bases/SomewhereElse"
+        logs.add_response(
+            "get_delivery_destination",
+            {"deliveryDestination": {"name": "ContextualKb-kb-logs", "deliveryDestinationConfiguration": {
+                "destinationResourceArn": f"arn:aws:logs:{REGION}:123456789012:log-group:{target}:*"}}},
+            {"name": "ContextualKb-kb-logs"},
+        )  # fmt: skip
+    _, checks = doctor()
+    found = by_name(checks)["ingestion logs"]
+    assert found["status"] == status and detail in found["detail"], found
+    logs.assert_no_pending_responses()
+
+
+MACHINE = f"arn:aws:states:{REGION}:123456789012:stateMachine:Deferred"
+BATCH_ROLE = "arn:aws:iam::123456789012:role/ContextualKb-BatchRole"
+
+
+def machine(width: int) -> dict[str, Any]:
+    definition = {"StartAt": "Look", "States": {
+        "Look": {"Type": "Task", "Next": "PlanShards"},
+        "PlanShards": {"Type": "Map", "MaxConcurrency": width, "End": True,
+                       "ItemProcessor": {"StartAt": "S", "States": {"S": {"Type": "Pass", "End": True}}}},
+    }}  # fmt: skip
+    return {
+        "stateMachineArn": MACHINE,
+        "name": "Deferred",
+        "definition": json.dumps(definition),
+        "roleArn": "arn:aws:iam::123456789012:role/sm",
+        "type": "STANDARD",
+        "creationDate": "2026-11-23T00:00:00Z",
+    }
+
+
+def jobs(*summaries: tuple[str, str, str]) -> dict[str, Any]:
+    return {"invocationJobSummaries": [
+        {"jobArn": f"arn:aws:bedrock:{REGION}:123456789012:model-invocation-job/{n:012d}", "jobName": name,
+         "modelId": HAIKU, "clientRequestToken": "t", "roleArn": role, "status": status,
+         "message": message, "submitTime": "2026-11-23T00:00:00Z",
+         "inputDataConfig": {"s3InputDataConfig": {"s3Uri": "s3://b/in/"}},
+         "outputDataConfig": {"s3OutputDataConfig": {"s3Uri": "s3://b/out/"}}}
+        for n, (name, status, message, role) in enumerate(
+            (s[0], s[1], s[2], BATCH_ROLE) for s in summaries
+        )
+    ]}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("width", "limits", "map_status", "answer", "batch_status", "batch_detail"),
+    [
+        (5, (10, 10), "ok", jobs(), "ok", "no batch job of this stack has ended yet"),
+        (5, (10, 10), "ok", jobs(("ckb-r-1", "Completed", "")), "ok", "Completed: batch takes this profile"),
+        (
+            100,
+            (10, 10),
+            "fail",
+            jobs(
+                ("ckb-r-2", "Failed", "The provided model identifier is invalid."),
+                ("ckb-r-1", "Completed", ""),
+            ),
+            "fail",
+            "ckb-r-2 (global.anthropic.claude-haiku-4-5-20251001-v1:0) failed: The provided model identifier",
+        ),
+        (
+            8,
+            (10, 10),
+            "warn",
+            jobs(
+                (
+                    "ckb-r-1",
+                    "Failed",
+                    "User: arn:aws:sts::1:assumed-role/B is not authorized to perform: bedrock:InvokeModel",
+                )
+            ),
+            "fail",
+            "is not authorized",
+        ),
+    ],
+)
+def test_doctor_sizes_the_workflows_maps_and_tells_the_deferred_paths_assumptions(
+    aws: Clients,
+    width: int,
+    limits: tuple[int, int],
+    map_status: str,
+    answer: dict[str, Any],
+    batch_status: str,
+    batch_detail: str,
+) -> None:
+    """The Map's children are Lambda invocations at once: against the account's unreserved concurrency (new
+    accounts: reduced). The stack's latest ended batch job tells what no page settles: whether batch takes
+    the global. profile, and whether the batch role's conditioned grant holds."""
+    healthy(
+        aws,
+        stack=lambda: aws.stubs["cloudformation"].add_response(
+            "describe_stacks",
+            stack_outputs(ContextualizeStateMachineArn=MACHINE, BatchRoleArn=BATCH_ROLE),
+        ),
+    )
+    aws.stubs["stepfunctions"].add_response(
+        "describe_state_machine", machine(width), {"stateMachineArn": MACHINE}
+    )
+    aws.stubs["lambda"].add_response(
+        "get_account_settings",
+        {"AccountLimit": {"ConcurrentExecutions": limits[0], "UnreservedConcurrentExecutions": limits[1]}},
+        {},
+    )
+    aws.stubs["bedrock"].add_response(
+        "list_model_invocation_jobs",
+        answer,
+        {"nameContains": "ckb-", "sortBy": "CreationTime", "sortOrder": "Descending", "maxResults": 50},
+    )
+    _, checks = doctor()
+    found = by_name(checks)
+    assert found["workflow concurrency"]["status"] == map_status, found["workflow concurrency"]
+    if map_status != "ok":
+        assert "-c workflowMapConcurrency=5" in found["workflow concurrency"]["todo"]
+    assert found["batch jobs"]["status"] == batch_status and batch_detail in found["batch jobs"]["detail"], (
+        found
+    )
+    if batch_status == "fail":
+        assert "docs/DEFERRED.md, Assumptions" in found["batch jobs"]["todo"]
+    for stub in aws.stubs.values():
+        stub.assert_no_pending_responses()

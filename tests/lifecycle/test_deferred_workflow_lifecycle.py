@@ -6,7 +6,8 @@ Base); the deployed transformation then finds every context remembered and defer
 
 Bedrock's job events cannot be sent on ministack (PutEvents with an ``aws.*`` source is refused, as on
 AWS): the looks are started as the job-end rule and the schedule start them (``{"mode": "resume"}``), which
-is also the "event never delivered" case: the schedule's looks finish the run.
+is also the "event never delivered" case: the schedule's looks finish the run. The deployed rule is asked
+(TestEventPattern) whether the end of each job the run submitted would start such a look.
 """
 
 from __future__ import annotations
@@ -111,6 +112,40 @@ def _check_shards(
         assert "ckb_reprocessed" in marked["Body"].read().decode()
 
 
+def _check_job_end_rule(ministack: Ministack, jobs: list[str]) -> None:
+    """The deployed job-end rule, asked through EventBridge's TestEventPattern (ministack's): the end of each
+    job the run submitted (an event shaped as the sample on "How EventBridge for Amazon Bedrock works")
+    starts a resume look; the same job still under way, or another's job, starts nothing."""
+    events = ministack.client("events")
+    (rule,) = [physical for kind, physical in _stack_resources(ministack.client("cloudformation")).values()
+               if kind == "AWS::Events::Rule"]  # fmt: skip
+    name = rule.rsplit("/", 1)[-1].split("|")[-1]
+    pattern = events.describe_rule(Name=name)["EventPattern"]
+    (target,) = events.list_targets_by_rule(Rule=name)["Targets"]
+    assert json.loads(target["Input"]) == {"mode": "resume"}
+
+    def matches(job: str, status: str) -> bool:
+        arn = "arn:aws:bedrock:us-east-1:000000000000:model-invocation-job/abcdefghwxyz"
+        event = {
+            "version": "0", "id": "1e5527d7-bb36-4607-3370-4164db56a40e",
+            "detail-type": "Batch Inference Job State Change", "source": "aws.bedrock",
+            "account": "000000000000", "time": "2026-12-06T12:34:56Z", "region": "us-east-1",
+            "resources": [arn],
+            "detail": {"version": "0.0", "accountId": "000000000000", "batchJobName": job, "batchJobArn": arn,
+                       "batchModelId": "anthropic.claude-haiku-4-5-20251001-v1:0", "status": status,
+                       "failureMessage": ""},
+        }  # fmt: skip
+        return bool(events.test_event_pattern(EventPattern=pattern, Event=json.dumps(event))["Result"])
+
+    assert jobs
+    for job in jobs:
+        assert all(
+            matches(job, status) for status in ("Completed", "PartiallyCompleted", "Failed", "Expired")
+        )
+        assert not matches(job, "InProgress") and not matches(job, "Submitted")
+    assert not matches("someone-elses-job", "Completed")
+
+
 def _knowledge_base(agent: Any) -> tuple[str, str]:
     """A Knowledge Base and data source on ministack's API (its CloudFormation does not provision one): the
     re-ingestion's ingestion job starts there."""
@@ -203,6 +238,9 @@ def test_the_deployed_workflow_contextualizes_what_ingestion_deferred(engine: di
             return sum(1 for operation, _ in standin.requests if operation == "CreateModelInvocationJob")
 
         assert creates() == 1  # submitted once, whatever the looks
+        _check_job_end_rule(
+            ministack, [name for op, name in standin.requests if op == "CreateModelInvocationJob"]
+        )
         jobs = agent.list_ingestion_jobs(knowledgeBaseId=kb_id, dataSourceId=ds_id)["ingestionJobSummaries"]
         assert len(jobs) == 1  # the re-ingestion's
         # Nothing left to plan (ministack's ingestion job stays running: the look plans nothing meanwhile).

@@ -112,11 +112,22 @@ class StackConfig(BaseModel):
     # The Knowledge Base's own ingestion logs (APPLICATION_LOGS), delivered to a log group of the stack; off
     # for a Knowledge Base whose logs are already delivered elsewhere.
     ingestion_logs: bool = Field(default=True, alias="ingestionLogs")
+    # Attach mode: the delivery source the Knowledge Base already has for those logs (CloudWatch Logs allows
+    # one a resource and log type: the console's makes one); the stack adds a delivery from it to its group.
+    ingestion_log_source: str | None = Field(
+        default=None, alias="ingestionLogSource", pattern=r"^[\w-]{1,60}$"
+    )
     # The deferred loop as a serverless workflow (docs/DEFERRED.md, "In the cloud"): when to look for pending
     # work; unset: no workflow (ckb contextualize by hand).
     auto_contextualize: Literal["nightly", "after-ingestion", "both"] | None = Field(
         default=None, alias="autoContextualize"
     )
+    # The workflow's shards at once in a Map (unset: 5, what a new account's reduced Lambda concurrency runs;
+    # or one below workflowReservedConcurrency), and the step's reserved concurrency (unset: none).
+    workflow_map_concurrency: int | None = Field(
+        default=None, alias="workflowMapConcurrency", ge=1, le=10_000
+    )
+    workflow_reserved_concurrency: int | None = Field(default=None, alias="workflowReservedConcurrency", ge=2)
 
     # --- attach mode: contextual retrieval for a Knowledge Base the user already has (docs/ATTACH.md) ---
     knowledge_base_id: str | None = Field(default=None, alias="knowledgeBaseId", pattern=r"^[0-9a-zA-Z]{10}$")
@@ -166,6 +177,12 @@ class StackConfig(BaseModel):
             raise ValueError(
                 "autoContextualize in attach mode: not supported yet (the stack has no source bucket to "
                 "grant the re-ingestion's marks on); run ckb contextualize, or deploy the full stack"
+            )
+        self._workflow_is_sized()
+        if self.ingestion_log_source and not self.ingestion_logs:
+            raise ValueError(
+                "ingestionLogSource with ingestionLogs=false: the source's logs are delivered to the stack's "
+                "log group only with ingestionLogs on"
             )
         if self.alarm_email and self.alarm_topic_arn:
             raise ValueError(
@@ -267,6 +284,23 @@ class StackConfig(BaseModel):
             attach_only = sorted(chosen & _ATTACH_ONLY)
             if attach_only:
                 raise ValueError(f"{attach_only[0]} applies only when attaching (with knowledgeBaseId)")
+
+    def _workflow_is_sized(self) -> None:
+        """The workflow's concurrency settings need the workflow, and a Map no wider than the step's reserved
+        concurrency leaves (contextual_kb/cdk/deferred_workflow.py, map_concurrency_of)."""
+        sizes = [
+            alias
+            for alias, value in (
+                ("workflowMapConcurrency", self.workflow_map_concurrency),
+                ("workflowReservedConcurrency", self.workflow_reserved_concurrency),
+            )
+            if value is not None
+        ]
+        if sizes and not self.auto_contextualize:
+            raise ValueError(f"{sizes[0]} applies only with autoContextualize (the deferred workflow)")
+        from contextual_kb.cdk.deferred_workflow import map_concurrency_of
+
+        map_concurrency_of(self.workflow_map_concurrency, self.workflow_reserved_concurrency)
 
     def _chunking_is_one_choice(self) -> None:
         """``chunking=none`` sets the function's chunking (CHUNKING=structure and its sizes): the function
@@ -393,7 +427,13 @@ _NEW_KNOWLEDGE_BASE_ONLY = frozenset(
     }
 )
 _ATTACH_ONLY = frozenset(
-    {"intermediateBucketName", "intermediateKmsKeyArn", "replaceTransformation", "rdsMetadataColumns"}
+    {
+        "intermediateBucketName",
+        "intermediateKmsKeyArn",
+        "replaceTransformation",
+        "rdsMetadataColumns",
+        "ingestionLogSource",
+    }
 )
 
 

@@ -113,6 +113,8 @@ class ContextualKnowledgeBase(Construct):
                 knowledge_base_id=kb.attr_knowledge_base_id,
                 data_source_id=self.knowledge_base.data_source.attr_data_source_id,
                 topic=self.alarm_topic.topic,
+                map_concurrency=config.workflow_map_concurrency,
+                reserved_concurrency=config.workflow_reserved_concurrency,
             )
             if config.auto_contextualize
             else None

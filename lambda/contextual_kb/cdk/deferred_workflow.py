@@ -20,15 +20,17 @@ ingestion jobs.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
-from aws_cdk import Acknowledgment, Aws, Duration, Size, Stack, Validations
+from aws_cdk import Acknowledgment, Aws, CfnDeletionPolicy, CfnResource, Duration, Size, Stack, Validations
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as events_targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_scheduler_targets as scheduler_targets
@@ -37,6 +39,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
+from contextual_kb.cdk import naming
 from contextual_kb.cdk.bundling import WORKFLOW_PARTS, function_code
 from contextual_kb.cdk.function import _PROFILE_PREFIXES, model_statements
 from contextual_kb.cdk.logs import month_of_logs
@@ -49,6 +52,8 @@ MANIFESTS = f"{BATCH_PREFIX}*/plan/manifest.json"
 HANDLER = "contextual_kb.deferred.workflow.lambda_handler"
 PROFILE_GEOGRAPHIES = {prefix.rstrip(".") for prefix in _PROFILE_PREFIXES}
 NAMESPACE = "ContextualKB"
+# Where Step Functions' logs go (bp-cwl.html: the prefix keeps CloudWatch Logs' resource policy small).
+VENDED_STATES = "/aws/vendedlogs/states/"
 SERVICE = "contextual-kb-deferred"
 # When to look for pending work (planned only when no ingestion job runs: the next look plans then).
 # Knowledge Bases send no event when an ingestion job ends (aws-facts.md), so "after ingestion" is a look
@@ -68,9 +73,44 @@ ALARM_IDS = (
     "ContextualizeFailedRecords",
     "ContextualizeAboveFloor",
 )
-# Shards run at once in a Distributed Map: each is one invocation of the step (16 S3 connections), so at most
-# this many of the account's Lambda concurrency (1,000 by default) and 1,600 S3 requests in flight.
-MAP_CONCURRENCY = 100
+# Shards run at once in a Distributed Map by default: each is one invocation of the step (16 S3 connections).
+# Lambda's quotas page: 1,000 concurrent executions a Region by default, but "new AWS accounts have reduced
+# concurrency and memory quotas" (no figure given; 10 is what users of new accounts report), shared with the
+# transformation function and every other function. Five children leave room for them in such an account;
+# more throttle, each child retries ~10 times over minutes, and the Map fails (ContextualizeDeadEnd).
+# Raise it where the account has the concurrency (workflowMapConcurrency; docs/SETTINGS.md).
+MAP_CONCURRENCY = 5
+# Step Functions' Distributed Map runs at most this many child executions at once.
+MAP_CONCURRENCY_MAX = 10_000
+
+
+def map_concurrency_of(configured: int | None, reserved: int | None) -> int:
+    """The Distributed Maps' MaxConcurrency: ``configured``, or by default ``MAP_CONCURRENCY``; with the
+    step's reserved concurrency ``reserved`` (its own pool, which its looks share with the Maps' children),
+    one below it by default, and a ``configured`` value above that refused in one line. Pure."""
+    if reserved is not None and reserved < 2:
+        raise ValueError(
+            f"workflowReservedConcurrency={reserved}: at least 2 (a Map's child and a look at once)"
+        )
+    if configured is not None and not 1 <= configured <= MAP_CONCURRENCY_MAX:
+        raise ValueError(f"workflowMapConcurrency={configured}: 1 to {MAP_CONCURRENCY_MAX:,}")
+    if reserved is None:
+        return configured or MAP_CONCURRENCY
+    if configured is None:
+        return reserved - 1
+    if configured > reserved - 1:
+        raise ValueError(
+            f"workflowMapConcurrency={configured} with workflowReservedConcurrency={reserved}: the children "
+            f"would throttle on the step's own reserved concurrency; use at most {reserved - 1} (one left "
+            "for a look), or reserve more"
+        )
+    return configured
+
+
+# The names of the batch jobs ckb contextualize submits ("ckb-<run>-<n>": contextual_kb/deferred) and the
+# statuses a job ends in (GetModelInvocationJob's; the deferred package's ENDED, pinned by a test).
+JOB_NAME_PREFIX = "ckb-"
+JOB_ENDED = ("Completed", "PartiallyCompleted", "Failed", "Stopped", "Expired")
 # Errors the Lambda service raises for a throttled or briefly failing invoke: retried with backoff.
 LAMBDA_TRANSIENT = [
     "Lambda.ServiceException",
@@ -78,6 +118,19 @@ LAMBDA_TRANSIENT = [
     "Lambda.SdkClientException",
     "Lambda.TooManyRequestsException",
 ]
+
+
+def job_end_pattern() -> events.EventPattern:
+    """Bedrock's "Batch Inference Job State Change" events (source ``aws.bedrock``) of a job ckb contextualize
+    submitted (its name starts with ``JOB_NAME_PREFIX``) that ended (``JOB_ENDED``). The fields are the
+    sample event's ("How EventBridge for Amazon Bedrock works"): ``detail.batchJobName``,
+    ``detail.status``. The job's ARN (``detail.batchJobArn``, ``resources``) ends in an id Bedrock makes, so
+    only the name can tell our jobs."""
+    return events.EventPattern(
+        source=["aws.bedrock"],
+        detail_type=["Batch Inference Job State Change"],
+        detail={"batchJobName": events.Match.prefix(JOB_NAME_PREFIX), "status": list(JOB_ENDED)},
+    )
 
 
 def model_id_of(model_id: str) -> str:
@@ -111,13 +164,18 @@ class DeferredWorkflow(Construct):
         topic: sns.ITopic,
         code: lambda_.Code | None = None,
         environment: dict[str, str] | None = None,
+        map_concurrency: int | None = None,
+        reserved_concurrency: int | None = None,
     ) -> None:
         """``schedule``: one of ``SCHEDULES``; ``environment``: the step's settings (batch limits, prices,
-        GROUP_SIZE, ON_DEMAND_RETRY: contextual_kb/deferred/workflow.py reads them)."""
+        GROUP_SIZE, ON_DEMAND_RETRY: contextual_kb/deferred/workflow.py reads them); ``map_concurrency``: the
+        shards a Map runs at once (default ``MAP_CONCURRENCY``, or one below ``reserved_concurrency``, the
+        step's reserved concurrency, when given)."""
         super().__init__(scope, construct_id)
         self.model_id = model_id
         if schedule not in SCHEDULES:
             raise ValueError(f"autoContextualize {schedule!r}: one of {', '.join(SCHEDULES)}")
+        self.map_concurrency = map_concurrency_of(map_concurrency, reserved_concurrency)
         self.log_group = month_of_logs(self, "StepLogs")
         self.role = iam.Role(self, "StepRole", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
         self.role.add_to_policy(
@@ -148,6 +206,7 @@ class DeferredWorkflow(Construct):
             },
             log_group=self.log_group,
             role=self.role,
+            reserved_concurrent_executions=reserved_concurrency,
         )
         self._grant(intermediate, source, batch_role, model_id, knowledge_base_id)
 
@@ -190,17 +249,19 @@ class DeferredWorkflow(Construct):
             mapped.add_catch(dead_end, errors=["States.ALL"], result_path="$.error")
             fan_out.when(sfn.Condition.string_equals("$.outcome", outcome), mapped.next(resume))
         fan_out.otherwise(sfn.Succeed(self, "Looked"))
+        self.workflow_logs = self._workflow_logs()
         self.state_machine = sfn.StateMachine(
             self,
             "StateMachine",
             definition_body=sfn.DefinitionBody.from_chainable(look.next(fan_out)),
             state_machine_type=sfn.StateMachineType.STANDARD,
-            # A Map of the largest run (10 million documents: 5,000 shards, MAP_CONCURRENCY at a time, about a
-            # minute each) takes under an hour; the looks around it minutes.
+            # A Map at 100 children (10 million documents: 5,000 shards, about a minute each) takes under an
+            # hour; at the default 5, about 1,800 shards (3.6 million documents) fit. An execution that times
+            # out leaves the run resumable: a next look goes on from the shards done (ContextualizeTimedOut).
             timeout=Duration.hours(6),
             tracing_enabled=True,
             logs=sfn.LogOptions(
-                destination=month_of_logs(self, "WorkflowLogs"),
+                destination=self.workflow_logs,
                 level=sfn.LogLevel.ALL,
                 include_execution_data=False,
             ),
@@ -214,8 +275,15 @@ class DeferredWorkflow(Construct):
             intermediate.encryption_key.grant(self.state_machine, "kms:Decrypt")
 
         # When to look: for new pending work (mode start) and at the jobs under way (mode resume).
+        # Confused deputy: Scheduler assumes the role only for schedules of this account (aws:SourceAccount;
+        # not aws:SourceArn on the schedules: Scheduler checks the trust at CreateSchedule, before they
+        # exist).
         target_role = iam.Role(
-            self, "ScheduleRole", assumed_by=iam.ServicePrincipal("scheduler.amazonaws.com")
+            self,
+            "ScheduleRole",
+            assumed_by=iam.ServicePrincipal(
+                "scheduler.amazonaws.com", conditions={"StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID}}
+            ),
         )
         expressions: list[tuple[str, str, str]] = [("CheckJobs", CHECK_JOBS, "resume")]
         if schedule in ("nightly", "both"):
@@ -237,15 +305,14 @@ class DeferredWorkflow(Construct):
             )
             for name, expression, mode in expressions
         ]
-        # A job ended: look at once (best effort: the CheckJobs schedule also looks).
+        # A job of ours ended: look at once (best effort: the CheckJobs schedule also looks). Only its end: an
+        # execution for every state change of every batch job in the account would compete with the Maps'
+        # children for Lambda concurrency.
         self.job_end_rule = events.Rule(
             self,
             "JobEnded",
-            description="A Bedrock batch inference job of ckb contextualize changed state",
-            event_pattern=events.EventPattern(
-                source=["aws.bedrock"],
-                detail_type=["Batch Inference Job State Change"],
-            ),
+            description="A Bedrock batch inference job of ckb contextualize ended",
+            event_pattern=job_end_pattern(),
             targets=[
                 events_targets.SfnStateMachine(
                     self.state_machine, input=events.RuleTargetInput.from_object({"mode": "resume"})
@@ -253,6 +320,23 @@ class DeferredWorkflow(Construct):
             ],
         )
         self._monitor(topic)
+
+    def _workflow_logs(self) -> logs.LogGroup:
+        """The state machine's log group, under ``/aws/vendedlogs/states/`` (Step Functions' logging best
+        practices, bp-cwl.html): enabling logging adds the group to CloudWatch Logs' resource policy, capped
+        at 5,120 characters, unless the name has that prefix; near the cap CreateStateMachine fails with
+        InvalidLoggingConfiguration and the stack rolls back. Named by the stack and this construct (two
+        workflows in one stack get two groups). A stack deployed before the prefix had a group named by
+        CloudFormation: the new name replaces it, and the old group is kept (UpdateReplacePolicy Retain), its
+        logs expiring under its month; ``docs/OPERATIONS.md`` says how to delete it."""
+        stack = Stack.of(self)
+        tag = re.sub(r"[^A-Za-z0-9_-]", "", self.node.id)[:64] or "Deferred"
+        name = f"{VENDED_STATES}{stack.stack_name}-{tag}-{naming.short_hash(self.node.path)}"
+        group = month_of_logs(self, "WorkflowLogs", name=name)
+        resource = group.node.default_child
+        assert isinstance(resource, CfnResource)
+        resource.cfn_options.update_replace_policy = CfnDeletionPolicy.RETAIN
+        return group
 
     def _shards(self, outcome: str, action: str, intermediate: s3.IBucket) -> sfn.DistributedMap:
         """The Distributed Map over a run's shards: the manifest the look wrote (``<run>/plan/manifest.json``,
@@ -268,7 +352,7 @@ class DeferredWorkflow(Construct):
             retry_on_service_exceptions=False,
             task_timeout=sfn.Timeout.duration(Duration.minutes(16)),
         )
-        # 100 children share the account's Lambda concurrency: throttles can last. Only the first matching
+        # The children share the account's Lambda concurrency: throttles can last. Only the first matching
         # retrier applies (States.ALL does not take over), so this one waits longer, with full jitter so
         # the children throttled together do not come back together.
         child.add_retry(
@@ -298,7 +382,7 @@ class DeferredWorkflow(Construct):
                 # The owner of the run's claim the shard joins: the look's execution, in the look's result.
                 "execution": sfn.JsonPath.string_at("$.execution"),
             },
-            max_concurrency=MAP_CONCURRENCY,
+            max_concurrency=self.map_concurrency,
             result_path=sfn.JsonPath.DISCARD,
             map_execution_type=sfn.StateMachineType.STANDARD,
         )

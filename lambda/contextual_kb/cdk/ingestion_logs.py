@@ -7,7 +7,8 @@ Delivery: a source on the Knowledge Base's ARN, a destination on the log group, 
 delivery service the right to write to the log group (a resource policy it writes itself, as the deploying
 role may: ``logs:PutResourcePolicy``); the group's name starts with ``/aws/vendedlogs/``, as AWS advises for
 such groups. In attach mode the three are added to the user's Knowledge Base, and destroy removes those
-three and the group, nothing else of it.
+three and the group, nothing else of it; a Knowledge Base that already has a delivery source for these
+logs keeps it (``ingestionLogSource``): the stack adds a destination and a delivery from that source.
 """
 
 from __future__ import annotations
@@ -30,25 +31,45 @@ FAILED_PATTERN = logs.FilterPattern.all(
 )
 
 
+def delivery_source_name(stack_name: str, knowledge_base: str) -> str:
+    """The delivery source the stack makes for the Knowledge Base (its name at synth, or its id when
+    attached). Pure."""
+    return naming.delivery_name(stack_name, f"-kb-{naming.short_hash(knowledge_base)}")
+
+
 class IngestionLogs(Construct):
     def __init__(
-        self, scope: Construct, construct_id: str, *, knowledge_base_arn: str, knowledge_base: str
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        knowledge_base_arn: str,
+        knowledge_base: str,
+        existing_source: str | None = None,
     ) -> None:
         """``knowledge_base``: what names the Knowledge Base at synth (its name, or its id when attached): the
         delivery source's name changes with it, so a replaced Knowledge Base gets a new source beside the
-        old one, not a clash of names."""
+        old one, not a clash of names. ``existing_source``: the delivery source the Knowledge Base already
+        has for these logs (CloudWatch Logs allows one a resource and log type; the console makes one): no
+        source is made, a delivery from that one is added (a source may have several), and destroy leaves
+        it as it was."""
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         name = f"/aws/vendedlogs/bedrock/knowledge-bases/{stack.stack_name}"
         self.log_group = month_of_logs(self, "Logs", name=name)
         self.log_group_name = name
-        source_name = naming.delivery_name(stack.stack_name, f"-kb-{naming.short_hash(knowledge_base)}")
-        self.source = logs.CfnDeliverySource(
-            self,
-            "Source",
-            name=source_name,
-            log_type=LOG_TYPE,
-            resource_arn=knowledge_base_arn,
+        source_name = existing_source or delivery_source_name(stack.stack_name, knowledge_base)
+        self.source_name = source_name
+        self.source = (
+            None
+            if existing_source
+            else logs.CfnDeliverySource(
+                self,
+                "Source",
+                name=source_name,
+                log_type=LOG_TYPE,
+                resource_arn=knowledge_base_arn,
+            )
         )
         # The log group's ARN without the ":*" that its GetAtt ends with.
         group_arn = f"arn:{Aws.PARTITION}:logs:{Aws.REGION}:{Aws.ACCOUNT_ID}:log-group:{name}"
@@ -66,7 +87,8 @@ class IngestionLogs(Construct):
             delivery_source_name=source_name,
             delivery_destination_arn=self.destination.attr_arn,
         )
-        self.delivery.node.add_dependency(self.source)
+        if self.source is not None:
+            self.delivery.node.add_dependency(self.source)
         # Counted by the Knowledge Base's ARN, so that two stacks in one account count apart.
         logs.MetricFilter(
             self,

@@ -38,6 +38,8 @@ class Deployment:
     alarm_topic_arn: str = ""  # the topic every alarm notifies (none: a stack from before it had one)
     data_source_key_check: str = ""  # attach: the inspection's line on the data source's KMS key
     state_machine_arn: str = ""  # the deferred workflow (autoContextualize; none: not deployed)
+    # attach: the inspection's line on the Knowledge Base's ingestion-log delivery (create, use or off)
+    ingestion_logs_check: str = ""
 
     @property
     def attached(self) -> bool:
@@ -83,4 +85,5 @@ class Deployment:
             alarm_topic_arn=outputs.get("AlarmTopicArn", ""),
             data_source_key_check=outputs.get("DataSourceKeyCheck", ""),
             state_machine_arn=outputs.get("ContextualizeStateMachineArn", ""),
+            ingestion_logs_check=outputs.get("IngestionLogsCheck", ""),
         )

@@ -7,8 +7,11 @@ transformation model answers a 1-token call (AccessDenied explained: Anthropic's
 Marketplace permissions, SCPs that block ``global.`` profiles); the embedding model and the reranker; the
 account's Bedrock quotas for the model against the function's ``MAX_CONCURRENCY``; the intermediate bucket's
 lifecycle and the remembered contexts' prefix; that someone hears the alarms (a confirmed subscription to
-their topic). Attach mode also: the Knowledge Base's own role (IAM's policy
-simulator), and the deploy's one line on the data source's KMS key (the stack output DataSourceKeyCheck).
+their topic); which delivery source carries the Knowledge Base's ingestion logs (the stack's, the
+Knowledge Base's own, or none); the deferred workflow's Map width against the account's Lambda concurrency;
+and, from the stack's latest batch job, the two assumptions of the deferred path (docs/DEFERRED.md).
+Attach mode also: the Knowledge Base's own role (IAM's policy simulator), and the deploy's one line on the
+data source's KMS key (the stack output DataSourceKeyCheck).
 """
 
 from __future__ import annotations
@@ -97,6 +100,12 @@ def run(deployment: Deployment, clients: Clients) -> Iterator[Check]:
         yield _guarded(check, deployment, clients, environment, settings, unread)
     if deployment.alarm_topic_arn:  # stacks from before alarms had a topic have none to check
         yield _guarded(_alarms, deployment, clients)
+    if deployment.ingestion_log_group or deployment.ingestion_logs_check:
+        yield _guarded(_ingestion_logs, deployment, clients)
+    if deployment.state_machine_arn:
+        yield _guarded(_workflow_concurrency, deployment, clients)
+    if deployment.batch_role_arn and deployment.state_machine_arn:
+        yield _guarded(_batch_jobs, deployment, clients)
 
 
 def _unread(function: Check, environment: dict[str, str], read: bool) -> str:
@@ -574,6 +583,185 @@ def _lifecycle(
         )
     kept = f"; remembered contexts kept under {prefix}" if prefix else "; remembering is off"
     return Check("intermediate bucket", "ok", f"intermediate files expire{kept}")
+
+
+LOG_TYPE = "APPLICATION_LOGS"  # the Knowledge Base's ingestion logs (query/ingestion_logs.py)
+
+
+def _pages(call: Callable[..., dict[str, Any]], key: str, **request: Any) -> list[dict[str, Any]]:
+    """Every item of a CloudWatch Logs Describe* listing (``nextToken``), at most 100 pages."""
+    found: list[dict[str, Any]] = []
+    for _ in range(100):
+        page = call(**request)
+        found += page.get(key) or []
+        if not page.get("nextToken"):
+            break
+        request = {**request, "nextToken": page["nextToken"]}
+    return found
+
+
+def _ingestion_logs(deployment: Deployment, clients: Clients) -> Check:
+    """Which delivery source carries the Knowledge Base's ingestion logs (CloudWatch Logs allows one a
+    resource and log type): the stack's, the Knowledge Base's own used by the stack (attach,
+    ``ingestionLogSource``), or one the stack leaves alone (``ingestionLogs=false``), or none."""
+    kb = clients("bedrock-agent").get_knowledge_base(knowledgeBaseId=deployment.knowledge_base_id)
+    kb_arn = kb["knowledgeBase"]["knowledgeBaseArn"]
+    logs = clients("logs")
+    sources = [
+        str(s.get("name", ""))
+        for s in _pages(logs.describe_delivery_sources, "deliverySources")
+        if kb_arn in (s.get("resourceArns") or []) and s.get("logType") == LOG_TYPE
+    ]
+    group = deployment.ingestion_log_group
+    deploy_line = deployment.ingestion_logs_check.partition(": ")[0]
+    if not group:  # ingestionLogs=false
+        if sources:
+            return Check(
+                "ingestion logs",
+                "ok",
+                f"skipped by the stack (ingestionLogs=false): delivery source {sources[0]} delivers them, "
+                "not to this stack (no failed-documents metric or alarm)",
+            )
+        return Check(
+            "ingestion logs",
+            "warn",
+            "the Knowledge Base's ingestion logs are delivered nowhere (ingestionLogs=false): a failed "
+            "document shows only in its ingestion job's counts",
+            "deploy with -c ingestionLogs=true (or set up a delivery: docs/OPERATIONS.md, ingestion logs)",
+        )
+    if not sources:
+        return Check(
+            "ingestion logs",
+            "fail",
+            f"no delivery source for the Knowledge Base's {LOG_TYPE}: nothing reaches {group}",
+            "deploy the stack again",
+        )
+    groups = {}
+    for delivery in _pages(logs.describe_deliveries, "deliveries"):
+        if delivery.get("deliverySourceName") in sources:
+            name = str(delivery.get("deliveryDestinationArn", "")).rsplit(":", 1)[-1].rsplit("/", 1)[-1]
+            found = logs.get_delivery_destination(name=name)["deliveryDestination"]
+            target = str((found.get("deliveryDestinationConfiguration") or {}).get("destinationResourceArn"))
+            groups[target.removesuffix(":*").split(":log-group:", 1)[-1]] = delivery["deliverySourceName"]
+    if group not in groups:
+        return Check(
+            "ingestion logs",
+            "fail",
+            f"delivery source {sources[0]} delivers nothing to {group}",
+            "deploy the stack again",
+        )
+    whose = (
+        "the Knowledge Base's own, used by the stack (ingestionLogSource)"
+        if deploy_line == "use"
+        else "the stack's"
+    )
+    return Check("ingestion logs", "ok", f"delivered to {group} by delivery source {groups[group]} ({whose})")
+
+
+def _map_widths(definition: dict[str, Any]) -> list[int]:
+    """The MaxConcurrency of every Map state of a state machine's definition, nested ones included. Pure."""
+    widths = []
+    for state in (definition.get("States") or {}).values():
+        if state.get("Type") == "Map":
+            widths.append(int(state.get("MaxConcurrency", 0)))
+            widths += _map_widths(state.get("ItemProcessor") or state.get("Iterator") or {})
+    return widths
+
+
+def _workflow_concurrency(deployment: Deployment, clients: Clients) -> Check:
+    """The workflow's Maps run their shards as Lambda invocations at once (workflowMapConcurrency): above the
+    account's unreserved concurrency (reduced in a new account: Lambda quotas page) the children throttle,
+    retry for minutes, and fail the Map (ContextualizeDeadEnd)."""
+    machine = clients("stepfunctions").describe_state_machine(stateMachineArn=deployment.state_machine_arn)
+    widths = [w for w in _map_widths(json.loads(machine["definition"])) if w > 0]
+    if not widths:
+        return Check("workflow concurrency", "ok", "the workflow runs no Map")
+    width = max(widths)
+    limits = clients("lambda").get_account_settings()["AccountLimit"]
+    total, free = (
+        int(limits.get("ConcurrentExecutions", 0)),
+        int(limits.get("UnreservedConcurrentExecutions", 0)),
+    )
+    said = (
+        f"a Map runs {width} shards at once; the account's Lambda concurrency is {total:,} "
+        f"({free:,} unreserved)"
+    )
+    if width >= free:
+        return Check(
+            "workflow concurrency",
+            "fail",
+            f"{said}: the children will throttle and fail the Map",
+            f"deploy with -c workflowMapConcurrency={max(1, free // 2)}, or ask for more Lambda concurrency "
+            "(Service Quotas, Concurrent executions)",
+        )
+    if width > free // 2:
+        return Check(
+            "workflow concurrency",
+            "warn",
+            f"{said}: little is left for the transformation function during a Map",
+            f"deploy with -c workflowMapConcurrency={max(1, free // 2)}",
+        )
+    return Check("workflow concurrency", "ok", said)
+
+
+# Bedrock's batch inference job statuses a job ends in, and those that say it ran.
+_JOB_ENDED = {"Completed", "PartiallyCompleted", "Failed", "Stopped", "Expired"}
+_JOB_RAN = {"Completed", "PartiallyCompleted"}
+ASSUMPTIONS = "docs/DEFERRED.md, Assumptions"
+
+
+def _batch_jobs(deployment: Deployment, clients: Clients) -> Check:
+    """What no page settles, told by the stack's latest batch job that ended (ckb contextualize's, run as the
+    stack's batch role): that batch jobs take the configured inference profile (AWS's table lists
+    cross-Region profiles without telling global from geographic ones), and that the batch role's
+    foundation-model grant, conditioned on bedrock:InferenceProfileArn, is honoured for batch (AWS's batch
+    role template has no condition). A job that ran proves both; one refused says which."""
+    found = clients("bedrock").list_model_invocation_jobs(
+        nameContains="ckb-", sortBy="CreationTime", sortOrder="Descending", maxResults=50
+    )
+    ours = [
+        j
+        for j in found.get("invocationJobSummaries") or []
+        if j.get("roleArn") == deployment.batch_role_arn and j.get("status") in _JOB_ENDED
+    ]
+    if not ours:
+        return Check(
+            "batch jobs",
+            "ok",
+            "no batch job of this stack has ended yet: that batch takes the model's inference profile and "
+            f"that the batch role's conditioned grant holds are assumptions until one has ({ASSUMPTIONS})",
+        )
+    latest = ours[0]
+    name, model = latest.get("jobName", "?"), latest.get("modelId", "?")
+    status, message = latest.get("status", "?"), str(latest.get("message") or "").strip()
+    if status in _JOB_RAN:
+        return Check(
+            "batch jobs",
+            "ok",
+            f"{name} ({model}) {status}: batch takes this profile, and the batch role's grant holds",
+        )
+    if status != "Failed":
+        return Check("batch jobs", "ok", f"{name} ({model}) ended {status}: it proves nothing either way")
+    lowered = message.lower()
+    if any(word in lowered for word in ("not authorized", "accessdenied", "access denied", "permission")):
+        return Check(
+            "batch jobs",
+            "fail",
+            f"{name} ({model}) failed: {message}",
+            "the batch role's foundation-model grant may not apply to batch (its bedrock:InferenceProfileArn "
+            f"condition): {ASSUMPTIONS}, says what to add",
+        )
+    if any(word in lowered for word in ("inference profile", "not supported", "model identifier", "modelid")):
+        return Check(
+            "batch jobs",
+            "fail",
+            f"{name} ({model}) failed: {message}",
+            f"batch may not take a {model.split('.', 1)[0]}. profile: set MODEL_ID to a geographic one "
+            f"(us., eu., ...) for batch ({ASSUMPTIONS})",
+        )
+    return Check(
+        "batch jobs", "warn", f"{name} ({model}) failed: {message or 'no message'}", "see the job's message"
+    )
 
 
 # Above this share of chunks given the structural context instead of the model's, `ckb sync` suggests the

@@ -353,15 +353,93 @@ def key_check(key_arn: str, role_arn: str, policy: dict[str, Any] | None, error:
     )
 
 
+LOG_TYPE = "APPLICATION_LOGS"  # the Knowledge Base's ingestion logs (query/ingestion_logs.py)
+# What the stack does with those logs (the inspection's IngestionLogs property): make a delivery source,
+# use the one the Knowledge Base has (ingestionLogSource), or nothing (ingestionLogs=false).
+LOGS_CREATE, LOGS_USE, LOGS_OFF = "create", "use", "off"
+
+
+def log_sources_of(sources: list[dict[str, Any]], knowledge_base_arn: str) -> list[str]:
+    """The names of the delivery sources (DescribeDeliverySources' ``deliverySources``) of the Knowledge
+    Base's ingestion logs. Pure."""
+    return sorted(
+        str(s.get("name", ""))
+        for s in sources
+        if knowledge_base_arn in (s.get("resourceArns") or []) and s.get("logType") == LOG_TYPE
+    )
+
+
+def ingestion_logs_check(sources: list[dict[str, Any]], knowledge_base_arn: str, mode: str, name: str) -> str:
+    """One line on the Knowledge Base's ingestion-log delivery before the stack adds its own, or AttachError.
+    CloudWatch Logs allows one delivery source a resource and log type (a second one fails the deploy with
+    ConflictException, after everything else was made): ``create`` with another source there is refused,
+    naming it and what to deploy with; ``use`` needs that source to be this Knowledge Base's; ``off`` looks
+    at nothing (``ckb doctor`` says where the logs go). ``name``: the source the stack makes (create) or
+    uses (use). Pure."""
+    if mode == LOGS_OFF:
+        return "off: ingestionLogs=false: the stack delivers none of the Knowledge Base's ingestion logs"
+    kb_id = knowledge_base_arn.rsplit("/", 1)[-1]
+    found = log_sources_of(sources, knowledge_base_arn)
+    if mode == LOGS_USE:
+        if name in found:
+            return f"use: a delivery from {name}, the Knowledge Base's own source, to the stack's log group"
+        theirs = [s for s in sources if s.get("name") == name]
+        what = (
+            f"is for {', '.join(theirs[0].get('resourceArns') or ['?'])} ({theirs[0].get('logType', '?')})"
+            if theirs
+            else "does not exist in this account and region"
+        )
+        hint = f"-c ingestionLogSource={found[0]}" if found else "no ingestionLogSource (the stack makes one)"
+        raise AttachError(
+            f"ingestionLogSource {name} {what}, not knowledge base {kb_id}'s {LOG_TYPE}: deploy with {hint}"
+        )
+    others = [s for s in found if s != name]
+    if others:
+        raise AttachError(
+            f"knowledge base {kb_id} already delivers its ingestion logs through delivery source {others[0]} "
+            "(CloudWatch Logs allows one a resource and log type): deploy with "
+            f"-c ingestionLogSource={others[0]} to deliver them to this stack's log group as well, or with "
+            "-c ingestionLogs=false to leave them as they are"
+        )
+    return f"create: delivery source {name}, new, to the stack's log group"
+
+
 # --- with AWS -----------------------------------------------------------------------------------------------
 
 
 class DataSources:
     """The few bedrock-agent calls, with errors turned into one line."""
 
-    def __init__(self, client: Any, kms: Any = None) -> None:
+    def __init__(self, client: Any, kms: Any = None, logs: Any = None) -> None:
         self.client = client
         self._kms = kms
+        self._logs = logs
+
+    def delivery_sources(self) -> list[dict[str, Any]]:
+        """Every CloudWatch Logs delivery source of the account in this region (DescribeDeliverySources)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        if self._logs is None:
+            import boto3
+
+            self._logs = boto3.client("logs", region_name=self.client.meta.region_name)
+        found: list[dict[str, Any]] = []
+        request: dict[str, Any] = {}
+        try:
+            for _ in range(1000):  # bounded: 50 a page
+                page = self._logs.describe_delivery_sources(**request)
+                found += page.get("deliverySources") or []
+                if not page.get("nextToken"):
+                    return found
+                request = {"nextToken": page["nextToken"]}
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            raise AttachError(
+                f"DescribeDeliverySources failed: {error.get('Code', 'Unknown')}: {error.get('Message', '')}"
+            ) from None
+        except BotoCoreError as exc:
+            raise AttachError(f"DescribeDeliverySources failed: {exc}") from None
+        raise AttachError("DescribeDeliverySources: more than 1,000 pages of delivery sources")
 
     def key_policy(self, key_arn: str) -> tuple[dict[str, Any] | None, str]:
         """The key's default policy, or None and why it could not be read (one line)."""
@@ -487,6 +565,15 @@ def _inspection(event: dict[str, Any], sources: DataSources) -> dict[str, Any]:
         data["DataSourceKeyCheck"] = key_check(key, function_role, policy, error)
     if not data["DataSourceKeyCheck"].startswith(("ok:", "none:")):
         logger.warning("data source key: %s", data["DataSourceKeyCheck"])
+    mode = str(properties.get("IngestionLogs", LOGS_OFF))
+    kb_arn = str(knowledge_base.get("knowledgeBaseArn", ""))
+    # Before the stack's delivery source is made: a second one for the Knowledge Base fails the deploy.
+    data["IngestionLogsCheck"] = ingestion_logs_check(
+        sources.delivery_sources() if kb_arn and mode != LOGS_OFF else [],
+        kb_arn,
+        mode,
+        str(properties.get("IngestionLogSource", "")),
+    )
     logger.info("inspected %s", json.dumps({"knowledgeBaseId": kb_id, "dataSourceId": ds_id, **data}))
     return {"PhysicalResourceId": physical, "Data": data}
 
@@ -585,4 +672,6 @@ def _detach(event: dict[str, Any], sources: DataSources) -> dict[str, Any]:
 def on_event(event: dict[str, Any], _context: Any) -> dict[str, Any]:
     import boto3
 
-    return handle(event, DataSources(boto3.client("bedrock-agent"), boto3.client("kms")))
+    return handle(
+        event, DataSources(boto3.client("bedrock-agent"), boto3.client("kms"), boto3.client("logs"))
+    )
