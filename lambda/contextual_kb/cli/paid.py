@@ -71,8 +71,36 @@ def _interactive() -> bool:
     return sys.stdin.isatty()
 
 
+# Where a command's paid work would go when a local stack (``ckb local``) stands in for AWS: the Knowledge
+# Base's API (ingestion runs the transformation) and the model's.
+STANDIN_ENDPOINTS = ("AWS_ENDPOINT_URL_BEDROCK_AGENT", "ANTHROPIC_BEDROCK_BASE_URL")
+
+
+def local_standin() -> str | None:
+    """The URL of the stand-in the paid work would go to, when one answers there (it says so itself:
+    local/identity.py), else None."""
+    import os
+
+    from contextual_kb.local.identity import standin_at
+
+    for name in STANDIN_ENDPOINTS:
+        url = os.environ.get(name, "")
+        if url and standin_at(url):
+            return url
+    return None
+
+
 def confirm(what: str, estimate: str, *, yes: bool) -> None:
-    """Say what the paid work is and its estimate (stderr); go on only with ``--yes`` or a person's yes."""
+    """Say what the paid work is and its estimate (stderr); go on only with ``--yes`` or a person's yes.
+    Against a local stack's stand-ins the work is free: said so, and nothing asked."""
+    standin = local_standin()
+    if standin is not None:
+        error_console().print(
+            f"free: {what} on the local stand-ins at {standin} (ckb local), which charge nothing; on AWS it "
+            f"would be {estimate}",
+            markup=False,
+        )
+        return
     error_console().print(f"paid: {what}: {estimate}", markup=False)
     if yes:
         return
@@ -100,5 +128,7 @@ def confirm_contexts(documents: Sequence[tuple[int, int]], *, yes: bool, also: s
         max_output_tokens=settings.context_max_tokens,
     )
     chunks = sum(count for _, count in documents)
-    what = f"{chunks:,} chunk contexts by {settings.model_id} on Amazon Bedrock"
+    what = f"{chunks:,} chunk contexts by {settings.model_id}" + (
+        "" if local_standin() else " on Amazon Bedrock"
+    )
     confirm(what, estimate.line() + (f", plus {also}" if also else ""), yes=yes)

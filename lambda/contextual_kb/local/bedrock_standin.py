@@ -42,6 +42,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import unquote
 
+from contextual_kb.local import identity
 from contextual_kb.local.loopback import LoopbackServer
 from contextual_kb.local.s3server import stop_child
 from contextual_kb.runtime.context.claude.pricing import min_cache_tokens, output_burndown
@@ -575,6 +576,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        self.send_header(identity.HEADER, "bedrock")  # a client knows it is free (local/identity.py)
         if status != 200:
             self.send_header(
                 "x-amzn-ErrorType", f"{body.get('__type', 'Unknown')}:http://internal.amazon.com/"

@@ -48,6 +48,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import unquote
 
+from contextual_kb.local import identity
 from contextual_kb.local.kb_chunking import fixed_size_chunks
 from contextual_kb.local.kb_staging import StagedFile, batch_keys_for, batch_objects, build_event, job_prefix
 from contextual_kb.local.loopback import LoopbackServer
@@ -932,6 +933,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        self.send_header(identity.HEADER, "knowledge-base")  # a client knows it is free (local/identity.py)
         if status >= 300:
             self.send_header(
                 "x-amzn-ErrorType", f"{body.get('__type', 'Unknown')}:http://internal.amazon.com/"
