@@ -71,6 +71,15 @@ def test_a_gitignore_applies_below_its_own_folder_only(tmp_path: Path) -> None:
     assert [f.key for f in found.files] == ["b/y.md"]
 
 
+def test_a_gitignore_line_git_cannot_read_is_skipped_as_git_does(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / ".gitignore").write_text("!\n\\\n*.log\n")
+    (docs / "a.log").write_text("x")
+    (docs / "a.md").write_text("x")
+    assert [f.key for f in uploads.plan([docs], "").files] == ["a.md"]
+
+
 def test_an_empty_folder_is_one_line_that_points_at_nothing(aws: Clients, s3: Any, tmp_path: Path) -> None:  # noqa: F811 - the fixtures
     (tmp_path / "empty").mkdir()
     result = upload(aws, s3, str(tmp_path / "empty"))

@@ -139,6 +139,10 @@ class _Dist:
         ),
         (None, "pip install 'contextual-kb[cli,local]'"),
         ({"url": "file:///a%20b/ckb", "dir_info": {}}, "pip install '/a b/ckb[cli,local]'"),
+        (
+            {"url": "file:///home/o%27brien/ckb", "dir_info": {}},
+            "pip install '/home/o'\"'\"'brien/ckb[cli,local]'",
+        ),
     ],
 )
 def test_the_install_line_follows_the_install(direct: dict | None, expected: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shlex
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -96,6 +97,10 @@ def install_command(extras: Sequence[str], *, distribution: object | None = None
     """The pip line that adds ``extras`` to this install, built from how it was installed (PEP 610's
     ``direct_url.json``): an editable checkout, a local wheel or folder, a VCS URL, or an index."""
     wanted = ",".join(extras)
+
+    def pip(target: str, editable: bool = False) -> str:  # quoted for a POSIX shell: a path may hold a '
+        return f"pip install {'-e ' if editable else ''}{shlex.quote(target)}"
+
     if distribution is None:
         from importlib.metadata import PackageNotFoundError
         from importlib.metadata import distribution as find
@@ -107,7 +112,7 @@ def install_command(extras: Sequence[str], *, distribution: object | None = None
     if distribution is None:  # run from a source tree without installing (PYTHONPATH=lambda)
         root = Path(__file__).resolve().parents[3]
         if (root / "pyproject.toml").is_file():
-            return f"pip install -e '{root}[{wanted}]'"
+            return pip(f"{root}[{wanted}]", editable=True)
         return _from_index(wanted)
     text = distribution.read_text("direct_url.json")  # type: ignore[attr-defined]
     try:
@@ -120,12 +125,11 @@ def install_command(extras: Sequence[str], *, distribution: object | None = None
     if isinstance(direct.get("vcs_info"), dict):
         vcs = direct["vcs_info"]
         at = f"@{vcs['commit_id']}" if vcs.get("commit_id") else ""
-        return f"pip install '{DISTRIBUTION}[{wanted}] @ {vcs.get('vcs', 'git')}+{url}{at}'"
+        return pip(f"{DISTRIBUTION}[{wanted}] @ {vcs.get('vcs', 'git')}+{url}{at}")
     parsed = urlparse(url)
     where = unquote(parsed.path) if parsed.scheme == "file" else url
-    if isinstance(direct.get("dir_info"), dict) and direct["dir_info"].get("editable"):
-        return f"pip install -e '{where}[{wanted}]'"
-    return f"pip install '{where}[{wanted}]'"
+    editable = isinstance(direct.get("dir_info"), dict) and bool(direct["dir_info"].get("editable"))
+    return pip(f"{where}[{wanted}]", editable=editable)
 
 
 def _from_index(wanted: str) -> str:

@@ -187,7 +187,15 @@ class _Ignored:
             lines = (folder / GITIGNORE).read_text(encoding="utf-8", errors="replace").splitlines()
         except OSError:
             return
-        self._files[relative] = self._spec.from_lines(lines)
+        self._files[relative] = self._spec.from_lines(line for line in lines if self._valid(line))
+
+    def _valid(self, line: str) -> bool:
+        """Git skips a pattern it cannot read (a lone ``!`` or ``\\``); pathspec raises on it."""
+        try:
+            self._spec.from_lines([line])
+        except ValueError:
+            return False
+        return True
 
     def why(self, relative: PurePosixPath, is_folder: bool) -> str:
         """Why ``relative`` is skipped ('' when it is not): the deepest ``.gitignore`` with a say decides."""
