@@ -137,6 +137,21 @@ def test_ctrl_c_during_sync_says_the_job_goes_on_and_exits_130() -> None:
     assert "`ckb sync` follows it again" in text
 
 
+_CTRL_C_WAITING = """
+agent = clients.stubs["bedrock-agent"]
+def interrupted(*_args, **_kwargs):
+    raise KeyboardInterrupt
+ingestion.Ingestion.start = interrupted
+"""
+
+
+def test_ctrl_c_while_waiting_to_start_says_what_goes_on_and_exits_130() -> None:
+    lines, code = run(_child(_CTRL_C_WAITING, ["sync", "--interval", "0"]))
+    assert code == 130, "\n".join(lines)
+    said = " ".join(" ".join(lines).split())  # the terminal wrapped the line
+    assert "goes on in AWS (Ctrl-C does not stop it); `ckb sync` follows it, or starts one" in said
+
+
 _EVAL = """
 import json, pathlib, tempfile
 folder = pathlib.Path(tempfile.mkdtemp())

@@ -211,12 +211,20 @@ def sync(
         return
     # After marking, a job already running may have scanned before the marks: ours starts after it. Another
     # job in the way (this Knowledge Base's, the account's five) is waited for; IngestionError past max_wait.
-    job = ingestion.start(
-        fresh=reprocess,
-        wait_seconds=max_wait,
-        interval=max(interval, 1.0),
-        notify=lambda line: out.print(line, markup=False),
-    )
+    try:
+        job = ingestion.start(
+            fresh=reprocess,
+            wait_seconds=max_wait,
+            interval=max(interval, 1.0),
+            notify=lambda line: out.print(line, markup=False),
+        )
+    except KeyboardInterrupt:  # waiting for a job in the way, or while asking AWS to start ours
+        error_console().print(
+            "stopped: a job AWS had started by then goes on in AWS (Ctrl-C does not stop it); `ckb sync` "
+            "follows it, or starts one",
+            markup=False,
+        )
+        raise typer.Exit(code=130) from None
     if job.joined:
         out.print(f"ingestion job {job.job_id} is already {job.status}: following it, not starting another")
         if job.started_at is not None:
