@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from contextual_kb.local.identity import standin_at
 from contextual_kb.local.s3server import stop_child
 
@@ -64,6 +66,24 @@ def test_ckb_local_stdout_is_its_exports_and_its_paid_work_is_free(tmp_path: Pat
         stop_child(child)
     rest = child.stdout.read()
     assert rest == "", rest  # was the handler's ColdStart metric, as a JSON line
+
+
+def test_one_endpoint_left_to_aws_makes_the_work_paid(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ANTHROPIC_BEDROCK_BASE_URL at a stand-in says nothing of where a stack's batch jobs go; and a local
+    Knowledge Base with Bedrock's own endpoint left to AWS is paid work."""
+    from contextual_kb.cli.paid import STANDIN_ENDPOINTS, local_standin
+    from contextual_kb.local.bedrock_standin import running_standin
+
+    with running_standin() as model:
+        monkeypatch.setenv("ANTHROPIC_BEDROCK_BASE_URL", model.url)
+        for name in STANDIN_ENDPOINTS:
+            monkeypatch.delenv(name, raising=False)
+        assert local_standin() is None
+        for name in STANDIN_ENDPOINTS:
+            monkeypatch.setenv(name, model.url)
+        assert local_standin() == model.url
+        monkeypatch.delenv("AWS_ENDPOINT_URL_BEDROCK")  # batch inference: AWS's
+        assert local_standin() is None
 
 
 def test_a_url_that_is_not_loopback_is_never_asked() -> None:

@@ -71,22 +71,26 @@ def _interactive() -> bool:
     return sys.stdin.isatty()
 
 
-# Where a command's paid work would go when a local stack (``ckb local``) stands in for AWS: the Knowledge
-# Base's API (ingestion runs the transformation) and the model's.
-STANDIN_ENDPOINTS = ("AWS_ENDPOINT_URL_BEDROCK_AGENT", "ANTHROPIC_BEDROCK_BASE_URL")
+# Every endpoint a command's paid work may reach: the Knowledge Base's API (ingestion runs the
+# transformation), Bedrock's (batch inference) and the model's. ``ckb local`` points all three at stand-ins.
+STANDIN_ENDPOINTS = (
+    "AWS_ENDPOINT_URL_BEDROCK_AGENT",
+    "AWS_ENDPOINT_URL_BEDROCK",
+    "AWS_ENDPOINT_URL_BEDROCK_RUNTIME",
+)
 
 
 def local_standin() -> str | None:
-    """The URL of the stand-in the paid work would go to, when one answers there (it says so itself:
-    local/identity.py), else None."""
+    """The Knowledge Base stand-in's URL when every endpoint paid work may reach is set and answered by a
+    stand-in (each says so itself: local/identity.py), else None: one real endpoint among them, or one left
+    to AWS, and the work is paid."""
     import os
 
     from contextual_kb.local.identity import standin_at
 
-    for name in STANDIN_ENDPOINTS:
-        url = os.environ.get(name, "")
-        if url and standin_at(url):
-            return url
+    urls = [os.environ.get(name, "") for name in STANDIN_ENDPOINTS]
+    if all(url and standin_at(url) for url in urls):
+        return urls[0]
     return None
 
 
