@@ -112,9 +112,11 @@ class _BagOfWords:
 def test_eval_local_dense_and_hybrid_rows(
     labelled: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from contextual_kb.cli import extras
     from contextual_kb.evaluation import dense
 
     monkeypatch.setattr(dense, "MiniLm", _BagOfWords)
+    monkeypatch.setattr(extras, "MODULES", {**extras.MODULES, "dense": ()})  # the stub is the dense extra
     corpus, queries = labelled
     args = ["eval", "--local", "--corpus", str(corpus), "--queries", str(queries), "--k", "1,3", "--json"]
     result = runner.invoke(
@@ -140,7 +142,9 @@ def test_eval_dense_without_its_extra_says_how_to_install(
     args = ["eval", "--local", "--corpus", str(corpus), "--queries", str(queries), "--strategies", "none"]
     refused = runner.invoke(app, [*args, "--retrieval", "hybrid"])
     dense._model.cache_clear()
-    assert refused.exit_code == 2 and "pip install -e '.[dense]'" in " ".join(refused.output.split())
+    said = " ".join(refused.output.split())
+    assert refused.exit_code == 2 and "ckb eval --retrieval hybrid needs the dense extra" in said
+    assert "install it with pip install -e '" in said and "[cli,eval,local,dense]'" in said
     unknown = runner.invoke(app, [*args, "--retrieval", "sparse"])
     assert unknown.exit_code == 2 and "unknown retrieval" in unknown.output
 

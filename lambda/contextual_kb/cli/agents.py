@@ -77,12 +77,10 @@ def mcp(
 ) -> None:
     """An MCP server for agents: list and describe Knowledge Bases, query (hybrid + rerank, filters), ask
     (an answer with sources), doctor. Each failure is a tool error in ckb's one line."""
-    try:
-        from contextual_kb.query.mcp_server import build_server
-    except ModuleNotFoundError as exc:
-        if exc.name and exc.name.split(".")[0] == "mcp":
-            raise usage("mcp", "the mcp SDK is not installed", "pip install 'contextual-kb[mcp]'") from None
-        raise
+    # Without the mcp extra, the command stops before this in one line (cli/extras.py; errors.py for a
+    # module of it missing here anyway).
+    from contextual_kb.query.mcp_server import build_server
+
     guards = None
     if transport != "stdio":
         from contextual_kb.query import mcp_http

@@ -51,3 +51,20 @@ def benchmark_or_none(dataset: Path | None = None) -> tuple[Path, Path] | None:
             raise
         error_console().print(plain(f"note: {exc.line()}"))
         return None
+
+
+def dataset_label(corpus: Path) -> str:
+    """What a table calls the corpus: "codebase benchmark" only for the published file (its size and sha256),
+    else the folder a --dataset named, as it is."""
+    import hashlib
+
+    from contextual_kb.evaluation.datasets import CORPUS, FILES
+
+    published = next(f for f in FILES if f.name == CORPUS)
+    try:
+        same = corpus.stat().st_size == published.size and (
+            hashlib.sha256(corpus.read_bytes()).hexdigest() == published.sha256
+        )
+    except OSError:
+        same = False
+    return "codebase benchmark" if same else f"the dataset in {corpus.parent} (not the codebase benchmark)"

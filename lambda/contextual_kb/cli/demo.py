@@ -19,6 +19,7 @@ from rich.console import Console
 
 from contextual_kb.cli.errors import CliError
 from contextual_kb.cli.render import STANDIN_CONTEXT, print_chunks, print_summary
+from contextual_kb.cli.terminal import status_line
 from contextual_kb.local import runner, s3server
 from contextual_kb.local.inputs import InputFileError
 from contextual_kb.local.kb_chunking import fixed_size_chunks
@@ -61,15 +62,18 @@ def run_demo(
     )
     if endpoint is not None:
         console.print(f"model calls: {endpoint.description}")
-    with s3server.local_s3() as s3_endpoint:
+    # Each long step says what it does on stderr while it runs (a terminal only): a big document takes
+    # minutes to chunk, transform and sync.
+    with s3server.local_s3() as s3_endpoint, status_line("starting", output=console) as progress:
         console.print(f"local S3 (moto) at {s3_endpoint}")
         s3 = boto3.client("s3")
         for bucket in (SOURCE_BUCKET, INTERMEDIATE_BUCKET):
             s3.create_bucket(Bucket=bucket)
         staged = []
-        for given, text in texts.items():
+        for number, (given, text) in enumerate(texts.items(), 1):
             # A type the Knowledge Base refuses (code: token_bucket.py) goes as .txt, as ckb eval names it.
             name = given if not refusal(given) else f"{given}.txt"
+            progress(f"chunking and staging {name} ({number} of {len(texts)}, {len(text):,} characters)")
             s3.put_object(Bucket=SOURCE_BUCKET, Key=name, Body=text.encode("utf-8"))
             chunks = fixed_size_chunks(text, max_tokens=max_tokens, overlap_percentage=overlap)
             staged.append(
@@ -83,11 +87,15 @@ def run_demo(
                 )
             )
         event = build_event(INTERMEDIATE_BUCKET, staged)
+        chunk_count = sum(len(f.chunks) for f in staged)
         console.print(
-            f"staged {sum(len(f.chunks) for f in staged)} chunks of {len(staged)} documents in "
+            f"staged {chunk_count} chunks of {len(staged)} documents in "
             f"{sum(len(f.batch_keys) for f in staged)} batch objects; invoking the handler…\n"
         )
+        calls = " (a model call each)" if endpoint is not None else ""
+        progress(f"the handler gives {chunk_count:,} chunks their contexts{calls}")
         result = runner.invoke(event)
+        progress("checking the chunks")
 
         print_summary(console, result)
         if endpoint is not None:
@@ -118,6 +126,8 @@ def run_demo(
             question = None
         # Queried before ``then`` runs, shown after it: the retrieval table's run resets moto's state (its
         # mock_aws shares moto's backends with this local S3), so the demo ends with the query.
+        if question:
+            progress(f"a local Knowledge Base syncs the {len(staged)} documents for the query")
         answered = (
             query_demo(
                 question,
@@ -129,6 +139,7 @@ def run_demo(
             if question
             else None
         )
+        progress("retrieval quality on the codebase benchmark")
         if then is not None:
             then()
         if answered is not None:

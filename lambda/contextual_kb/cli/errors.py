@@ -27,7 +27,7 @@ from contextual_kb.cli.terminal import clean
 DEBUG_ENV = "CKB_DEBUG"
 CREDENTIALS_TODO = (
     "Configure AWS credentials (aws configure, aws sso login, AWS_PROFILE, or AWS_ACCESS_KEY_ID and "
-    "AWS_SECRET_ACCESS_KEY), or run offline: ckb demo, ckb transform, ckb eval --local"
+    "AWS_SECRET_ACCESS_KEY)"
 )
 _CLIENT_ERROR_TODO = {
     "AccessDenied": "check the IAM permissions of the credentials in use",
@@ -87,6 +87,8 @@ def explain(exc: BaseException) -> CliError | None:
         return exc
     if isinstance(exc, typer.TyperException):  # typer's usage errors: bad options, missing files
         return _usage(exc)
+    if isinstance(exc, ModuleNotFoundError):
+        return _missing_module(exc)
     explained = _aws(exc)
     if explained is not None:
         return explained
@@ -136,11 +138,29 @@ def _usage(exc: typer.TyperException) -> CliError:
     return CliError(message.rstrip("."), todo=todo, code=getattr(exc, "exit_code", 2))
 
 
+def _missing_module(exc: ModuleNotFoundError) -> CliError | None:
+    """A module of an extra that the command-to-extra table did not foresee: the same one line. Any other
+    missing module is a bug of the install (or of ours) and keeps its traceback."""
+    from contextual_kb.cli.extras import EXTRA_OF_MODULE, USAGE_EXIT, line, needed
+
+    top = (exc.name or "").split(".")[0]
+    extra = EXTRA_OF_MODULE.get(top)
+    if extra is None:
+        return None
+    command, params = CkbGroup.invoked
+    extras = needed(command, params)
+    extras = extras if extra in extras else (*extras, extra)
+    return CliError(line(f"ckb {command}".rstrip(), extras, [top]), code=USAGE_EXIT)
+
+
 def _aws(exc: BaseException) -> CliError | None:
     from botocore import exceptions as boto
 
     if isinstance(exc, boto.NoCredentialsError | boto.PartialCredentialsError):
-        return CliError("no AWS credentials", str(exc).rstrip("."), CREDENTIALS_TODO)
+        from contextual_kb.cli.extras import offline_todo
+
+        # The offline commands it recommends need extras this install may lack: it says which.
+        return CliError("no AWS credentials", str(exc).rstrip("."), f"{CREDENTIALS_TODO}, {offline_todo()}")
     if isinstance(exc, boto.NoRegionError):
         return CliError("no AWS region", "none is configured", "Pass --region or set AWS_REGION")
     if isinstance(exc, boto.EndpointConnectionError | boto.ConnectTimeoutError):
@@ -180,6 +200,28 @@ class CkbGroup(TyperGroup):
     """The ``ckb`` group, whose ``main`` is the boundary: for ``ckb`` itself and for the test runner alike."""
 
     debug: bool = False  # set by ``--debug`` on the group
+    invoked: tuple[str, dict[str, Any]] = ("", {})  # the command run and its options, for the extras' line
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        """The command, checked for the extras it needs (cli/extras.py) once its options are parsed and
+        before it runs: a missing extra is one line, whatever the command imports first."""
+        command = super().get_command(ctx, cmd_name)
+        if command is None or getattr(command, "_ckb_extras_checked", False):
+            return command
+        run = command.invoke
+
+        def invoke(sub: Any) -> Any:
+            from contextual_kb.cli.extras import USAGE_EXIT, check
+
+            CkbGroup.invoked = (command.name or cmd_name, dict(sub.params))
+            lacking = check(*CkbGroup.invoked)
+            if lacking:
+                raise CliError(lacking, code=USAGE_EXIT)
+            return run(sub)
+
+        command.invoke = invoke
+        command._ckb_extras_checked = True
+        return command
 
     def main(  # type: ignore[override]
         self,

@@ -381,12 +381,15 @@ def compared_cutoff(cutoffs: list[int]) -> int:
 
 
 def print_table(out: Console, rows: list[Row], cutoffs: list[int], *, title: str) -> None:
-    table = Table(title=title, caption=legend(rows), box=box.SIMPLE_HEAD)
+    # One space between columns, none at the edges: seven columns fit 80 with their figures whole.
+    table = Table(
+        title=title, caption=legend(rows), box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False
+    )
     table.add_column("chunks", no_wrap=True)
     table.add_column("retrieval", no_wrap=True)
     deepest = cutoffs[-1]  # Recall at the deepest cut-off only, so the table fits a terminal (--json: all)
     for name in (*(f"P@{k}" for k in cutoffs), f"R@{deepest}", "MRR"):
-        table.add_column(name, justify="right", no_wrap=True, min_width=5)
+        table.add_column(name, justify="right", no_wrap=True, min_width=6)  # "100.00" whole
     for row in rows:
         s = row.scores
         table.add_row(

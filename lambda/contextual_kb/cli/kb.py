@@ -16,6 +16,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, Trans
 from rich.table import Table
 from rich.text import Text
 
+from contextual_kb.cli import failures
 from contextual_kb.cli.errors import CliError, choice, usage
 from contextual_kb.cli.paid import YES_HELP
 from contextual_kb.cli.terminal import console, error_console, plain, plain_line, write_json
@@ -57,24 +58,41 @@ def upload(
             help="Follow links out of the folders given, and links to folders.",
         ),
     ] = False,
+    include_ignored: Annotated[
+        bool,
+        typer.Option(
+            "--include-ignored",
+            help="Also upload what a .gitignore in the folders ignores, and byte-code and build outputs "
+            "(__pycache__, *.pyc, build/, dist/, *.egg-info, node_modules).",
+        ),
+    ] = False,
     stack: Stack = DEFAULT_STACK,
     region: Region = None,
 ) -> None:
     """Upload documents to the Knowledge Base's source bucket, with progress; files already there with the
-    same content are not uploaded again. Hidden files, version-control folders and links out of the folders
-    given are skipped unless asked for."""
+    same content are not uploaded again. Hidden files, version-control folders, what .gitignore ignores,
+    build outputs and links out of the folders given are skipped unless asked for."""
     from contextual_kb.query import uploads
 
     # A prefix names a folder: --prefix docs puts a.md at docs/a.md, not docsa.md.
     prefix = prefix if not prefix or prefix.endswith("/") else f"{prefix}/"
     try:  # every refusal before any upload, and before the stack is looked up
-        found = uploads.plan(paths, prefix, include_hidden=include_hidden, follow_links=follow_links)
+        found = uploads.plan(
+            paths,
+            prefix,
+            include_hidden=include_hidden,
+            follow_links=follow_links,
+            include_ignored=include_ignored,
+        )
     except uploads.UploadError as exc:
         raise CliError("nothing uploaded", str(exc)) from None
     errors = error_console()
     _notes(errors, "skipped:", "yellow", found.skipped)
     if not found.files:
-        raise CliError("nothing to upload", "the paths given hold no files to upload (see skipped: above)")
+        raise CliError(
+            "nothing to upload",
+            "the paths given hold no files to upload" + (" (see skipped: above)" if found.skipped else ""),
+        )
     deployment = deployment_of(stack, region)
     if not deployment.source_bucket:
         raise CliError(
@@ -88,7 +106,8 @@ def upload(
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
     out = console()
     sent, same = 0, 0
-    with Progress(*columns, console=out, transient=True) as progress:
+    # A terminal only: elsewhere a transient bar still ends in a blank line before the summary.
+    with Progress(*columns, console=out, transient=True, disable=not out.is_terminal) as progress:
         task = progress.add_task(f"uploading {len(found.files)} file(s)", total=found.total_bytes)
         for file in found.files:
             md5, sha256 = uploads.digests(file.path)
@@ -124,7 +143,10 @@ def _notes(errors: Console, label: str, style: str, notes: list[tuple[str, str]]
     for path, why in notes[:most]:
         errors.print(Text.assemble((label, style), " ", plain_line(f"{path}: {why}")))
     if len(notes) > most:
-        errors.print(f"... and {len(notes) - most:,} more {label.rstrip(':')}")
+        more = len(notes) - most
+        noun = label.rstrip(":")
+        noun = f"{noun}s" if more != 1 and noun == "warning" else noun  # "skipped" is its own plural
+        errors.print(f"... and {more:,} more {noun}", markup=False)
 
 
 def _exists(s3: Any, bucket: str, key: str) -> bool:
@@ -165,28 +187,44 @@ def sync(
             metavar="SECONDS",
         ),
     ] = WAIT_SECONDS,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print the job's status, statistics and every failed document as JSON (notes on stderr).",
+        ),
+    ] = False,
     stack: Stack = DEFAULT_STACK,
     region: Region = None,
 ) -> None:
-    """Start an ingestion job (or follow the one already running) until it ends; report what failed."""
+    """Start an ingestion job (or follow the one already running) until it ends; report what failed, grouped
+    by reason. Ctrl-C stops following, not the job."""
     if (prefix or dry_run or yes) and not reprocess:
         raise usage(
             "--prefix" if prefix else "--dry-run" if dry_run else "--yes", "applies only with --reprocess"
         )
     deployment = deployment_of(stack, region)
     ingestion = ingestion_of(deployment)
-    out = console()
+    out = error_console() if as_json else console()  # --json: stdout holds the JSON alone
     marked = _reprocess(deployment, ingestion, prefix, dry_run, yes) if reprocess else None
     if reprocess and marked is None:
         return
     # After marking, a job already running may have scanned before the marks: ours starts after it. Another
     # job in the way (this Knowledge Base's, the account's five) is waited for; IngestionError past max_wait.
-    job = ingestion.start(
-        fresh=reprocess,
-        wait_seconds=max_wait,
-        interval=max(interval, 1.0),
-        notify=lambda line: out.print(line, markup=False),
-    )
+    try:
+        job = ingestion.start(
+            fresh=reprocess,
+            wait_seconds=max_wait,
+            interval=max(interval, 1.0),
+            notify=lambda line: out.print(line, markup=False),
+        )
+    except KeyboardInterrupt:  # waiting for a job in the way, or while asking AWS to start ours
+        error_console().print(
+            "stopped: a job AWS had started by then goes on in AWS (Ctrl-C does not stop it); `ckb sync` "
+            "follows it, or starts one",
+            markup=False,
+        )
+        raise typer.Exit(code=130) from None
     if job.joined:
         out.print(f"ingestion job {job.job_id} is already {job.status}: following it, not starting another")
         if job.started_at is not None:
@@ -197,23 +235,46 @@ def sync(
             )
     else:
         out.print(f"started ingestion job {job.job_id}")
-    with out.status("ingesting…") as status:
-        for state in ingestion.follow(job, interval=interval):
-            job = state
-            status.update(_progress_line(job.status, job.statistics))
+    try:
+        with out.status("ingesting…") as status:
+            for state in ingestion.follow(job, interval=interval):
+                job = state
+                status.update(_progress_line(job.status, job.statistics))
+    except KeyboardInterrupt:
+        error_console().print(
+            f"stopped following: ingestion job {job.job_id} goes on in AWS (Ctrl-C does not stop it); "
+            "`ckb sync` follows it again and reports it",
+            markup=False,
+        )
+        raise typer.Exit(code=130) from None
     failed = ingestion.failed_documents() if job.statistics.get("numberOfDocumentsFailed") else []
-    table = Table(title=f"Ingestion job {job.job_id}: {job.status}")
-    table.add_column("statistic")
-    table.add_column("count", justify="right")
-    for name, value in sorted(job.statistics.items()):
-        table.add_row(name, str(value))
-    out.print(table)
     errors = error_console()
+    if as_json:
+        write_json(
+            {
+                "jobId": job.job_id,
+                "status": job.status,
+                "statistics": job.statistics,
+                "failureReasons": list(job.failure_reasons),
+                "failedDocuments": [{"uri": d.uri, "reason": d.reason} for d in failed],
+            }
+        )
+    else:
+        table = Table(title=f"Ingestion job {job.job_id}: {job.status}")
+        table.add_column("statistic")
+        table.add_column("count", justify="right")
+        for name, value in sorted(job.statistics.items()):
+            table.add_row(name, str(value))
+        out.print(table)
     for reason in job.failure_reasons:
         errors.print(Text.assemble(("job failure:", "red"), " ", plain_line(reason)))
-    for document in failed:
-        # One line per document, whatever its key holds (a newline in a key would forge a line)
-        errors.print(Text.assemble(("failed:", "red"), " ", plain_line(f"{document.uri}: {document.reason}")))
+    # By reason, a few documents each: every one of them is in --json. Each name on the line as one line,
+    # whatever its key holds (a newline in a key would forge a line).
+    groups = failures.grouped(failed)
+    for head, names in failures.lines(groups) if not as_json else []:
+        errors.print(Text.assemble(("failed:", "red"), " ", plain_line(head)))
+        for name in names:
+            errors.print(Text.assemble("    ", plain_line(name)))
     if marked is not None and (marked.skipped or marked.archived):
         errors.print(
             f"not reprocessed: {len(marked.archived) + len(marked.skipped):,} document(s) "
@@ -222,7 +283,10 @@ def sync(
         )
     if (failed or job.status == "FAILED") and deployment.ingestion_log_group:
         errors.print(plain(_reasons_query(deployment.ingestion_log_group, job.job_id)))
-    if job.status != "COMPLETE" or failed or _many_fallbacks(deployment, job):
+    # Doctor checks the stack, not the documents: suggested for a failed job, the model's contexts missing,
+    # or a failure doctor's checks cover (not an unreadable file).
+    checked = [g.reason for g in groups if failures.doctor_helps(g.reason)]
+    if job.status == "FAILED" or checked or _many_fallbacks(deployment, job):
         errors.print("run `ckb doctor` to check the stack's setup: model access, quotas, the transformation")
     if job.status != "COMPLETE" or failed:
         raise typer.Exit(code=1)
@@ -309,7 +373,8 @@ def _reprocess(
         yes=yes,
     )
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    with Progress(TextColumn("{task.description}"), BarColumn(), console=out, transient=True) as progress:
+    bar = (TextColumn("{task.description}"), BarColumn())
+    with Progress(*bar, console=out, transient=True, disable=not out.is_terminal) as progress:
         task = progress.add_task("marking", total=len(plan.documents))
         marked = reprocess.mark(s3, plan, stamp, progress=lambda n: progress.advance(task, n))
     out.print(
@@ -466,7 +531,18 @@ Filter = Annotated[
 
 def query(
     text: Annotated[str, typer.Argument(help="What to search for.", metavar="TEXT")],
-    k: Annotated[int, typer.Option(help="Results to show (1-100).", min=1, max=100, metavar="N")] = 20,
+    k: Annotated[
+        int,
+        typer.Option(
+            help="Results to retrieve (1-100; --json prints them all).", min=1, max=100, metavar="N"
+        ),
+    ] = 20,
+    show: Annotated[
+        int, typer.Option(help="Results to print of the K (0: all of them).", min=0, metavar="N")
+    ] = 5,
+    full: Annotated[
+        bool, typer.Option("--full", help="Print whole chunks (else their first 360 characters).")
+    ] = False,
     no_rerank: NoRerank = False,
     reranker: Reranker = DEFAULT_RERANKER,
     search: Search = "hybrid",
@@ -475,14 +551,15 @@ def query(
     stack: Stack = DEFAULT_STACK,
     region: Region = None,
 ) -> None:
-    """Retrieve wide (hybrid), rerank, and show the top K chunks with their contexts and sources."""
+    """Retrieve wide (hybrid), rerank, and show the top chunks with their contexts and sources: the first
+    --show of the K, each a panel read at any width."""
     _, results = _search(text, k, stack, region, reranker, no_rerank, search, metadata_filter)
     if as_json:
         write_json([r.as_dict() for r in results])
         return
     from contextual_kb.cli.render import print_results
 
-    print_results(console(), results)
+    print_results(console(), results, show=show, full=full)
 
 
 def ask(

@@ -109,6 +109,7 @@ def local(
         for name, value in environment.items():
             out.print(f"export {name}={shlex.quote(value)}", markup=False, highlight=False)
         sys.stdout.flush()
+        _quiet_stdout()
         handler_note = f"; ingestion runs your handler {yours.spec}" if yours else ""
         error_console().print(
             f"local stack {environment['CKB_STACK']} ready in {time.perf_counter() - started:.1f} s "
@@ -125,6 +126,15 @@ def local(
                     time.sleep(3600)
         except KeyboardInterrupt:
             pass
+
+
+def _quiet_stdout() -> None:
+    """Standard output holds the export lines alone (``ckb local > env.sh``): what the handler prints after
+    them on the jobs' threads goes elsewhere. Powertools prints its ColdStart metric even with metrics
+    disabled (``single_metric`` does not check POWERTOOLS_METRICS_DISABLED): dropped then; on stderr when
+    metrics are asked for."""
+    asked = os.environ.get("POWERTOOLS_METRICS_DISABLED", "true").lower() in {"0", "false", "no"}
+    sys.stdout = sys.stderr if asked else open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - for good
 
 
 def register(app: typer.Typer) -> None:

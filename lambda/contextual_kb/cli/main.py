@@ -410,6 +410,7 @@ def _benchmark_sizes(benchmark: tuple[Path, Path] | None) -> list[tuple[int, int
 def _demo_eval(out: Console, strategy: str, endpoint: object, benchmark: tuple[Path, Path] | None) -> None:
     """The codebase benchmark's dev split, offline: BM25 over raw chunks, structural contexts, and the demo's
     own strategy."""
+    from contextual_kb.cli.datasets import dataset_label
     from contextual_kb.cli.evaluate import print_table
     from contextual_kb.evaluation.offline import evaluate, load_corpus, load_queries
 
@@ -427,7 +428,7 @@ def _demo_eval(out: Console, strategy: str, endpoint: object, benchmark: tuple[P
         ks=[5, 10, 20],
         endpoint=endpoint,  # type: ignore[arg-type]
     )
-    print_table(out, rows, [5, 10, 20], title=f"codebase benchmark, dev split: {len(labelled)} queries")
+    print_table(out, rows, [5, 10, 20], title=f"{dataset_label(corpus)}, dev split: {len(labelled)} queries")
 
 
 from contextual_kb.cli.agents import register as register_mcp  # noqa: E402

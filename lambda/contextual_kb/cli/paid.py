@@ -71,8 +71,40 @@ def _interactive() -> bool:
     return sys.stdin.isatty()
 
 
+# Every endpoint a command's paid work may reach: the Knowledge Base's API (ingestion runs the
+# transformation), Bedrock's (batch inference) and the model's. ``ckb local`` points all three at stand-ins.
+STANDIN_ENDPOINTS = (
+    "AWS_ENDPOINT_URL_BEDROCK_AGENT",
+    "AWS_ENDPOINT_URL_BEDROCK",
+    "AWS_ENDPOINT_URL_BEDROCK_RUNTIME",
+)
+
+
+def local_standin() -> str | None:
+    """The Knowledge Base stand-in's URL when every endpoint paid work may reach is set and answered by a
+    stand-in (each says so itself: local/identity.py), else None: one real endpoint among them, or one left
+    to AWS, and the work is paid."""
+    import os
+
+    from contextual_kb.local.identity import standin_at
+
+    urls = [os.environ.get(name, "") for name in STANDIN_ENDPOINTS]
+    if all(url and standin_at(url) for url in urls):
+        return urls[0]
+    return None
+
+
 def confirm(what: str, estimate: str, *, yes: bool) -> None:
-    """Say what the paid work is and its estimate (stderr); go on only with ``--yes`` or a person's yes."""
+    """Say what the paid work is and its estimate (stderr); go on only with ``--yes`` or a person's yes.
+    Against a local stack's stand-ins the work is free: said so, and nothing asked."""
+    standin = local_standin()
+    if standin is not None:
+        error_console().print(
+            f"free: {what} on the local stand-ins at {standin} (ckb local), which charge nothing; on AWS it "
+            f"would be {estimate}",
+            markup=False,
+        )
+        return
     error_console().print(f"paid: {what}: {estimate}", markup=False)
     if yes:
         return
@@ -100,5 +132,7 @@ def confirm_contexts(documents: Sequence[tuple[int, int]], *, yes: bool, also: s
         max_output_tokens=settings.context_max_tokens,
     )
     chunks = sum(count for _, count in documents)
-    what = f"{chunks:,} chunk contexts by {settings.model_id} on Amazon Bedrock"
+    what = f"{chunks:,} chunk contexts by {settings.model_id}" + (
+        "" if local_standin() else " on Amazon Bedrock"
+    )
     confirm(what, estimate.line() + (f", plus {also}" if also else ""), yes=yes)

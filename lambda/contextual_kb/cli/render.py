@@ -9,13 +9,14 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from contextual_kb.cli.terminal import clean, plain
+from contextual_kb.cli.terminal import clean, one_line, plain
 from contextual_kb.local.runner import RunResult
 from contextual_kb.runtime.enrichment import BODY_SEPARATOR
 from contextual_kb.runtime.models import ContentItem
 from contextual_kb.runtime.transform import END_KEY, SECTION_KEY, START_KEY
 
 PREVIEW_CHARS = 360
+PREVIEW_LINES = 10  # ckb query's chunks: at most this many lines each, unless --full
 # Batches out are left to --json: the source's name needs the width at 80 columns.
 _NUMBER_COLUMNS = ("batches", "chunks in", "chunks out", "contexts")
 MIN_SOURCE_WIDTH = 16
@@ -142,35 +143,35 @@ def model_gave_nothing(summary: dict[str, Any]) -> bool:
     return answered == 0 and sum(int(v) for v in (model.get("fallbacks") or {}).values()) > 0
 
 
-def print_results(console: Console, results: list[Any]) -> None:
-    """``ckb query``'s table: each result's scores, source, context and original chunk in columns apart
-    (``results``: ``query.retrieval.Result``)."""
-    if not results:
-        console.print("no results")
-        return
-    table = Table(show_lines=True)
-    for name in ("#", "rerank", "retrieval", "source", "context", "chunk"):
-        table.add_column(name, overflow="fold")
-    for r in results:
-        table.add_row(
-            str(r.rank),
-            "" if r.rerank_score is None else f"{r.rerank_score:.3f}",
-            f"{r.retrieval_score:.3f}",
-            plain(r.source),
-            plain(_short(r.context, 200)),
-            plain(_short(r.text, 300)),
+def print_results(console: Console, results: list[Any], *, show: int, full: bool = False) -> None:
+    """``ckb query``'s output: the first ``show`` results (0: all) as panels, each chunk cut to
+    :data:`PREVIEW_CHARS` unless ``full``, then what was left out and how to see it (``results``:
+    ``query.retrieval.Result``). Readable at 80 columns: every field wraps to the width, none is a column."""
+    shown = results if show == 0 else results[:show]
+    print_result_panels(console, shown, full=full)
+    more = len(results) - len(shown)
+    if more:
+        console.print(
+            plain(f"{more} more result(s) retrieved, not shown: --show {len(results)} (or 0), or --json"),
+            style="dim",
         )
-    console.print(table)
 
 
-def _short(text: str, limit: int) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+def _chunk_text(text: str, full: bool) -> str:
+    """The chunk as shown: whole with ``full``, else its first :data:`PREVIEW_CHARS` and what was cut."""
+    kept = "\n".join(text[:PREVIEW_CHARS].split("\n")[:PREVIEW_LINES])  # 360 newlines are 360 lines
+    if full or kept == text:
+        return text
+    kept = kept.rstrip()
+    return f"{kept} … ({len(text) - len(kept):,} more chars; --full)"
 
 
-def print_result_panels(console: Console, results: list[Any], *, label: str = "context") -> None:
-    """Results one panel each, as the demo shows chunks: rank, scores and source in the title, then the
-    context and the original chunk apart (``results``: ``query.retrieval.Result``)."""
+def print_result_panels(
+    console: Console, results: list[Any], *, label: str = "context", full: bool = False
+) -> None:
+    """Results one panel each, as the demo shows chunks: rank, scores and source in the title (the source
+    cut from its head so the file name stays), then the context and the original chunk apart, wrapped to the
+    width (``results``: ``query.retrieval.Result``)."""
     if not results:
         console.print("no results")
         return
@@ -179,10 +180,10 @@ def print_result_panels(console: Console, results: list[Any], *, label: str = "c
         body.append(f"{label}: ", style="bold")
         body.append(clean(r.context) if r.context else "(none)", style="green")
         body.append("\n\nchunk: ", style="bold")
-        body.append(clean(_preview(r.text)), style="dim")
+        body.append(clean(_chunk_text(r.text, full)), style="dim")
         rerank = "" if r.rerank_score is None else f"rerank {r.rerank_score:.3f} · "
-        title = (
-            f"#{r.rank} · {rerank}retrieval {r.retrieval_score:.3f} · "
-            f"{source_label(r.source, max(MIN_SOURCE_WIDTH, console.width - 50))}"
-        )
+        scores = f"#{r.rank} · {rerank}retrieval {r.retrieval_score:.3f} · "
+        # The title sits in the top border: what the scores and the corners leave of the width.
+        room = max(MIN_SOURCE_WIDTH, console.width - len(scores) - 6)
+        title = scores + source_label(one_line(r.source), room)
         console.print(Panel(body, title=plain(title), title_align="left"), soft_wrap=False)

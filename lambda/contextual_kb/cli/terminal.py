@@ -70,10 +70,12 @@ def write_json(value: object) -> None:
 
 
 @contextmanager
-def status_line(first: str) -> Iterator[Callable[[str], None]]:
+def status_line(first: str, *, output: Console | None = None) -> Iterator[Callable[[str], None]]:
     """A long run's progress: one line on stderr, rewritten as the run moves on and gone when it ends; on a
-    terminal only (a log or a pipe gets the results, not the animation)."""
-    errors = error_console()
+    terminal only (a log or a pipe gets the results, not the animation). A run that prints meanwhile gives
+    its ``output`` console: the line is drawn through it when it is the terminal, so what it prints lands
+    above the line, not across it (a console writes past another's live line)."""
+    errors = output if output is not None and output.is_terminal else error_console()
     if not errors.is_terminal:
         yield lambda _text: None
         return

@@ -4,8 +4,9 @@ answers and errors as JSON in the AWS services' error shape, and a request body 
 ``Content-Length`` is a number from 0 to ``max_body_bytes`` (anything else is a 400 or a 413, in one JSON
 line, and the connection closed: a handler thread is never left waiting for a body that will not come).
 
-Every answer carries ``x-ckb-local: <server name>``: a client (``ckb``) can tell a local stand-in from AWS
-by one response header, whatever the request.
+Every answer carries ``x-ckb-local: <server name>`` (``identity.HEADER``): a client (``ckb``'s paid-work
+estimate, ``identity.standin_at``) can tell a local stand-in from AWS by one response header, whatever the
+request.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import time
 from http.server import BaseHTTPRequestHandler
 from typing import Any, ClassVar
 
-LOCAL_HEADER = "x-ckb-local"
+from contextual_kb.local.identity import HEADER as LOCAL_HEADER
 
 
 class HttpError(Exception):

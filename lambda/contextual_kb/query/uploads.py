@@ -7,6 +7,11 @@ folder is only what the folder plainly holds:
 - **Hidden files and folders** (a name starting with ``.``: ``.env``, ``.aws/``) and **version-control
   folders** (``.git/`` holds remotes with tokens, ``CVS/``) are skipped, and said so, unless asked for
   (``include_hidden``). A path named on the command line is uploaded whatever its name: it was asked for.
+- **What the folder's ``.gitignore`` files ignore** (git's rules, through pathspec: a ``.gitignore`` applies
+  below its own folder, a deeper one's patterns, ``!`` included, win) and the usual **byte-code and build
+  outputs** whatever the ``.gitignore`` says (:data:`BUILD_OUTPUTS`: ``__pycache__/``, ``*.pyc``,
+  ``build/``, ``dist/``, ``*.egg-info/``, ``node_modules/``, ``venv/``...) are skipped, and said so, unless
+  asked for (``include_ignored``). Hidden ones (``.venv``, ``.tox``) are already hidden.
 - **Links** are followed only to what lies inside the folders given (a link to ``~/.aws/credentials`` is
   skipped and said so) unless asked for (``follow_links``); a link to a folder is entered only then (each
   folder once: a link loop ends). A broken link, a named pipe or a device is skipped (a pipe would block
@@ -41,6 +46,23 @@ from botocore.exceptions import ClientError
 from contextual_kb.query.reprocess import METADATA_MAX_BYTES, METADATA_SUFFIX
 
 VCS_FOLDERS = frozenset({".git", ".hg", ".svn", ".bzr", "_darcs", "CVS"})
+# What a build or an interpreter leaves in a source tree: never documents, often large. Git's pattern syntax
+# (a trailing / matches folders only), applied at any depth.
+BUILD_OUTPUTS = (
+    "__pycache__/",
+    "*.py[cod]",
+    "*$py.class",
+    "*.egg-info/",
+    "build/",
+    "dist/",
+    "node_modules/",
+    "venv/",
+    "__pypackages__/",
+    "*.so",
+    "*.o",
+    "*.class",
+)
+GITIGNORE = ".gitignore"
 # The default parser's formats (knowledge-base-ds, "Supported document formats"); a Knowledge Base with
 # advanced parsing reads more (images), hence a warning, not a refusal.
 SUPPORTED_SUFFIXES = frozenset({".txt", ".md", ".html", ".doc", ".docx", ".csv", ".xls", ".xlsx", ".pdf"})
@@ -77,7 +99,12 @@ class Plan:
 
 
 def plan(
-    paths: Sequence[Path], prefix: str, *, include_hidden: bool = False, follow_links: bool = False
+    paths: Sequence[Path],
+    prefix: str,
+    *,
+    include_hidden: bool = False,
+    follow_links: bool = False,
+    include_ignored: bool = False,
 ) -> Plan:
     """The files to upload and their keys, and what was skipped; ``UploadError`` on a refusal."""
     _utf8(prefix, "--prefix")
@@ -90,7 +117,8 @@ def plan(
             if os.path.realpath(given) in walked:  # the same folder given twice: walked once
                 continue
             walked.add(os.path.realpath(given))
-            entries = _walk(given, roots, include_hidden, follow_links, found.skipped)
+            ignored = None if include_ignored else _Ignored()
+            entries = _walk(given, roots, include_hidden, follow_links, found.skipped, ignored)
         elif given.is_file():  # named on the command line: uploaded whatever its name, or a link's target
             entries = iter([(given, PurePosixPath(_utf8(given.name, shown(given))))])
         else:
@@ -142,8 +170,55 @@ def _hidden_below(target: Path, roots: Sequence[Path]) -> bool:
     )
 
 
+class _Ignored:
+    """Git's ignore rules for one folder given: :data:`BUILD_OUTPUTS`, then each ``.gitignore`` met on the
+    way down, for the paths below its own folder (pathspec's ``GitIgnoreSpec``: git's own semantics)."""
+
+    def __init__(self) -> None:
+        from pathspec import GitIgnoreSpec
+
+        self._spec = GitIgnoreSpec
+        self._build = GitIgnoreSpec.from_lines(BUILD_OUTPUTS)
+        self._files: dict[PurePosixPath, Any] = {}  # folder (relative to the top) -> its .gitignore's spec
+
+    def enter(self, folder: Path, relative: PurePosixPath) -> None:
+        """Read ``folder``'s ``.gitignore``, if any (an unreadable one is read as empty, as git does)."""
+        try:
+            lines = (folder / GITIGNORE).read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            return
+        self._files[relative] = self._spec.from_lines(line for line in lines if self._valid(line))
+
+    def _valid(self, line: str) -> bool:
+        """Git skips a pattern it cannot read (a lone ``!`` or ``\\``); pathspec raises on it."""
+        try:
+            self._spec.from_lines([line])
+        except ValueError:
+            return False
+        return True
+
+    def why(self, relative: PurePosixPath, is_folder: bool) -> str:
+        """Why ``relative`` is skipped ('' when it is not): the deepest ``.gitignore`` with a say decides."""
+        if self._build.match_file(relative.as_posix() + ("/" if is_folder else "")):
+            return "a build or byte-code output (--include-ignored uploads it)"
+        for base in sorted(self._files, key=lambda b: len(b.parts), reverse=True):
+            if base != PurePosixPath() and base not in relative.parents:
+                continue
+            below = relative.relative_to(base).as_posix() + ("/" if is_folder else "")
+            result = self._files[base].check_file(below)
+            if result.include is not None:
+                where = (base / GITIGNORE).as_posix()
+                return f"ignored by {where} (--include-ignored uploads it)" if result.include else ""
+        return ""
+
+
 def _walk(
-    top: Path, roots: Sequence[Path], include_hidden: bool, follow_links: bool, skipped: list[tuple[str, str]]
+    top: Path,
+    roots: Sequence[Path],
+    include_hidden: bool,
+    follow_links: bool,
+    skipped: list[tuple[str, str]],
+    ignored: _Ignored | None = None,
 ) -> Iterator[tuple[Path, PurePosixPath]]:
     """(file, path relative to ``top``) of what is to be uploaded, in name order; what is not, into
     ``skipped``. Each real folder is entered once (a link loop under ``follow_links`` ends)."""
@@ -151,6 +226,8 @@ def _walk(
     pending = [(top, PurePosixPath())]
     while pending:
         folder, relative = pending.pop()
+        if ignored is not None:
+            ignored.enter(folder, relative)
         with os.scandir(folder) as scan:
             entries = sorted(scan, key=lambda e: e.name)
         folders: list[tuple[Path, PurePosixPath]] = []
@@ -175,6 +252,10 @@ def _walk(
                     skipped.append((shown(path), f"a link to {shown(target)}, hidden (--include-hidden)"))
                     continue
             mode = path.stat().st_mode  # the link's target
+            why = "" if ignored is None else ignored.why(relative / entry.name, stat.S_ISDIR(mode))
+            if why:
+                skipped.append((shown(path), why))
+                continue
             if stat.S_ISDIR(mode):
                 if is_link and not follow_links:
                     skipped.append((shown(path), "a link to a folder (--follow-links enters it)"))
