@@ -43,7 +43,9 @@ class Need:
 
 
 def _has(word: str, option: str) -> Callable[[Mapping[str, object]], bool]:
-    return lambda params: word in str(params.get(option) or "").lower()
+    """``--retrieval`` names ``word`` on the offline path (against a stack the option is refused in its own
+    line, cli/evaluate.py: no extra is needed for an option that is not applied)."""
+    return lambda params: bool(params.get("local")) and word in str(params.get(option) or "").lower()
 
 
 NEEDS: tuple[Need, ...] = (
