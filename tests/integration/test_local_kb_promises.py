@@ -281,3 +281,24 @@ def test_a_metadata_file_it_cannot_read_fails_its_document_not_the_job(stack: lo
     assert listed["edge.md"]["status"] == "INDEXED" and listed["fine.md"]["status"] == "INDEXED"
     found = {r["location"]["s3Location"]["uri"].rsplit("/", 1)[-1] for r in retrieve("quokka")}
     assert found == {"edge.md", "fine.md"}
+
+
+def test_a_boolean_and_a_number_are_never_equal(stack: local.LocalStack) -> None:
+    """A typed index holds true and 1 in fields of different types: Python's True == 1 matched them."""
+    put("kinds/one.md", "# One\n\nA wombat page.")
+    typed = {
+        "n": {"value": {"type": "NUMBER", "numberValue": 1}},
+        "b": {"value": {"type": "BOOLEAN", "booleanValue": True}},
+    }
+    put("kinds/one.md.metadata.json", json.dumps({"metadataAttributes": typed}))
+    assert sync()["status"] == "COMPLETE"
+    for spec, hits in (
+        ({"equals": {"key": "n", "value": True}}, 0),
+        ({"equals": {"key": "b", "value": 1}}, 0),
+        ({"in": {"key": "n", "value": [True, "1"]}}, 0),
+        ({"notEquals": {"key": "n", "value": True}}, 1),
+        ({"notIn": {"key": "b", "value": [1]}}, 1),
+        ({"equals": {"key": "n", "value": 1.0}}, 1),  # numbers compare as numbers
+        ({"in": {"key": "b", "value": [True]}}, 1),
+    ):
+        assert len(retrieve("wombat", filter=spec)) == hits, spec

@@ -260,19 +260,28 @@ def _number(value: Any) -> float:
     return float(value)
 
 
+def _same(have: Any, value: Any) -> bool:
+    """Equal in a typed index: a boolean never equals a number (Python's True == 1 does)."""
+    return isinstance(have, bool) == isinstance(value, bool) and have == value
+
+
+def _one_of(have: Any, values: Any) -> bool:
+    return isinstance(values, list) and any(_same(have, value) for value in values)
+
+
 def _list_contains(have: Any, value: Any) -> bool:
-    return isinstance(have, list) and value in have
+    return isinstance(have, list) and _one_of(value, have)
 
 
 _COMPARISONS: dict[str, Callable[[Any, Any], bool]] = {
-    "equals": lambda have, value: have == value,
-    "notEquals": lambda have, value: have != value,
+    "equals": _same,
+    "notEquals": lambda have, value: not _same(have, value),
     "greaterThan": lambda have, value: _number(have) > _number(value),
     "greaterThanOrEquals": lambda have, value: _number(have) >= _number(value),
     "lessThan": lambda have, value: _number(have) < _number(value),
     "lessThanOrEquals": lambda have, value: _number(have) <= _number(value),
-    "in": lambda have, value: isinstance(value, list) and have in value,
-    "notIn": lambda have, value: isinstance(value, list) and have not in value,
+    "in": _one_of,
+    "notIn": lambda have, value: isinstance(value, list) and not _one_of(have, value),
     "startsWith": lambda have, value: isinstance(have, str) and have.startswith(str(value)),
     "stringContains": lambda have, value: (
         str(value) in have if isinstance(have, str) else _list_contains(have, value)
