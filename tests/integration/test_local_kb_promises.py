@@ -13,7 +13,6 @@ from typing import Any
 import boto3
 import pytest
 from botocore.config import Config
-from botocore.exceptions import ClientError
 
 from contextual_kb.evaluation.lexical import ANALYZERS
 from contextual_kb.local import stack as local
@@ -143,7 +142,7 @@ def test_files_bedrock_refuses_fail_with_the_reason_and_are_not_retrievable(stac
 )
 def test_the_api_length_limits_are_validation_errors(stack: local.LocalStack, call: Any, where: str) -> None:
     runtime = boto3.client("bedrock-agent-runtime", config=UNCHECKED)
-    with pytest.raises(ClientError) as refused:
+    with pytest.raises(runtime.exceptions.ValidationException) as refused:  # the class boto3 raises
         call(runtime)
     error = refused.value.response["Error"]
     assert error["Code"] == "ValidationException" and where in error["Message"], error
@@ -189,8 +188,9 @@ def test_retrieve_applies_its_reranking_configuration(stack: local.LocalStack) -
     )
     assert one["location"] == plain[0]["location"] and 0 < one["score"] < 1  # the reranker's relevance score
     # amazon.rerank-v1:0 is not offered in us-east-1 (aws-facts.md): refused, as Bedrock refuses it.
-    with pytest.raises(ClientError) as refused:
-        retrieve("zebra", rerankingConfiguration=reranking("amazon.rerank-v1:0", 2))
+    runtime = boto3.client("bedrock-agent-runtime")
+    with pytest.raises(runtime.exceptions.ValidationException) as refused:
+        retrieve("zebra", client=runtime, rerankingConfiguration=reranking("amazon.rerank-v1:0", 2))
     assert refused.value.response["Error"]["Code"] == "ValidationException"
     assert "us-east-1" in refused.value.response["Error"]["Message"]
 
@@ -222,7 +222,7 @@ def test_one_ingestion_job_at_a_time_per_knowledge_base(stack: local.LocalStack)
         agent = boto3.client("bedrock-agent", endpoint_url=kb.url)
         agent.start_ingestion_job(knowledgeBaseId="TWOSOURCES", dataSourceId="DSA0000001")
         try:
-            with pytest.raises(ClientError) as refused:
+            with pytest.raises(agent.exceptions.ConflictException) as refused:
                 agent.start_ingestion_job(knowledgeBaseId="TWOSOURCES", dataSourceId="DSB0000001")
             assert refused.value.response["Error"]["Code"] == "ConflictException"
             assert "TWOSOURCES" in refused.value.response["Error"]["Message"]
