@@ -138,6 +138,20 @@ def test_files_bedrock_refuses_fail_with_the_reason_and_are_not_retrievable(stac
         (lambda rt: rerank(rt, ["y" * 32_001]), "textDocument.text"),
         (lambda rt: rerank(rt, ["fine"], query="q" * 32_001), "textQuery.text"),
         (lambda rt: rerank(rt, ["fine"], wanted=1001), "numberOfResults"),
+        # A model id where the model's ARN goes: botocore checks no pattern, the service does.
+        (
+            lambda rt: retrieve(
+                "zebra",
+                client=rt,
+                rerankingConfiguration={
+                    "type": "BEDROCK_RERANKING_MODEL",
+                    "bedrockRerankingConfiguration": {
+                        "modelConfiguration": {"modelArn": "cohere.rerank-v3-5:0"}
+                    },
+                },
+            ),
+            "modelConfiguration.modelArn",
+        ),
     ],
 )
 def test_the_api_length_limits_are_validation_errors(stack: local.LocalStack, call: Any, where: str) -> None:
