@@ -316,3 +316,19 @@ def test_a_boolean_and_a_number_are_never_equal(stack: local.LocalStack) -> None
         ({"in": {"key": "b", "value": [True]}}, 1),
     ):
         assert len(retrieve("wombat", filter=spec)) == hits, spec
+
+
+def test_string_contains_finds_a_substring_of_a_list_member(stack: local.LocalStack) -> None:
+    """RetrievalFilter's reference (botocore's model): stringContains matches "a list with a member that
+    contains the value as a substring"; the stand-in matched a whole member only."""
+    put("lists/one.md", "# One\n\nA numbat page.")
+    tags = {"tags": {"value": {"type": "STRING_LIST", "stringListValue": ["dog", "cat"]}}}
+    put("lists/one.md.metadata.json", json.dumps({"metadataAttributes": tags}))
+    assert sync()["status"] == "COMPLETE"
+    for spec, hits in (
+        ({"stringContains": {"key": "tags", "value": "at"}}, 1),
+        ({"stringContains": {"key": "tags", "value": "cow"}}, 0),
+        ({"listContains": {"key": "tags", "value": "at"}}, 0),  # listContains: a whole member
+        ({"listContains": {"key": "tags", "value": "cat"}}, 1),
+    ):
+        assert len(retrieve("numbat", filter=spec)) == hits, spec

@@ -273,6 +273,12 @@ def _list_contains(have: Any, value: Any) -> bool:
     return isinstance(have, list) and _one_of(value, have)
 
 
+def _string_contains(have: Any, value: Any) -> bool:
+    """A string holding ``value``, or a list with a member holding it (RetrievalFilter's reference)."""
+    members = have if isinstance(have, list) else [have]
+    return any(isinstance(member, str) and str(value) in member for member in members)
+
+
 _COMPARISONS: dict[str, Callable[[Any, Any], bool]] = {
     "equals": _same,
     "notEquals": lambda have, value: not _same(have, value),
@@ -283,8 +289,6 @@ _COMPARISONS: dict[str, Callable[[Any, Any], bool]] = {
     "in": _one_of,
     "notIn": lambda have, value: isinstance(value, list) and not _one_of(have, value),
     "startsWith": lambda have, value: isinstance(have, str) and have.startswith(str(value)),
-    "stringContains": lambda have, value: (
-        str(value) in have if isinstance(have, str) else _list_contains(have, value)
-    ),
+    "stringContains": _string_contains,
     "listContains": _list_contains,
 }
