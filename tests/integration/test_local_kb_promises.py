@@ -332,3 +332,20 @@ def test_string_contains_finds_a_substring_of_a_list_member(stack: local.LocalSt
         ({"listContains": {"key": "tags", "value": "cat"}}, 1),
     ):
         assert len(retrieve("numbat", filter=spec)) == hits, spec
+
+
+def test_starts_with_is_refused_on_a_store_other_than_opensearch_serverless() -> None:
+    """RetrievalFilter's reference: startsWith "is currently only supported for Amazon OpenSearch Serverless
+    vector stores"; an S3 Vectors Knowledge Base took it."""
+    spec = KnowledgeBaseSpec("S3VECTORS1", [DataSourceSpec("DSV0000001", "b", "i")], storage="S3_VECTORS")
+    service = LocalKnowledgeBase([spec], analyzer=ANALYZERS["index"], s3=lambda: None, invoke=None)
+    with running(service) as kb:
+        runtime = boto3.client("bedrock-agent-runtime", endpoint_url=kb.url)
+        nested = {"orAll": [{"equals": {"key": "a", "value": 1}}, {"startsWith": {"key": "a", "value": "c"}}]}
+        with pytest.raises(runtime.exceptions.ValidationException) as refused:
+            runtime.retrieve(
+                knowledgeBaseId="S3VECTORS1",
+                retrievalQuery={"text": "zebra"},
+                retrievalConfiguration={"vectorSearchConfiguration": {"filter": nested}},
+            )
+        assert "startsWith" in refused.value.response["Error"]["Message"]

@@ -126,6 +126,13 @@ class Retrieval:
         with self._lock:
             index = self._indexes[kb_id]
         test = compile_filter(vector.get("filter")) if vector.get("filter") else None
+        if kb.storage != "OPENSEARCH_SERVERLESS" and "startsWith" in _operators(vector.get("filter")):
+            raise ApiError(
+                400,
+                "ValidationException",
+                f"the startsWith filter is supported only for Amazon OpenSearch Serverless vector stores, "
+                f"not {kb.storage}",
+            )
         allowed = [i for i, c in enumerate(index.chunks) if test is None or test(c.metadata)]
         if search == "SEMANTIC":
             if index.embed is None:
@@ -252,6 +259,18 @@ def compile_filter(spec: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], boo
             return False
 
     return test
+
+
+def _operators(spec: Any) -> set[str]:
+    """Every operator a (compiled, so well-formed) filter uses, nested ones included."""
+    if not isinstance(spec, Mapping):
+        return set()
+    found = set(spec)
+    for operand in spec.values():
+        if isinstance(operand, list):
+            for nested in operand:
+                found |= _operators(nested)
+    return found
 
 
 def _number(value: Any) -> float:
