@@ -349,3 +349,11 @@ def test_starts_with_is_refused_on_a_store_other_than_opensearch_serverless() ->
                 retrievalConfiguration={"vectorSearchConfiguration": {"filter": nested}},
             )
         assert "startsWith" in refused.value.response["Error"]["Message"]
+
+
+@pytest.mark.parametrize("token", ["-1", "abc", "1_0"])
+def test_a_next_token_it_did_not_give_is_refused(stack: local.LocalStack, token: str) -> None:
+    """A token of "-1" was read as a position from the end: a page again, as if it were a real token."""
+    agent = boto3.client("bedrock-agent")
+    with pytest.raises(agent.exceptions.ValidationException):
+        agent.list_knowledge_base_documents(knowledgeBaseId=KB, dataSourceId=DS, nextToken=token)
