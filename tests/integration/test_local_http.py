@@ -13,6 +13,7 @@ import pytest
 
 from contextual_kb.evaluation.lexical import ANALYZERS
 from contextual_kb.local.bedrock_standin import BedrockStandIn
+from contextual_kb.local.http_base import JsonHandler
 from contextual_kb.local.knowledge_base import DataSourceSpec, KnowledgeBaseSpec, LocalKnowledgeBase
 
 SIGNED = "Authorization: AWS4-HMAC-SHA256 Credential=x/20260101/us-east-1/bedrock/aws4_request\r\n"
@@ -120,3 +121,16 @@ def test_a_body_nested_deeper_than_the_parser_recurses_is_a_400(server: tuple[st
     ).encode() + deep
     got, _, body, _ = exchange(host, port, request)
     assert got == 400 and body["__type"] == "ValidationException", body
+
+
+def test_a_body_that_stops_short_is_answered_and_the_connection_closed(
+    server: tuple[str, int, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that announces 100 bytes and sends 2, then waits: after the server's timeout (here 1 s) it
+    gets a 408 and the connection closed, not a 500 left open."""
+    monkeypatch.setattr(JsonHandler, "timeout", 1)
+    host, port, path = server
+    request = f"POST {path} HTTP/1.1\r\nHost: x\r\n{SIGNED}Content-Length: 100\r\n\r\n{{}}".encode()
+    got, headers, body, _ = exchange(host, port, request)
+    assert got == 408 and body["__type"] == "ValidationException" and "100" in body["message"], body
+    assert headers["connection"] == "close"

@@ -13,7 +13,6 @@ from typing import Any
 import boto3
 import pytest
 from botocore.config import Config
-from botocore.exceptions import ClientError
 
 from contextual_kb.evaluation.lexical import ANALYZERS
 from contextual_kb.local import stack as local
@@ -139,11 +138,25 @@ def test_files_bedrock_refuses_fail_with_the_reason_and_are_not_retrievable(stac
         (lambda rt: rerank(rt, ["y" * 32_001]), "textDocument.text"),
         (lambda rt: rerank(rt, ["fine"], query="q" * 32_001), "textQuery.text"),
         (lambda rt: rerank(rt, ["fine"], wanted=1001), "numberOfResults"),
+        # A model id where the model's ARN goes: botocore checks no pattern, the service does.
+        (
+            lambda rt: retrieve(
+                "zebra",
+                client=rt,
+                rerankingConfiguration={
+                    "type": "BEDROCK_RERANKING_MODEL",
+                    "bedrockRerankingConfiguration": {
+                        "modelConfiguration": {"modelArn": "cohere.rerank-v3-5:0"}
+                    },
+                },
+            ),
+            "modelConfiguration.modelArn",
+        ),
     ],
 )
 def test_the_api_length_limits_are_validation_errors(stack: local.LocalStack, call: Any, where: str) -> None:
     runtime = boto3.client("bedrock-agent-runtime", config=UNCHECKED)
-    with pytest.raises(ClientError) as refused:
+    with pytest.raises(runtime.exceptions.ValidationException) as refused:  # the class boto3 raises
         call(runtime)
     error = refused.value.response["Error"]
     assert error["Code"] == "ValidationException" and where in error["Message"], error
@@ -189,8 +202,9 @@ def test_retrieve_applies_its_reranking_configuration(stack: local.LocalStack) -
     )
     assert one["location"] == plain[0]["location"] and 0 < one["score"] < 1  # the reranker's relevance score
     # amazon.rerank-v1:0 is not offered in us-east-1 (aws-facts.md): refused, as Bedrock refuses it.
-    with pytest.raises(ClientError) as refused:
-        retrieve("zebra", rerankingConfiguration=reranking("amazon.rerank-v1:0", 2))
+    runtime = boto3.client("bedrock-agent-runtime")
+    with pytest.raises(runtime.exceptions.ValidationException) as refused:
+        retrieve("zebra", client=runtime, rerankingConfiguration=reranking("amazon.rerank-v1:0", 2))
     assert refused.value.response["Error"]["Code"] == "ValidationException"
     assert "us-east-1" in refused.value.response["Error"]["Message"]
 
@@ -222,7 +236,7 @@ def test_one_ingestion_job_at_a_time_per_knowledge_base(stack: local.LocalStack)
         agent = boto3.client("bedrock-agent", endpoint_url=kb.url)
         agent.start_ingestion_job(knowledgeBaseId="TWOSOURCES", dataSourceId="DSA0000001")
         try:
-            with pytest.raises(ClientError) as refused:
+            with pytest.raises(agent.exceptions.ConflictException) as refused:
                 agent.start_ingestion_job(knowledgeBaseId="TWOSOURCES", dataSourceId="DSB0000001")
             assert refused.value.response["Error"]["Code"] == "ConflictException"
             assert "TWOSOURCES" in refused.value.response["Error"]["Message"]
@@ -281,3 +295,65 @@ def test_a_metadata_file_it_cannot_read_fails_its_document_not_the_job(stack: lo
     assert listed["edge.md"]["status"] == "INDEXED" and listed["fine.md"]["status"] == "INDEXED"
     found = {r["location"]["s3Location"]["uri"].rsplit("/", 1)[-1] for r in retrieve("quokka")}
     assert found == {"edge.md", "fine.md"}
+
+
+def test_a_boolean_and_a_number_are_never_equal(stack: local.LocalStack) -> None:
+    """A typed index holds true and 1 in fields of different types: Python's True == 1 matched them."""
+    put("kinds/one.md", "# One\n\nA wombat page.")
+    typed = {
+        "n": {"value": {"type": "NUMBER", "numberValue": 1}},
+        "b": {"value": {"type": "BOOLEAN", "booleanValue": True}},
+    }
+    put("kinds/one.md.metadata.json", json.dumps({"metadataAttributes": typed}))
+    assert sync()["status"] == "COMPLETE"
+    for spec, hits in (
+        ({"equals": {"key": "n", "value": True}}, 0),
+        ({"equals": {"key": "b", "value": 1}}, 0),
+        ({"in": {"key": "n", "value": [True, "1"]}}, 0),
+        ({"notEquals": {"key": "n", "value": True}}, 1),
+        ({"notIn": {"key": "b", "value": [1]}}, 1),
+        ({"equals": {"key": "n", "value": 1.0}}, 1),  # numbers compare as numbers
+        ({"in": {"key": "b", "value": [True]}}, 1),
+    ):
+        assert len(retrieve("wombat", filter=spec)) == hits, spec
+
+
+def test_string_contains_finds_a_substring_of_a_list_member(stack: local.LocalStack) -> None:
+    """RetrievalFilter's reference (botocore's model): stringContains matches "a list with a member that
+    contains the value as a substring"; the stand-in matched a whole member only."""
+    put("lists/one.md", "# One\n\nA numbat page.")
+    tags = {"tags": {"value": {"type": "STRING_LIST", "stringListValue": ["dog", "cat"]}}}
+    put("lists/one.md.metadata.json", json.dumps({"metadataAttributes": tags}))
+    assert sync()["status"] == "COMPLETE"
+    for spec, hits in (
+        ({"stringContains": {"key": "tags", "value": "at"}}, 1),
+        ({"stringContains": {"key": "tags", "value": "cow"}}, 0),
+        ({"listContains": {"key": "tags", "value": "at"}}, 0),  # listContains: a whole member
+        ({"listContains": {"key": "tags", "value": "cat"}}, 1),
+    ):
+        assert len(retrieve("numbat", filter=spec)) == hits, spec
+
+
+def test_starts_with_is_refused_on_a_store_other_than_opensearch_serverless() -> None:
+    """RetrievalFilter's reference: startsWith "is currently only supported for Amazon OpenSearch Serverless
+    vector stores"; an S3 Vectors Knowledge Base took it."""
+    spec = KnowledgeBaseSpec("S3VECTORS1", [DataSourceSpec("DSV0000001", "b", "i")], storage="S3_VECTORS")
+    service = LocalKnowledgeBase([spec], analyzer=ANALYZERS["index"], s3=lambda: None, invoke=None)
+    with running(service) as kb:
+        runtime = boto3.client("bedrock-agent-runtime", endpoint_url=kb.url)
+        nested = {"orAll": [{"equals": {"key": "a", "value": 1}}, {"startsWith": {"key": "a", "value": "c"}}]}
+        with pytest.raises(runtime.exceptions.ValidationException) as refused:
+            runtime.retrieve(
+                knowledgeBaseId="S3VECTORS1",
+                retrievalQuery={"text": "zebra"},
+                retrievalConfiguration={"vectorSearchConfiguration": {"filter": nested}},
+            )
+        assert "startsWith" in refused.value.response["Error"]["Message"]
+
+
+@pytest.mark.parametrize("token", ["-1", "abc", "1_0"])
+def test_a_next_token_it_did_not_give_is_refused(stack: local.LocalStack, token: str) -> None:
+    """A token of "-1" was read as a position from the end: a page again, as if it were a real token."""
+    agent = boto3.client("bedrock-agent")
+    with pytest.raises(agent.exceptions.ValidationException):
+        agent.list_knowledge_base_documents(knowledgeBaseId=KB, dataSourceId=DS, nextToken=token)

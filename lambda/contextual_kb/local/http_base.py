@@ -99,7 +99,18 @@ class JsonHandler(BaseHTTPRequestHandler):
             raise HttpError(
                 413, "ValidationException", f"a body of {length:,} bytes: at most {self.max_body_bytes:,}"
             )
-        return self.rfile.read(length) if length else b""
+        if not length:
+            return b""
+        try:
+            body = self.rfile.read(length)
+        except TimeoutError:
+            body = None
+        if body is None or len(body) < length:  # the client went quiet (or closed) before its body was whole
+            self.close_connection = True
+            raise HttpError(
+                408, "ValidationException", f"the body did not arrive: {length:,} bytes announced"
+            )
+        return body
 
     def _handle(self, method: str) -> None:
         self.arrived = time.monotonic()  # before the body is read: when the request came

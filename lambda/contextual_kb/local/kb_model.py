@@ -95,10 +95,9 @@ def page(items: list[dict[str, Any]], body: dict[str, Any], name: str, *, limit:
     token = body.get("nextToken")
     start = 0
     if token:
-        try:
-            start = int(token)
-        except ValueError:
-            raise ApiError(400, "ValidationException", "nextToken is not valid") from None
+        if not (isinstance(token, str) and token.isascii() and token.isdigit()):  # int() reads "-1", "1_0"
+            raise ApiError(400, "ValidationException", "nextToken is not valid")
+        start = int(token)
     page: dict[str, Any] = {name: items[start : start + size]}
     if start + size < len(items):
         page["nextToken"] = str(start + size)

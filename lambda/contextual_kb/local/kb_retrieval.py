@@ -126,6 +126,13 @@ class Retrieval:
         with self._lock:
             index = self._indexes[kb_id]
         test = compile_filter(vector.get("filter")) if vector.get("filter") else None
+        if kb.storage != "OPENSEARCH_SERVERLESS" and "startsWith" in _operators(vector.get("filter")):
+            raise ApiError(
+                400,
+                "ValidationException",
+                f"the startsWith filter is supported only for Amazon OpenSearch Serverless vector stores, "
+                f"not {kb.storage}",
+            )
         allowed = [i for i, c in enumerate(index.chunks) if test is None or test(c.metadata)]
         if search == "SEMANTIC":
             if index.embed is None:
@@ -254,28 +261,53 @@ def compile_filter(spec: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], boo
     return test
 
 
+def _operators(spec: Any) -> set[str]:
+    """Every operator a (compiled, so well-formed) filter uses, nested ones included."""
+    if not isinstance(spec, Mapping):
+        return set()
+    found = set(spec)
+    for operand in spec.values():
+        if isinstance(operand, list):
+            for nested in operand:
+                found |= _operators(nested)
+    return found
+
+
 def _number(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError("not a number")
     return float(value)
 
 
+def _same(have: Any, value: Any) -> bool:
+    """Equal in a typed index: a boolean never equals a number (Python's True == 1 does)."""
+    return isinstance(have, bool) == isinstance(value, bool) and have == value
+
+
+def _one_of(have: Any, values: Any) -> bool:
+    return isinstance(values, list) and any(_same(have, value) for value in values)
+
+
 def _list_contains(have: Any, value: Any) -> bool:
-    return isinstance(have, list) and value in have
+    return isinstance(have, list) and _one_of(value, have)
+
+
+def _string_contains(have: Any, value: Any) -> bool:
+    """A string holding ``value``, or a list with a member holding it (RetrievalFilter's reference)."""
+    members = have if isinstance(have, list) else [have]
+    return any(isinstance(member, str) and str(value) in member for member in members)
 
 
 _COMPARISONS: dict[str, Callable[[Any, Any], bool]] = {
-    "equals": lambda have, value: have == value,
-    "notEquals": lambda have, value: have != value,
+    "equals": _same,
+    "notEquals": lambda have, value: not _same(have, value),
     "greaterThan": lambda have, value: _number(have) > _number(value),
     "greaterThanOrEquals": lambda have, value: _number(have) >= _number(value),
     "lessThan": lambda have, value: _number(have) < _number(value),
     "lessThanOrEquals": lambda have, value: _number(have) <= _number(value),
-    "in": lambda have, value: isinstance(value, list) and have in value,
-    "notIn": lambda have, value: isinstance(value, list) and have not in value,
+    "in": _one_of,
+    "notIn": lambda have, value: isinstance(value, list) and not _one_of(have, value),
     "startsWith": lambda have, value: isinstance(have, str) and have.startswith(str(value)),
-    "stringContains": lambda have, value: (
-        str(value) in have if isinstance(have, str) else _list_contains(have, value)
-    ),
+    "stringContains": _string_contains,
     "listContains": _list_contains,
 }

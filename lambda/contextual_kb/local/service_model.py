@@ -1,14 +1,16 @@
 """A request's JSON body checked against the service's own model, as botocore ships it (its
 ``service-2.json``): the bounds of every member (string and list lengths, numbers' ranges), its enums, its
-required members and its types. botocore checks only minimums before sending, and another SDK may check
-nothing: the service answers the rest, here as there, with ``ValidationException`` in AWS's words ("1
-validation error detected: Value at 'retrievalQuery.text' failed to satisfy constraint: Member must have
-length less than or equal to 20000"). Driven by the model itself, the limits cannot drift from AWS's.
+patterns, its required members and its types. botocore checks only minimums before sending (no pattern),
+and another SDK may check nothing: the service answers the rest, here as there, with
+``ValidationException`` in AWS's words ("1 validation error detected: Value at 'retrievalQuery.text'
+failed to satisfy constraint: Member must have length less than or equal to 20000"). Driven by the model
+itself, the limits cannot drift from AWS's.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any
 
 import botocore.session
@@ -83,6 +85,9 @@ def _check(shape: Shape, value: Any, path: str, found: list[str]) -> None:
         enum = getattr(shape, "enum", None)
         if enum and value not in enum:
             found.append(f"{at} satisfy enum value set: [{', '.join(enum)}]")
+        pattern = bounds.get("pattern")
+        if pattern and _compiled(pattern).fullmatch(value) is None:  # the service matches the whole value
+            found.append(f"{at} satisfy regular expression pattern: {pattern}")
     elif kind in {"integer", "long"}:
         if isinstance(value, bool) or not isinstance(value, int):
             found.append(f"{at} be an integer")
@@ -97,6 +102,11 @@ def _check(shape: Shape, value: Any, path: str, found: list[str]) -> None:
     elif kind == "boolean" and not isinstance(value, bool):
         found.append(f"{at} be a boolean")
     # blob and timestamp members: taken as they are
+
+
+@functools.cache
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
 
 
 def _length(length: int, bounds: dict[str, Any], at: str, found: list[str]) -> None:
