@@ -266,7 +266,12 @@ def build_server(  # noqa: PLR0915 - the tools are closures over the server's se
         bases = []
         for summary in _pages(agent.list_knowledge_bases, "knowledgeBaseSummaries"):
             kb_id = summary["knowledgeBaseId"]
-            described = agent.get_knowledge_base(knowledgeBaseId=kb_id)["knowledgeBase"]
+            described, denied = _knowledge_base(agent, kb_id, needed=bool(tag))  # the tag is read by its ARN
+            if denied and not any(n.startswith("types not looked up") for n in notices):
+                notices.append(
+                    f"types not looked up ({denied}): the Knowledge Bases are listed with type null; allow "
+                    "bedrock:GetKnowledgeBase to see them"
+                )
             if tag:
                 arn = described["knowledgeBaseArn"]
                 tags = agent.list_tags_for_resource(resourceArn=arn).get("tags") or {}
@@ -281,7 +286,7 @@ def build_server(  # noqa: PLR0915 - the tools are closures over the server's se
                     "name": summary.get("name", ""),
                     "description": summary.get("description", ""),
                     "status": summary.get("status", ""),
-                    "type": _kind(described),
+                    "type": _kind(described) if described is not None else None,
                     "stack": owned.get(kb_id),
                     "data_sources": [
                         {"data_source_id": s["dataSourceId"], "name": s.get("name", "")} for s in sources
@@ -369,10 +374,13 @@ def build_server(  # noqa: PLR0915 - the tools are closures over the server's se
         kb_id, _ = _target(knowledge_base_id, stack)
         semantic_only = False
         kind = "VECTOR"  # this project's stacks: a transformation Lambda needs a VECTOR Knowledge Base
+        described: dict[str, Any] | None = None
+        denied = ""
         if knowledge_base_id is None:
             semantic_only = deployment(stack).vector_store == "s3vectors"
         else:  # anyone's: each type takes its own retrievalConfiguration
-            kind = _kind(client("bedrock-agent").get_knowledge_base(knowledgeBaseId=kb_id)["knowledgeBase"])
+            described, denied = _knowledge_base(client("bedrock-agent"), kb_id)
+            kind = _kind(described) if described is not None else "VECTOR"
         retriever = Retriever(
             kb_id,
             where(),
@@ -384,6 +392,11 @@ def build_server(  # noqa: PLR0915 - the tools are closures over the server's se
         )
         if semantic_only:
             retriever.use_semantic_only("S3 Vectors has no lexical index")
+        if denied:
+            retriever.notices.append(
+                f"type not looked up ({denied}): searched as a VECTOR Knowledge Base; allow "
+                "bedrock:GetKnowledgeBase to query a MANAGED or KENDRA one"
+            )
         where_filter = _with_data_sources(metadata_filter, data_source_ids, kind)
         return retriever, retriever.search(text, k=k, candidates=candidates, filter=where_filter)
 
@@ -572,6 +585,22 @@ def _bounded(items: list[dict[str, Any]], budget: int) -> tuple[list[dict[str, A
             f"the result's text cut to {room:,} of {len(text):,} characters (max_characters={budget:,})"
         ]
     return kept, []
+
+
+def _knowledge_base(agent: Any, kb_id: str, *, needed: bool = False) -> tuple[dict[str, Any] | None, str]:
+    """GetKnowledgeBase's ``knowledgeBase``, or None and why when the caller may not call it (AccessDenied):
+    Retrieve, ListKnowledgeBases and ListDataSources are separate permissions, and a least-privilege reader
+    granted those alone could list and query before the types were looked up. Any other failure (an unknown
+    id, throttling past the retries) is raised, as when ``needed``."""
+    from botocore.exceptions import ClientError
+
+    try:
+        return agent.get_knowledge_base(knowledgeBaseId=kb_id)["knowledgeBase"], ""
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        if needed or error.get("Code") != "AccessDeniedException":
+            raise
+        return None, redact(f"GetKnowledgeBase failed: {error.get('Code')}: {error.get('Message', '')}")
 
 
 def _kind(knowledge_base: dict[str, Any]) -> str:
