@@ -186,3 +186,28 @@ def test_loopback_means_any_loopback_address() -> None:
         with pytest.raises(mcp_http.HttpSetupError, match="--allowed-host NAME"):
             mcp_http.plan(every, 1, token=TOKEN)
     assert not mcp_http.is_every_interface("10.0.0.5") and not mcp_http.is_every_interface("example.com")
+
+
+@pytest.mark.parametrize(
+    ("token", "says"),
+    [
+        ("", "CKB_MCP_TOKEN is set but empty"),  # `export CKB_MCP_TOKEN=$(cat missing-file)`
+        (" \n", "CKB_MCP_TOKEN is set but empty"),
+        ("é" * 40, "cannot carry"),  # a header is Latin-1 on the wire: it could never match
+        ("a" * 20 + " " + "b" * 20, "cannot carry"),
+    ],
+    ids=["empty", "blank", "non-ascii", "inner-space"],
+)
+def test_a_token_set_wrong_refuses_even_on_loopback(token: str, says: str) -> None:
+    """A token set but unusable is the operator's mistake to hear about, not a server quietly left open on
+    loopback (empty) or one that refuses every client (characters a bearer token cannot carry)."""
+    with pytest.raises(mcp_http.HttpSetupError, match=says) as refused:
+        mcp_http.plan("127.0.0.1", 1, token=token)
+    assert token.strip() not in str(refused.value) or not token.strip()
+
+
+def test_the_bound_name_passes_the_host_check_in_any_case() -> None:
+    """Browsers send the Host in lower case: --host MCP.Example.com must not refuse them all with 421."""
+    guards = mcp_http.plan("MCP.Example.com", 1, token=TOKEN)
+    assert "mcp.example.com:*" in guards.allowed_hosts
+    assert "http://mcp.example.com:*" in guards.allowed_origins

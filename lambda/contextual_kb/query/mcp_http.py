@@ -70,7 +70,18 @@ def plan(
     insecure_no_token: bool = False,
 ) -> HttpPlan:
     """The endpoint's guards for ``host``, or an ``HttpSetupError`` saying what to give. Pure."""
-    token = (token or "").strip() or None  # a trailing newline from a file is not part of the secret
+    if token is not None:
+        token = token.strip()  # a trailing newline from a file is not part of the secret
+        if not token:  # set, to nothing (`$(cat missing-file)`): the operator meant a token; never serve open
+            raise HttpSetupError(
+                f"{TOKEN_ENV} is set but empty: set it to a random secret of at least {MIN_TOKEN_CHARS} "
+                f"characters (`{_MAKE_TOKEN}`), or unset it"
+            )
+        if not all("!" <= char <= "~" for char in token):  # headers are Latin-1: it could never match
+            raise HttpSetupError(
+                f"{TOKEN_ENV} has characters a bearer token cannot carry (spaces, non-ASCII): use visible "
+                f"ASCII only (`{_MAKE_TOKEN}`)"
+            )
     if token is not None and len(token) < MIN_TOKEN_CHARS:
         raise HttpSetupError(
             f"{TOKEN_ENV} is {len(token)} characters: use a random secret of at least {MIN_TOKEN_CHARS} "
@@ -91,7 +102,7 @@ def plan(
         )
     hosts = list(_LOOPBACK_HOSTS)
     if not is_every_interface(host):
-        hosts.append(_bracketed(host))
+        hosts.append(_bracketed(host).lower())  # browsers send the Host in lower case
     for name in allowed_hosts:
         hosts.append(name.strip().lower())
     # A Host header carries a port unless the client used the scheme's default one (a proxy on 443).
