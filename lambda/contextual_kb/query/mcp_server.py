@@ -569,20 +569,18 @@ def _bounded(items: list[dict[str, Any]], budget: int) -> tuple[list[dict[str, A
                 "smaller k, a filter, or a larger max_characters"
             ]
         text = str(item.get("text", ""))
-        room = len(text)
-        while room > 0:  # bounded: shrinks by the excess each turn (escapes make JSON longer than text)
-            excess = len(json.dumps({**item, "text": text[:room], "text_cut": len(text)}, ensure_ascii=False))
-            if excess <= budget:
-                break
-            room = max(0, room - (excess - budget))
-        kept.append({**item, "text": text[:room], "text_cut": len(text)})
+        fitted = _fit(item, budget)
+        room = len(fitted["text"])
+        kept.append(fitted)
+        also = " and ".join(name for name in ("context", "metadata") if f"{name}_cut" in fitted)
+        also = f" (its {also} cut too)" if also else ""
         if len(items) > 1:
             return kept, [
                 f"the first result alone is over max_characters={budget:,}: its text cut to {room:,} of "
-                f"{len(text):,} characters, and the {len(items) - 1} others left out"
+                f"{len(text):,} characters{also}, and the {len(items) - 1} others left out"
             ]
         return kept, [
-            f"the result's text cut to {room:,} of {len(text):,} characters (max_characters={budget:,})"
+            f"the result's text cut to {room:,} of {len(text):,} characters{also} (max_characters={budget:,})"
         ]
     return kept, []
 
@@ -601,6 +599,38 @@ def _knowledge_base(agent: Any, kb_id: str, *, needed: bool = False) -> tuple[di
         if needed or error.get("Code") != "AccessDeniedException":
             raise
         return None, redact(f"GetKnowledgeBase failed: {error.get('Code')}: {error.get('Message', '')}")
+
+
+def _fit(item: dict[str, Any], budget: int) -> dict[str, Any]:
+    """``item`` cut to ``budget`` characters of JSON: its text's opening (``text_cut``: the whole length);
+    when even an empty text is over, its metadata left out (``metadata_cut``) and its context cut to half
+    of what is left (``context_cut``), the text having the rest. Pure."""
+    text = str(item.get("text", ""))
+    fitted = {**item, "text": "", "text_cut": len(text)}
+    if _size(fitted) > budget and item.get("metadata"):
+        fitted = {**fitted, "metadata": {}, "metadata_cut": True}
+    context = item.get("context")
+    if _size(fitted) > budget and isinstance(context, str) and context:
+        fitted = {**fitted, "context": "", "context_cut": len(context)}
+        spare = max(0, budget - _size(fitted))  # half of it for the context, the rest for the text
+        fitted = _shrunk(fitted, "context", context, budget - spare + spare // 2)
+    return _shrunk(fitted, "text", text, budget)
+
+
+def _shrunk(item: dict[str, Any], key: str, value: str, budget: int) -> dict[str, Any]:
+    """``item`` with ``value``'s longest opening under ``key`` that keeps its JSON within ``budget``."""
+    low, high = 0, len(value)  # a binary search: escapes make JSON longer than the text, unevenly
+    while low < high:
+        middle = (low + high + 1) // 2
+        if _size({**item, key: value[:middle]}) <= budget:
+            low = middle
+        else:
+            high = middle - 1
+    return {**item, key: value[:low]}
+
+
+def _size(item: dict[str, Any]) -> int:
+    return len(json.dumps(item, ensure_ascii=False))
 
 
 def _kind(knowledge_base: dict[str, Any]) -> str:
