@@ -211,3 +211,9 @@ def test_the_bound_name_passes_the_host_check_in_any_case() -> None:
     guards = mcp_http.plan("MCP.Example.com", 1, token=TOKEN)
     assert "mcp.example.com:*" in guards.allowed_hosts
     assert "http://mcp.example.com:*" in guards.allowed_origins
+
+
+def test_a_bracketed_ipv6_host_binds_its_address() -> None:
+    """`--host [::1]` (as a URL writes it) is the address ::1: uvicorn cannot resolve the bracketed form."""
+    guards = mcp_http.plan("[::1]", 1, token=None)
+    assert guards.host == "::1" and "[::1]:*" in guards.allowed_hosts and guards.warnings == ()

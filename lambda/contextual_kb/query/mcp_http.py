@@ -70,6 +70,8 @@ def plan(
     insecure_no_token: bool = False,
 ) -> HttpPlan:
     """The endpoint's guards for ``host``, or an ``HttpSetupError`` saying what to give. Pure."""
+    if host.startswith("[") and host.endswith("]"):  # an IPv6 literal as a URL writes it; bind the address
+        host = host[1:-1]
     if token is not None:
         token = token.strip()  # a trailing newline from a file is not part of the secret
         if not token:  # set, to nothing (`$(cat missing-file)`): the operator meant a token; never serve open
