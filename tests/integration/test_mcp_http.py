@@ -217,3 +217,20 @@ def test_a_bracketed_ipv6_host_binds_its_address() -> None:
     """`--host [::1]` (as a URL writes it) is the address ::1: uvicorn cannot resolve the bracketed form."""
     guards = mcp_http.plan("[::1]", 1, token=None)
     assert guards.host == "::1" and "[::1]:*" in guards.allowed_hosts and guards.warnings == ()
+
+
+@pytest.mark.parametrize(
+    ("hosts", "origins", "says"),
+    [
+        (["https://mcp.example.com"], [], "--allowed-host https://mcp.example.com: a host name or address"),
+        (["mcp.example.com/mcp"], [], "a host name or address"),
+        (["mcp.example.com"], ["app.example.com"], "--allowed-origin app.example.com: an origin"),
+        (["mcp.example.com"], ["https://app.example.com/page"], "an origin"),
+    ],
+    ids=["host-as-url", "host-with-path", "origin-without-scheme", "origin-with-path"],
+)
+def test_a_name_that_could_never_match_is_refused(hosts: list[str], origins: list[str], says: str) -> None:
+    """An operator's --allowed-host URL or --allowed-origin without its scheme would match no request: every
+    client refused with 421 or 403 for no reason they can see. Said at start instead, in one line."""
+    with pytest.raises(mcp_http.HttpSetupError, match=says):
+        mcp_http.plan("10.0.0.5", 1, token=TOKEN, allowed_hosts=hosts, allowed_origins=origins)

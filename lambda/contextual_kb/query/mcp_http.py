@@ -11,8 +11,10 @@ required, or an explicit ``--insecure-no-token`` that prints a warning at every 
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import ipaddress
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +43,36 @@ def is_every_interface(host: str) -> bool:
         return not host or ipaddress.ip_address(host.strip("[]")).is_unspecified
     except ValueError:
         return False
+
+
+_NAME = r"(\[[0-9a-f:.]+\]|[a-z0-9.-]+)(:[0-9]{1,5})?"
+
+
+def _host_name(given: str) -> str:
+    """An --allowed-host as the Host header carries it (lower case, an IPv6 address bracketed), or an
+    ``HttpSetupError``: a URL or a path there would match no request, and every client would get 421."""
+    name = given.strip().lower()
+    if ":" in name and not name.startswith("["):
+        with contextlib.suppress(ValueError):  # a name with a port stays as it is
+            name = f"[{ipaddress.IPv6Address(name)}]"
+    if not re.fullmatch(_NAME, name):
+        raise HttpSetupError(
+            f"--allowed-host {given}: a host name or address, as clients reach this server by (e.g. "
+            "mcp.example.com, or mcp.example.com:8443), not a URL"
+        )
+    return name
+
+
+def _origin(given: str) -> str:
+    """An --allowed-origin as a browser sends it (scheme, host, port if not the default), or an
+    ``HttpSetupError``: without its scheme, or with a path, it would match no Origin, and browsers get 403."""
+    origin = given.strip().rstrip("/").lower()
+    if not re.fullmatch(f"https?://{_NAME}", origin):
+        raise HttpSetupError(
+            f"--allowed-origin {given}: an origin as browsers send it, scheme and host (and port), e.g. "
+            "https://app.example.com"
+        )
+    return origin
 
 
 def _bracketed(host: str) -> str:
@@ -106,13 +138,13 @@ def plan(
     if not is_every_interface(host):
         hosts.append(_bracketed(host).lower())  # browsers send the Host in lower case
     for name in allowed_hosts:
-        hosts.append(name.strip().lower())
+        hosts.append(_host_name(name))
     # A Host header carries a port unless the client used the scheme's default one (a proxy on 443).
     host_patterns = [p for name in dict.fromkeys(hosts) for p in (name, f"{name}:*")]
     origins = [f"http://{name}:*" for name in dict.fromkeys(hosts)]
     origins += [f"https://{name}:*" for name in dict.fromkeys(hosts)]
     origins += [f"{scheme}://{name}" for name in dict.fromkeys(hosts) for scheme in ("http", "https")]
-    origins += [o.strip().rstrip("/") for o in allowed_origins]
+    origins += [_origin(o) for o in allowed_origins]
     warnings = []
     if token is None and not loopback:
         warnings.append(
