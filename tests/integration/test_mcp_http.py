@@ -108,6 +108,8 @@ def test_host_and_origin_are_checked_on_any_address() -> None:
         assert post(url, Host="mcp.example.internal") == 200  # an allowed name, default port
         assert post(url, Host=f"mcp.example.internal:{port}") == 200
         assert post(url, Origin=f"http://127.0.0.2:{port}") == 200
+        assert post(url, Origin="null") == 403  # a sandboxed frame or a file: page
+        assert post(url, Host=f"localhost.:{port}") == 421  # spellings not listed fail closed
 
 
 def test_a_browser_origin_passes_only_when_allowed() -> None:
@@ -130,6 +132,15 @@ def test_a_token_once_set_is_required() -> None:
         assert post(url, Authorization=f"Bearer {TOKEN[:-1]}x") == 401
         assert post(url, Authorization=f"Basic {TOKEN}") == 401
         assert post(url, Authorization=f"bearer {TOKEN}") == 200
+        assert post(f"{url}?access_token={TOKEN}") == 401  # a header only: URLs end up in logs (RFC 6750 2.3)
+        # RFC 6750 3.1: a challenge without an error when no token came, invalid_token when a wrong one did.
+        bare = httpx2.post(url, json=INITIALIZE, headers=HEADERS, timeout=10)
+        wrong = httpx2.post(
+            url, json=INITIALIZE, headers={**HEADERS, "Authorization": f"Bearer {TOKEN[:-1]}x"}, timeout=10
+        )
+        assert bare.headers["www-authenticate"] == 'Bearer realm="ckb mcp"'
+        assert wrong.headers["www-authenticate"] == 'Bearer realm="ckb mcp", error="invalid_token"'
+        assert TOKEN not in bare.text + wrong.text + str(wrong.headers)
         # The Host check still holds for a caller holding the token.
         assert post(url, Authorization=f"Bearer {TOKEN}", Host="evil.example") == 421
 

@@ -182,10 +182,14 @@ class BearerToken:
 
             scheme, _, given = Headers(scope=scope).get("authorization", "").partition(" ")
             if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self._token):
+                # RFC 6750 3.1: no error code when no token came, invalid_token when a wrong one did.
+                challenge = 'Bearer realm="ckb mcp"'
+                if scheme.lower() == "bearer" and given.strip():
+                    challenge += ', error="invalid_token"'
                 refused = Response(
                     f"unauthorized: send Authorization: Bearer <{TOKEN_ENV}>\n",
                     status_code=401,
-                    headers={"WWW-Authenticate": 'Bearer realm="ckb mcp"'},
+                    headers={"WWW-Authenticate": challenge},
                 )
                 await refused(scope, receive, send)
                 return
