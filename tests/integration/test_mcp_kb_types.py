@@ -201,3 +201,25 @@ def test_an_unknown_id_still_fails_in_one_line(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(aws_clients, "client", lambda service, region_name, **_: Missing())
     (queried,) = call(("query", {"query": "refunds", "rerank": False, "knowledge_base_id": "NOPE000001"}))
     assert queried.is_error and "\n" not in text_of(queried)
+
+
+def test_an_s3_vectors_knowledge_base_by_id_is_searched_and_said_semantic(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """S3 Vectors has no lexical index (Bedrock answers HYBRID semantically): a query by id, now that the
+    Knowledge Base is described, asks for and says what it gets, as a query by stack does."""
+
+    class S3Vectors(Bedrock):
+        def get_knowledge_base(self, **params: Any) -> dict[str, Any]:
+            described = super().get_knowledge_base(**params)
+            described["knowledgeBase"]["storageConfiguration"] = {"type": "S3_VECTORS"}
+            return described
+
+    fake = S3Vectors()
+    monkeypatch.setattr(aws_clients, "client", lambda service, region_name, **_: fake)
+    (queried,) = call(("query", {"query": "refunds", "rerank": False, "knowledge_base_id": "VKB0000001"}))
+    assert not queried.is_error, text_of(queried)
+    assert queried.structured_content["search"] == "semantic"
+    assert "semantic search only: S3 Vectors has no lexical index" in queried.structured_content["notices"]
+    config = next(p["retrievalConfiguration"] for op, p in fake.sent if op == "Retrieve")
+    assert config["vectorSearchConfiguration"]["overrideSearchType"] == "SEMANTIC"

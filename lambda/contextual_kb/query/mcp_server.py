@@ -381,6 +381,8 @@ def build_server(  # noqa: PLR0915 - the tools are closures over the server's se
         else:  # anyone's: each type takes its own retrievalConfiguration
             described, denied = _knowledge_base(client("bedrock-agent"), kb_id)
             kind = _kind(described) if described is not None else "VECTOR"
+            store = ((described or {}).get("storageConfiguration") or {}).get("type")
+            semantic_only = kind == "VECTOR" and store == "S3_VECTORS"
         retriever = Retriever(
             kb_id,
             where(),
