@@ -108,6 +108,8 @@ def test_host_and_origin_are_checked_on_any_address() -> None:
         assert post(url, Host="mcp.example.internal") == 200  # an allowed name, default port
         assert post(url, Host=f"mcp.example.internal:{port}") == 200
         assert post(url, Origin=f"http://127.0.0.2:{port}") == 200
+        assert post(url, Origin="null") == 403  # a sandboxed frame or a file: page
+        assert post(url, Host=f"localhost.:{port}") == 421  # spellings not listed fail closed
 
 
 def test_a_browser_origin_passes_only_when_allowed() -> None:
@@ -130,6 +132,15 @@ def test_a_token_once_set_is_required() -> None:
         assert post(url, Authorization=f"Bearer {TOKEN[:-1]}x") == 401
         assert post(url, Authorization=f"Basic {TOKEN}") == 401
         assert post(url, Authorization=f"bearer {TOKEN}") == 200
+        assert post(f"{url}?access_token={TOKEN}") == 401  # a header only: URLs end up in logs (RFC 6750 2.3)
+        # RFC 6750 3.1: a challenge without an error when no token came, invalid_token when a wrong one did.
+        bare = httpx2.post(url, json=INITIALIZE, headers=HEADERS, timeout=10)
+        wrong = httpx2.post(
+            url, json=INITIALIZE, headers={**HEADERS, "Authorization": f"Bearer {TOKEN[:-1]}x"}, timeout=10
+        )
+        assert bare.headers["www-authenticate"] == 'Bearer realm="ckb mcp"'
+        assert wrong.headers["www-authenticate"] == 'Bearer realm="ckb mcp", error="invalid_token"'
+        assert TOKEN not in bare.text + wrong.text + str(wrong.headers)
         # The Host check still holds for a caller holding the token.
         assert post(url, Authorization=f"Bearer {TOKEN}", Host="evil.example") == 421
 
@@ -186,3 +197,51 @@ def test_loopback_means_any_loopback_address() -> None:
         with pytest.raises(mcp_http.HttpSetupError, match="--allowed-host NAME"):
             mcp_http.plan(every, 1, token=TOKEN)
     assert not mcp_http.is_every_interface("10.0.0.5") and not mcp_http.is_every_interface("example.com")
+
+
+@pytest.mark.parametrize(
+    ("token", "says"),
+    [
+        ("", "CKB_MCP_TOKEN is set but empty"),  # `export CKB_MCP_TOKEN=$(cat missing-file)`
+        (" \n", "CKB_MCP_TOKEN is set but empty"),
+        ("é" * 40, "cannot carry"),  # a header is Latin-1 on the wire: it could never match
+        ("a" * 20 + " " + "b" * 20, "cannot carry"),
+    ],
+    ids=["empty", "blank", "non-ascii", "inner-space"],
+)
+def test_a_token_set_wrong_refuses_even_on_loopback(token: str, says: str) -> None:
+    """A token set but unusable is the operator's mistake to hear about, not a server quietly left open on
+    loopback (empty) or one that refuses every client (characters a bearer token cannot carry)."""
+    with pytest.raises(mcp_http.HttpSetupError, match=says) as refused:
+        mcp_http.plan("127.0.0.1", 1, token=token)
+    assert token.strip() not in str(refused.value) or not token.strip()
+
+
+def test_the_bound_name_passes_the_host_check_in_any_case() -> None:
+    """Browsers send the Host in lower case: --host MCP.Example.com must not refuse them all with 421."""
+    guards = mcp_http.plan("MCP.Example.com", 1, token=TOKEN)
+    assert "mcp.example.com:*" in guards.allowed_hosts
+    assert "http://mcp.example.com:*" in guards.allowed_origins
+
+
+def test_a_bracketed_ipv6_host_binds_its_address() -> None:
+    """`--host [::1]` (as a URL writes it) is the address ::1: uvicorn cannot resolve the bracketed form."""
+    guards = mcp_http.plan("[::1]", 1, token=None)
+    assert guards.host == "::1" and "[::1]:*" in guards.allowed_hosts and guards.warnings == ()
+
+
+@pytest.mark.parametrize(
+    ("hosts", "origins", "says"),
+    [
+        (["https://mcp.example.com"], [], "--allowed-host https://mcp.example.com: a host name or address"),
+        (["mcp.example.com/mcp"], [], "a host name or address"),
+        (["mcp.example.com"], ["app.example.com"], "--allowed-origin app.example.com: an origin"),
+        (["mcp.example.com"], ["https://app.example.com/page"], "an origin"),
+    ],
+    ids=["host-as-url", "host-with-path", "origin-without-scheme", "origin-with-path"],
+)
+def test_a_name_that_could_never_match_is_refused(hosts: list[str], origins: list[str], says: str) -> None:
+    """An operator's --allowed-host URL or --allowed-origin without its scheme would match no request: every
+    client refused with 421 or 403 for no reason they can see. Said at start instead, in one line."""
+    with pytest.raises(mcp_http.HttpSetupError, match=says):
+        mcp_http.plan("10.0.0.5", 1, token=TOKEN, allowed_hosts=hosts, allowed_origins=origins)

@@ -150,3 +150,76 @@ def test_each_knowledge_base_is_queried_the_way_bedrock_takes_it(bedrock: Bedroc
     line = text_of(sql).removeprefix("Error executing tool query: ")
     assert line.startswith("knowledge base SKB0000001 is a SQL (structured data) Knowledge Base:")
     assert "\n" not in line
+
+
+class DescribeDenied(Bedrock):
+    """A least-privilege role: it may list, list data sources and Retrieve, not bedrock:GetKnowledgeBase."""
+
+    def get_knowledge_base(self, **params: Any) -> dict[str, Any]:
+        self._check("bedrock-agent", "GetKnowledgeBase", params)
+        raise ClientError(
+            {
+                "Error": {
+                    "Code": "AccessDeniedException",
+                    "Message": "User: arn:aws:sts::123456789012:assumed-role/reader/s is not authorized to "
+                    "perform: bedrock:GetKnowledgeBase",
+                }
+            },
+            "GetKnowledgeBase",
+        )
+
+
+def test_a_role_without_get_knowledge_base_still_lists_and_queries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Listing and querying by id needed no bedrock:GetKnowledgeBase before the types were looked up; a role
+    without it still lists (type unknown) and queries (as VECTOR, as before), each saying so in one notice."""
+    fake = DescribeDenied()
+    monkeypatch.setattr(aws_clients, "client", lambda service, region_name, **_: fake)
+    listed, queried = call(
+        ("list_knowledge_bases", {}),
+        ("query", {"query": "refunds", "k": 1, "rerank": False, "knowledge_base_id": "VKB0000001"}),
+    )
+    assert not listed.is_error and not queried.is_error, (text_of(listed), text_of(queried))
+    assert {kb["type"] for kb in listed.structured_content["knowledge_bases"]} == {None}
+    (notice,) = [n for n in listed.structured_content["notices"] if "GetKnowledgeBase" in n]
+    assert notice.startswith("types not looked up (GetKnowledgeBase failed: AccessDeniedException")
+    assert "123456789012" not in notice
+    assert queried.structured_content["results"]
+    (said,) = [n for n in queried.structured_content["notices"] if "GetKnowledgeBase" in n]
+    assert said.startswith("type not looked up (GetKnowledgeBase failed: AccessDeniedException")
+    config = next(p["retrievalConfiguration"] for op, p in fake.sent if op == "Retrieve")
+    assert config["vectorSearchConfiguration"]["overrideSearchType"] == "HYBRID"
+
+
+def test_an_unknown_id_still_fails_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Missing(Bedrock):
+        def get_knowledge_base(self, **params: Any) -> dict[str, Any]:
+            raise ClientError(
+                {"Error": {"Code": "ResourceNotFoundException", "Message": "KB NOPE000001 not found"}},
+                "GetKnowledgeBase",
+            )
+
+    monkeypatch.setattr(aws_clients, "client", lambda service, region_name, **_: Missing())
+    (queried,) = call(("query", {"query": "refunds", "rerank": False, "knowledge_base_id": "NOPE000001"}))
+    assert queried.is_error and "\n" not in text_of(queried)
+
+
+def test_an_s3_vectors_knowledge_base_by_id_is_searched_and_said_semantic(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """S3 Vectors has no lexical index (Bedrock answers HYBRID semantically): a query by id, now that the
+    Knowledge Base is described, asks for and says what it gets, as a query by stack does."""
+
+    class S3Vectors(Bedrock):
+        def get_knowledge_base(self, **params: Any) -> dict[str, Any]:
+            described = super().get_knowledge_base(**params)
+            described["knowledgeBase"]["storageConfiguration"] = {"type": "S3_VECTORS"}
+            return described
+
+    fake = S3Vectors()
+    monkeypatch.setattr(aws_clients, "client", lambda service, region_name, **_: fake)
+    (queried,) = call(("query", {"query": "refunds", "rerank": False, "knowledge_base_id": "VKB0000001"}))
+    assert not queried.is_error, text_of(queried)
+    assert queried.structured_content["search"] == "semantic"
+    assert "semantic search only: S3 Vectors has no lexical index" in queried.structured_content["notices"]
+    config = next(p["retrievalConfiguration"] for op, p in fake.sent if op == "Retrieve")
+    assert config["vectorSearchConfiguration"]["overrideSearchType"] == "SEMANTIC"

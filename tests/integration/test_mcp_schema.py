@@ -139,4 +139,5 @@ def test_image_results_are_left_out_and_said(monkeypatch: pytest.MonkeyPatch) ->
     _, (found,) = session(("query", {"query": "refunds", "knowledge_base_id": KB, "k": 3, "rerank": False}))
     results = found.structured_content["results"]
     assert len(results) == 2 and all(r["text"] for r in results)
-    assert "1 non-text results (images) left out" in found.structured_content["notices"]
+    said = "1 non-text results left out (IMAGE): only text is read and reranked"
+    assert said in found.structured_content["notices"]

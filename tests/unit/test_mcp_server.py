@@ -22,3 +22,28 @@ def test_data_sources_become_a_filter_beside_the_callers() -> None:
     assert _with_data_sources(mine, []) == mine
     assert _with_data_sources(None, ["DS1"]) == sources
     assert _with_data_sources(mine, ["DS1"]) == {"andAll": [mine, sources]}
+
+
+def test_a_result_stays_within_max_characters_whatever_its_context_and_metadata() -> None:
+    """The first result alone over the bound keeps its text's opening; a long context and large metadata
+    (a user's own, a hierarchical parent's) are cut too, so the bound holds at its minimum, unicode and
+    escapes included."""
+    import json
+
+    from contextual_kb.query.mcp_server import _bounded
+
+    first = {
+        "rank": 1,
+        "source": "s3://docs/a.md",
+        "context": "ç" * 3_000,
+        "text": '😀"\\' * 2_000,
+        "retrieval_score": 0.5,
+        "rerank_score": 0.9,
+        "metadata": {f"key{i}": "v" * 50 for i in range(100)},
+    }
+    kept, notices = _bounded([first, {**first, "rank": 2}], 1_000)
+    (only,) = kept
+    assert len(json.dumps(only, ensure_ascii=False)) <= 1_000
+    assert only["rank"] == 1 and only["text"] and only["text_cut"] == len(first["text"])
+    (notice,) = notices
+    assert "\n" not in notice and "1 others left out" in notice

@@ -213,3 +213,21 @@ def test_bad_queries_are_refused_before_any_call() -> None:
 )
 def test_split_context(body: str, context: str | None, expected: tuple[str, str]) -> None:
     assert split_context(body, context) == expected
+
+
+def test_non_text_results_are_left_out_and_named_by_their_type() -> None:
+    """A multimodal Knowledge Base answers with IMAGE, AUDIO and VIDEO results too: none is text to read or
+    rerank, so each is left out, and the notice names the types (it said "images" for audio and video)."""
+    client = runtime_client()
+    audio = {
+        **hit(8),
+        "content": {"type": "AUDIO", "audio": {"s3Uri": "s3://m/a.mp3", "transcription": "hello"}},
+    }
+    image = {**hit(9), "content": {"type": "IMAGE", "byteContent": "data:image/png;base64,AA=="}}
+    with Stubber(client) as stub:
+        found = {"retrievalResults": [image, hit(0), audio, hit(1)]}
+        stub.add_response("retrieve", found, retrieve_request())
+        retriever = Retriever(KB, REGION, reranker=None, client=client)
+        results = retriever.search("how do retries work", k=5)
+    assert [r.text for r in results] == ["chunk 0 text", "chunk 1 text"]
+    assert retriever.notices == ["2 non-text results left out (AUDIO, IMAGE): only text is read and reranked"]

@@ -11,8 +11,10 @@ required, or an explicit ``--insecure-no-token`` that prints a warning at every 
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import ipaddress
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +45,36 @@ def is_every_interface(host: str) -> bool:
         return False
 
 
+_NAME = r"(\[[0-9a-f:.]+\]|[a-z0-9.-]+)(:[0-9]{1,5})?"
+
+
+def _host_name(given: str) -> str:
+    """An --allowed-host as the Host header carries it (lower case, an IPv6 address bracketed), or an
+    ``HttpSetupError``: a URL or a path there would match no request, and every client would get 421."""
+    name = given.strip().lower()
+    if ":" in name and not name.startswith("["):
+        with contextlib.suppress(ValueError):  # a name with a port stays as it is
+            name = f"[{ipaddress.IPv6Address(name)}]"
+    if not re.fullmatch(_NAME, name):
+        raise HttpSetupError(
+            f"--allowed-host {given}: a host name or address, as clients reach this server by (e.g. "
+            "mcp.example.com, or mcp.example.com:8443), not a URL"
+        )
+    return name
+
+
+def _origin(given: str) -> str:
+    """An --allowed-origin as a browser sends it (scheme, host, port if not the default), or an
+    ``HttpSetupError``: without its scheme, or with a path, it would match no Origin, and browsers get 403."""
+    origin = given.strip().rstrip("/").lower()
+    if not re.fullmatch(f"https?://{_NAME}", origin):
+        raise HttpSetupError(
+            f"--allowed-origin {given}: an origin as browsers send it, scheme and host (and port), e.g. "
+            "https://app.example.com"
+        )
+    return origin
+
+
 def _bracketed(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
@@ -70,7 +102,20 @@ def plan(
     insecure_no_token: bool = False,
 ) -> HttpPlan:
     """The endpoint's guards for ``host``, or an ``HttpSetupError`` saying what to give. Pure."""
-    token = (token or "").strip() or None  # a trailing newline from a file is not part of the secret
+    if host.startswith("[") and host.endswith("]"):  # an IPv6 literal as a URL writes it; bind the address
+        host = host[1:-1]
+    if token is not None:
+        token = token.strip()  # a trailing newline from a file is not part of the secret
+        if not token:  # set, to nothing (`$(cat missing-file)`): the operator meant a token; never serve open
+            raise HttpSetupError(
+                f"{TOKEN_ENV} is set but empty: set it to a random secret of at least {MIN_TOKEN_CHARS} "
+                f"characters (`{_MAKE_TOKEN}`), or unset it"
+            )
+        if not all("!" <= char <= "~" for char in token):  # headers are Latin-1: it could never match
+            raise HttpSetupError(
+                f"{TOKEN_ENV} has characters a bearer token cannot carry (spaces, non-ASCII): use visible "
+                f"ASCII only (`{_MAKE_TOKEN}`)"
+            )
     if token is not None and len(token) < MIN_TOKEN_CHARS:
         raise HttpSetupError(
             f"{TOKEN_ENV} is {len(token)} characters: use a random secret of at least {MIN_TOKEN_CHARS} "
@@ -91,15 +136,15 @@ def plan(
         )
     hosts = list(_LOOPBACK_HOSTS)
     if not is_every_interface(host):
-        hosts.append(_bracketed(host))
+        hosts.append(_bracketed(host).lower())  # browsers send the Host in lower case
     for name in allowed_hosts:
-        hosts.append(name.strip().lower())
+        hosts.append(_host_name(name))
     # A Host header carries a port unless the client used the scheme's default one (a proxy on 443).
     host_patterns = [p for name in dict.fromkeys(hosts) for p in (name, f"{name}:*")]
     origins = [f"http://{name}:*" for name in dict.fromkeys(hosts)]
     origins += [f"https://{name}:*" for name in dict.fromkeys(hosts)]
     origins += [f"{scheme}://{name}" for name in dict.fromkeys(hosts) for scheme in ("http", "https")]
-    origins += [o.strip().rstrip("/") for o in allowed_origins]
+    origins += [_origin(o) for o in allowed_origins]
     warnings = []
     if token is None and not loopback:
         warnings.append(
@@ -137,10 +182,14 @@ class BearerToken:
 
             scheme, _, given = Headers(scope=scope).get("authorization", "").partition(" ")
             if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self._token):
+                # RFC 6750 3.1: no error code when no token came, invalid_token when a wrong one did.
+                challenge = 'Bearer realm="ckb mcp"'
+                if scheme.lower() == "bearer" and given.strip():
+                    challenge += ', error="invalid_token"'
                 refused = Response(
                     f"unauthorized: send Authorization: Bearer <{TOKEN_ENV}>\n",
                     status_code=401,
-                    headers={"WWW-Authenticate": 'Bearer realm="ckb mcp"'},
+                    headers={"WWW-Authenticate": challenge},
                 )
                 await refused(scope, receive, send)
                 return

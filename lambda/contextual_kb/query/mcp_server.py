@@ -266,7 +266,12 @@ def build_server(  # noqa: PLR0915 - the tools are closures over the server's se
         bases = []
         for summary in _pages(agent.list_knowledge_bases, "knowledgeBaseSummaries"):
             kb_id = summary["knowledgeBaseId"]
-            described = agent.get_knowledge_base(knowledgeBaseId=kb_id)["knowledgeBase"]
+            described, denied = _knowledge_base(agent, kb_id, needed=bool(tag))  # the tag is read by its ARN
+            if denied and not any(n.startswith("types not looked up") for n in notices):
+                notices.append(
+                    f"types not looked up ({denied}): the Knowledge Bases are listed with type null; allow "
+                    "bedrock:GetKnowledgeBase to see them"
+                )
             if tag:
                 arn = described["knowledgeBaseArn"]
                 tags = agent.list_tags_for_resource(resourceArn=arn).get("tags") or {}
@@ -281,7 +286,7 @@ def build_server(  # noqa: PLR0915 - the tools are closures over the server's se
                     "name": summary.get("name", ""),
                     "description": summary.get("description", ""),
                     "status": summary.get("status", ""),
-                    "type": _kind(described),
+                    "type": _kind(described) if described is not None else None,
                     "stack": owned.get(kb_id),
                     "data_sources": [
                         {"data_source_id": s["dataSourceId"], "name": s.get("name", "")} for s in sources
@@ -369,10 +374,15 @@ def build_server(  # noqa: PLR0915 - the tools are closures over the server's se
         kb_id, _ = _target(knowledge_base_id, stack)
         semantic_only = False
         kind = "VECTOR"  # this project's stacks: a transformation Lambda needs a VECTOR Knowledge Base
+        described: dict[str, Any] | None = None
+        denied = ""
         if knowledge_base_id is None:
             semantic_only = deployment(stack).vector_store == "s3vectors"
         else:  # anyone's: each type takes its own retrievalConfiguration
-            kind = _kind(client("bedrock-agent").get_knowledge_base(knowledgeBaseId=kb_id)["knowledgeBase"])
+            described, denied = _knowledge_base(client("bedrock-agent"), kb_id)
+            kind = _kind(described) if described is not None else "VECTOR"
+            store = ((described or {}).get("storageConfiguration") or {}).get("type")
+            semantic_only = kind == "VECTOR" and store == "S3_VECTORS"
         retriever = Retriever(
             kb_id,
             where(),
@@ -384,6 +394,11 @@ def build_server(  # noqa: PLR0915 - the tools are closures over the server's se
         )
         if semantic_only:
             retriever.use_semantic_only("S3 Vectors has no lexical index")
+        if denied:
+            retriever.notices.append(
+                f"type not looked up ({denied}): searched as a VECTOR Knowledge Base; allow "
+                "bedrock:GetKnowledgeBase to query a MANAGED or KENDRA one"
+            )
         where_filter = _with_data_sources(metadata_filter, data_source_ids, kind)
         return retriever, retriever.search(text, k=k, candidates=candidates, filter=where_filter)
 
@@ -556,22 +571,68 @@ def _bounded(items: list[dict[str, Any]], budget: int) -> tuple[list[dict[str, A
                 "smaller k, a filter, or a larger max_characters"
             ]
         text = str(item.get("text", ""))
-        room = len(text)
-        while room > 0:  # bounded: shrinks by the excess each turn (escapes make JSON longer than text)
-            excess = len(json.dumps({**item, "text": text[:room], "text_cut": len(text)}, ensure_ascii=False))
-            if excess <= budget:
-                break
-            room = max(0, room - (excess - budget))
-        kept.append({**item, "text": text[:room], "text_cut": len(text)})
+        fitted = _fit(item, budget)
+        room = len(fitted["text"])
+        kept.append(fitted)
+        also = " and ".join(name for name in ("context", "metadata") if f"{name}_cut" in fitted)
+        also = f" (its {also} cut too)" if also else ""
         if len(items) > 1:
             return kept, [
                 f"the first result alone is over max_characters={budget:,}: its text cut to {room:,} of "
-                f"{len(text):,} characters, and the {len(items) - 1} others left out"
+                f"{len(text):,} characters{also}, and the {len(items) - 1} others left out"
             ]
         return kept, [
-            f"the result's text cut to {room:,} of {len(text):,} characters (max_characters={budget:,})"
+            f"the result's text cut to {room:,} of {len(text):,} characters{also} (max_characters={budget:,})"
         ]
     return kept, []
+
+
+def _knowledge_base(agent: Any, kb_id: str, *, needed: bool = False) -> tuple[dict[str, Any] | None, str]:
+    """GetKnowledgeBase's ``knowledgeBase``, or None and why when the caller may not call it (AccessDenied):
+    Retrieve, ListKnowledgeBases and ListDataSources are separate permissions, and a least-privilege reader
+    granted those alone could list and query before the types were looked up. Any other failure (an unknown
+    id, throttling past the retries) is raised, as when ``needed``."""
+    from botocore.exceptions import ClientError
+
+    try:
+        return agent.get_knowledge_base(knowledgeBaseId=kb_id)["knowledgeBase"], ""
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        if needed or error.get("Code") != "AccessDeniedException":
+            raise
+        return None, redact(f"GetKnowledgeBase failed: {error.get('Code')}: {error.get('Message', '')}")
+
+
+def _fit(item: dict[str, Any], budget: int) -> dict[str, Any]:
+    """``item`` cut to ``budget`` characters of JSON: its text's opening (``text_cut``: the whole length);
+    when even an empty text is over, its metadata left out (``metadata_cut``) and its context cut to half
+    of what is left (``context_cut``), the text having the rest. Pure."""
+    text = str(item.get("text", ""))
+    fitted = {**item, "text": "", "text_cut": len(text)}
+    if _size(fitted) > budget and item.get("metadata"):
+        fitted = {**fitted, "metadata": {}, "metadata_cut": True}
+    context = item.get("context")
+    if _size(fitted) > budget and isinstance(context, str) and context:
+        fitted = {**fitted, "context": "", "context_cut": len(context)}
+        spare = max(0, budget - _size(fitted))  # half of it for the context, the rest for the text
+        fitted = _shrunk(fitted, "context", context, budget - spare + spare // 2)
+    return _shrunk(fitted, "text", text, budget)
+
+
+def _shrunk(item: dict[str, Any], key: str, value: str, budget: int) -> dict[str, Any]:
+    """``item`` with ``value``'s longest opening under ``key`` that keeps its JSON within ``budget``."""
+    low, high = 0, len(value)  # a binary search: escapes make JSON longer than the text, unevenly
+    while low < high:
+        middle = (low + high + 1) // 2
+        if _size({**item, key: value[:middle]}) <= budget:
+            low = middle
+        else:
+            high = middle - 1
+    return {**item, key: value[:low]}
+
+
+def _size(item: dict[str, Any]) -> int:
+    return len(json.dumps(item, ensure_ascii=False))
 
 
 def _kind(knowledge_base: dict[str, Any]) -> str:

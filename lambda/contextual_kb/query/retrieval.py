@@ -154,18 +154,22 @@ class Retriever:
         if self.user_id:
             request["userContext"] = {"userId": self.user_id}
         results: list[Result] = []
-        skipped = 0
+        skipped: list[str] = []
         while True:
             response = self._call("Retrieve", self.client.retrieve, **request)
             for item in response.get("retrievalResults", []):
-                if (item.get("content") or {}).get("type", "TEXT") != "TEXT":  # IMAGE: no text to rerank
-                    skipped += 1
+                kind = str((item.get("content") or {}).get("type") or "TEXT")
+                if kind != "TEXT":  # IMAGE, AUDIO, VIDEO, ROW: no text to read or rerank
+                    skipped.append(kind)
                     continue
                 results.append(self._result(item))
             token = response.get("nextToken")
             if not token or len(results) >= count:
                 if skipped:
-                    self.notices.append(f"{skipped} non-text results (images) left out")
+                    self.notices.append(
+                        f"{len(skipped)} non-text results left out ({', '.join(sorted(set(skipped)))}): only "
+                        "text is read and reranked"
+                    )
                 return results[:count]
             request["nextToken"] = token
 
