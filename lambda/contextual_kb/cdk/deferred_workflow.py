@@ -281,9 +281,9 @@ class DeferredWorkflow(Construct):
             intermediate.encryption_key.grant(self.state_machine, "kms:Decrypt")
 
         # When to look: for new pending work (mode start) and at the jobs under way (mode resume).
-        # Confused deputy: Scheduler assumes the role only for schedules of this account (aws:SourceAccount;
-        # not aws:SourceArn on the schedules: Scheduler checks the trust at CreateSchedule, before they
-        # exist).
+        # Confused deputy: Scheduler assumes the role only for schedules of this account (aws:SourceAccount,
+        # Scheduler's cross-service-confused-deputy-prevention page). Its aws:SourceArn may only name a
+        # schedule group, never a schedule, and ours are in the account's shared default group.
         target_role = iam.Role(
             self,
             "ScheduleRole",
