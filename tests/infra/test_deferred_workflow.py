@@ -107,7 +107,10 @@ def test_it_looks_on_schedules_and_when_bedrock_says_a_batch_job_changed(
         # only our jobs' ends (tests/infra/test_first_deploy.py matches events against it)
         "detail": {
             "batchJobName": [{"prefix": "ckb-"}],
-            "status": ["Completed", "PartiallyCompleted", "Failed", "Stopped", "Expired"],
+            "status": [
+                {"equals-ignore-case": status}
+                for status in ("Completed", "PartiallyCompleted", "Failed", "Stopped", "Expired")
+            ],
         },
     }
     (target,) = rule["Properties"]["Targets"]

@@ -210,6 +210,10 @@ def test_the_rule_starts_a_look_only_when_one_of_our_jobs_ends(
 
     assert all(matches(ours, status) for status in JOB_ENDED)
     assert not any(matches(ours, status) for status in UNDER_WAY)
+    # The page's sample shows only "Completed"; the other ends are GetModelInvocationJob's values, so their
+    # capitalisation in the event is an inference: matched ignoring case, a differently cased end still wakes.
+    assert all(matches(ours, status.upper()) and matches(ours, status.lower()) for status in JOB_ENDED)
+    assert not any(matches(ours, status.upper()) for status in UNDER_WAY)
     assert not any(matches(name, "Completed") for name in ("my-batch-job", "nightly-ckb-1", "CKB-x-1"))
 
 

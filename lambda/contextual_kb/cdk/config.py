@@ -296,7 +296,9 @@ class StackConfig(BaseModel):
             )
             if value is not None
         ]
-        if sizes and not self.auto_contextualize:
+        if not sizes:
+            return
+        if not self.auto_contextualize:
             raise ValueError(f"{sizes[0]} applies only with autoContextualize (the deferred workflow)")
         from contextual_kb.cdk.deferred_workflow import map_concurrency_of
 

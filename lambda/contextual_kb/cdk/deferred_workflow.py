@@ -125,11 +125,17 @@ def job_end_pattern() -> events.EventPattern:
     submitted (its name starts with ``JOB_NAME_PREFIX``) that ended (``JOB_ENDED``). The fields are the
     sample event's ("How EventBridge for Amazon Bedrock works"): ``detail.batchJobName``,
     ``detail.status``. The job's ARN (``detail.batchJobArn``, ``resources``) ends in an id Bedrock makes, so
-    only the name can tell our jobs."""
+    only the name can tell our jobs. The sample shows one status, ``Completed``; the others are
+    GetModelInvocationJob's values, their casing in the event inferred, so they match ignoring case. A field
+    named otherwise would never match: the CheckJobs schedule still finds the ended jobs
+    (docs/DEFERRED.md)."""
     return events.EventPattern(
         source=["aws.bedrock"],
         detail_type=["Batch Inference Job State Change"],
-        detail={"batchJobName": events.Match.prefix(JOB_NAME_PREFIX), "status": list(JOB_ENDED)},
+        detail={
+            "batchJobName": events.Match.prefix(JOB_NAME_PREFIX),
+            "status": events.Match.any_of(*(events.Match.equals_ignore_case(s) for s in JOB_ENDED)),
+        },
     )
 
 
@@ -275,9 +281,9 @@ class DeferredWorkflow(Construct):
             intermediate.encryption_key.grant(self.state_machine, "kms:Decrypt")
 
         # When to look: for new pending work (mode start) and at the jobs under way (mode resume).
-        # Confused deputy: Scheduler assumes the role only for schedules of this account (aws:SourceAccount;
-        # not aws:SourceArn on the schedules: Scheduler checks the trust at CreateSchedule, before they
-        # exist).
+        # Confused deputy: Scheduler assumes the role only for schedules of this account (aws:SourceAccount,
+        # Scheduler's cross-service-confused-deputy-prevention page). Its aws:SourceArn may only name a
+        # schedule group, never a schedule, and ours are in the account's shared default group.
         target_role = iam.Role(
             self,
             "ScheduleRole",

@@ -5,10 +5,12 @@ change in an ingestion job), delivered by CloudWatch Logs vended-log delivery to
 Delivery: a source on the Knowledge Base's ARN, a destination on the log group, a delivery between them
 (AWS's "Monitor knowledge bases using CloudWatch Logs"). Creating the delivery, CloudWatch Logs gives its
 delivery service the right to write to the log group (a resource policy it writes itself, as the deploying
-role may: ``logs:PutResourcePolicy``); the group's name starts with ``/aws/vendedlogs/``, as AWS advises for
-such groups. In attach mode the three are added to the user's Knowledge Base, and destroy removes those
-three and the group, nothing else of it; a Knowledge Base that already has a delivery source for these
-logs keeps it (``ingestionLogSource``): the stack adds a destination and a delivery from that source.
+role may: ``logs:PutResourcePolicy``), and Bedrock must allow the delivery for the Knowledge Base (the
+deploying role's ``bedrock:AllowVendedLogDeliveryForResource``: docs/OPERATIONS.md lists the whole set); the
+group's name starts with ``/aws/vendedlogs/``, as AWS advises for such groups. In attach mode the three are
+added to the user's Knowledge Base, and destroy removes those three and the group, nothing else of it; a
+Knowledge Base that already has a delivery source for these logs keeps it (``ingestionLogSource``): the
+stack adds a destination and a delivery from that source.
 """
 
 from __future__ import annotations
