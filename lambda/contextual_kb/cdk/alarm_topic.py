@@ -10,6 +10,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
+from contextual_kb.cdk import nag
 from contextual_kb.cdk.config import StackConfig
 
 
@@ -25,6 +26,15 @@ class AlarmTopic(Construct):
         # Without the stack's key, SSE with AWS's key for SNS would silence every alarm: its policy cannot let
         # CloudWatch use it. With the stack's key, CloudWatch is given what publishing needs of it.
         self.created = sns.Topic(self, "Topic", master_key=key, enforce_ssl=True)
+        if key is None:
+            nag.ack(
+                self.created,
+                "SNS2",
+                "Without kmsKey the stack has no key of its own, and SNS's AWS-managed key (alias/aws/sns) "
+                "would silence every alarm: its key policy cannot be changed to let CloudWatch publish. The "
+                "topic carries alarm names and states, no document; kmsKey=true encrypts it with the stack's "
+                "key.",
+            )
         self.topic = self.created
         # The topic's policy replaces SNS's default one: CloudWatch is let publish, for this account's alarms
         # (AWS knowledge center, "cloudwatch-receive-sns-for-alarm-trigger").

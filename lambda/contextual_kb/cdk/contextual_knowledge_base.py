@@ -17,7 +17,6 @@ from typing import Any
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
-from contextual_kb.cdk import nag
 from contextual_kb.cdk.batch import BatchRole
 from contextual_kb.cdk.bundling import resources_code
 from contextual_kb.cdk.config import ConfigError, StackConfig
@@ -117,7 +116,5 @@ class ContextualKnowledgeBase(Construct):
             if config.auto_contextualize
             else None
         )
-        nag.acknowledge_batch(self.batch, self.storage.intermediate, config.model_id)
-        nag.acknowledge_knowledge_base(self)
         if self.deferred is not None:
             self.deferred.acknowledge(self.storage.intermediate, self.storage.source)

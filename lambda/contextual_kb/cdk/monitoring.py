@@ -14,13 +14,12 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
+from contextual_kb.cdk.function import NAMESPACE, SERVICE
 from contextual_kb.query.ingestion_logs import failed_documents_query
 
 if TYPE_CHECKING:
     from contextual_kb.cdk.ingestion_logs import IngestionLogs
 
-NAMESPACE = "ContextualKB"
-SERVICE = "contextual-kb"
 # Each alarm's entry in the runbook is the page's heading "Alarm: <its id>", whose anchor is alarm-<its id>.
 RUNBOOK_PAGE = "docs/OPERATIONS.md"
 
