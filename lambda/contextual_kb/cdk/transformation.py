@@ -36,7 +36,7 @@ from constructs import Construct, IConstruct
 from contextual_kb.cdk import nag
 from contextual_kb.cdk.alarm_topic import AlarmTopic
 from contextual_kb.cdk.bundling import function_code
-from contextual_kb.cdk.config import ConfigError, StackConfig, load
+from contextual_kb.cdk.config import ConfigError, StackConfig, check_setting_keys, load
 from contextual_kb.cdk.function import ARCHITECTURE, HANDLER, TransformFunction
 from contextual_kb.cdk.ingestion_logs import IngestionLogs
 from contextual_kb.cdk.monitoring import Monitoring
@@ -54,6 +54,7 @@ def settings_of(settings: StackConfig | Mapping[str, Any] | None) -> StackConfig
     validated exactly as ``-c`` values are (ConfigError, one line)."""
     if isinstance(settings, StackConfig):
         return settings
+    check_setting_keys(settings or {})
     return load(dict(settings or {}))
 
 
@@ -80,6 +81,21 @@ class ContextualTransformation(Construct):
         ``Pipeline``), put beside ``contextual_kb`` in the asset; the function runs ``<module>.handler``."""
         super().__init__(scope, construct_id)
         self.config = config = settings_of(settings)
+        if config.attach:
+            raise ConfigError(
+                "knowledgeBaseId: a ContextualTransformation joins your data source in your app (grant, "
+                "mixin, vector_ingestion_configuration); attaching by ids is the repository's stack "
+                "(docs/ATTACH.md)"
+            )
+        if (
+            config.kms_key
+            and intermediate_bucket is not None
+            and not isinstance(intermediate_bucket.node.scope, Storage)
+        ):
+            raise ConfigError(
+                "kmsKey with intermediate_bucket: your bucket keeps its own encryption (its key, if any, is "
+                "granted); leave kmsKey out, or leave intermediate_bucket out for a bucket with a key of ours"
+            )
         self.storage: Storage | None = None
         if intermediate_bucket is None:
             self.storage = Storage(

@@ -1,0 +1,85 @@
+"""What the constructs refuse, one line each, before anything is deployed: a setting's typo, a combination
+that would be silently ignored (a key for a bucket the user gives, attach mode's keys), and a key the alarm
+topic cannot use."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_s3 as s3
+from aws_cdk.assertions import Annotations, Match, Template
+
+from contextual_kb.cdk import ConfigError, ContextualKnowledgeBase, ContextualTransformation
+from tests.infra.conftest import NO_BUNDLING, resources
+
+ATTACH = {
+    "knowledgeBaseId": "KB12345678",
+    "dataSourceId": "DS12345678",
+    "knowledgeBaseRoleArn": "arn:aws:iam::123456789012:role/kb",
+}
+KEY_ARN = "arn:aws:kms:eu-west-1:123456789012:key/11111111-2222-3333-4444-555555555555"
+
+
+def stack() -> cdk.Stack:
+    return cdk.Stack(cdk.App(context=NO_BUNDLING), "User")
+
+
+@pytest.mark.parametrize(
+    ("key", "hint"),
+    [
+        ("alarmEmial", "did you mean alarmEmail?"),
+        ("functionMemoryMB", "did you mean functionMemoryMb?"),
+        ("function_memory_mb", "did you mean functionMemoryMb?"),
+        ("kmskey", "did you mean kmsKey?"),
+        ("vectorstore", "did you mean vectorStore?"),
+        ("@aws-cdk/aws-s3:x", "docs/SETTINGS.md lists them"),
+    ],
+)
+@pytest.mark.parametrize("construct", [ContextualTransformation, ContextualKnowledgeBase])
+def test_a_settings_typo_fails_in_one_line_naming_the_setting(construct: Any, key: str, hint: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        construct(stack(), "Contextual", settings={key: 1})
+    assert str(raised.value) == f"settings {key!r}: not a setting ({hint})"
+
+
+def test_a_key_that_is_not_a_string_fails_in_one_line() -> None:
+    with pytest.raises(ConfigError, match=r"^settings 1: not a setting"):
+        ContextualTransformation(stack(), "Contextual", settings={1: "x"})
+
+
+def test_attach_mode_keys_are_refused_by_the_transformation_as_by_the_knowledge_base() -> None:
+    for construct in (ContextualTransformation, ContextualKnowledgeBase):
+        with pytest.raises(ConfigError, match=r"^knowledgeBaseId: a Contextual"):
+            construct(stack(), "Contextual", settings=ATTACH)
+
+
+def test_kms_key_with_the_users_intermediate_bucket_is_refused() -> None:
+    scope = stack()
+    bucket = s3.Bucket.from_bucket_name(scope, "Mine", "my-intermediate")
+    with pytest.raises(ConfigError, match=r"^kmsKey with intermediate_bucket: "):
+        ContextualTransformation(scope, "Contextual", settings={"kmsKey": True}, intermediate_bucket=bucket)
+
+
+def test_kms_key_alone_still_makes_a_bucket_and_a_topic_with_the_key() -> None:
+    scope = stack()
+    ContextualTransformation(scope, "Contextual", settings={"kmsKey": True})
+    template = Template.from_stack(scope).to_json()
+    (topic,) = resources(template, "AWS::SNS::Topic").values()
+    assert "KmsMasterKeyId" in topic["Properties"]
+
+
+def test_an_imported_key_is_not_put_on_the_alarm_topic_and_synth_says_so() -> None:
+    scope = stack()
+    key = kms.Key.from_key_arn(scope, "TheirKey", KEY_ARN)
+    bucket = s3.Bucket.from_bucket_attributes(scope, "Mine", bucket_name="mine", encryption_key=key)
+    ContextualTransformation(scope, "Contextual", intermediate_bucket=bucket)
+    template = Template.from_stack(scope).to_json()
+    (topic,) = resources(template, "AWS::SNS::Topic").values()
+    assert "KmsMasterKeyId" not in topic.get("Properties", {})
+    (warning,) = Annotations.from_stack(scope).find_warning("*", Match.string_like_regexp("imported"))
+    assert "alarm topic is not encrypted with it" in str(warning.entry.data)
+    # The function still uses the key for the bucket's objects.
+    assert KEY_ARN in str(template)
