@@ -83,3 +83,22 @@ def test_an_imported_key_is_not_put_on_the_alarm_topic_and_synth_says_so() -> No
     assert "alarm topic is not encrypted with it" in str(warning.entry.data)
     # The function still uses the key for the bucket's objects.
     assert KEY_ARN in str(template)
+
+
+def test_a_second_contextual_knowledge_base_in_one_stack_is_refused_in_one_line() -> None:
+    """Their names come from the stack's (collection, policies, KB, data source): the deploy would fail."""
+    scope = stack()
+    ContextualKnowledgeBase(scope, "First", settings={"vectorStore": "s3vectors"})
+    with pytest.raises(ConfigError) as raised:
+        ContextualKnowledgeBase(scope, "Second", settings={"vectorStore": "s3vectors"})
+    assert str(raised.value) == (
+        "a second ContextualKnowledgeBase in stack User: their resources' names come from the stack's name "
+        "and would collide at deploy; put each in a stack of its own"
+    )
+
+
+def test_one_contextual_knowledge_base_a_stack_synthesizes_side_by_side() -> None:
+    app = cdk.App(context=NO_BUNDLING)
+    for name in ("First", "Second"):
+        ContextualKnowledgeBase(cdk.Stack(app, name), "Default", settings={"vectorStore": "s3vectors"})
+    app.synth()

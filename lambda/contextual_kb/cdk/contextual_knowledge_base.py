@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from aws_cdk import Stack
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
@@ -41,6 +42,14 @@ class ContextualKnowledgeBase(Construct):
         """``settings``: the context keys of docs/SETTINGS.md (or a ``StackConfig``); ``handler_file``: your
         own handler module (docs/SDK.md) instead of ours."""
         super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        if any(isinstance(c, ContextualKnowledgeBase) and c is not self for c in stack.node.find_all()):
+            # Its collection, policies, Knowledge Base and data source are named from the stack's name (kept
+            # as they are: a new name replaces the resource in a stack deployed before).
+            raise ConfigError(
+                f"a second ContextualKnowledgeBase in stack {stack.node.id}: their resources' names come "
+                "from the stack's name and would collide at deploy; put each in a stack of its own"
+            )
         self.config = config = settings_of(settings)
         if config.attach:
             raise ConfigError(
