@@ -212,6 +212,8 @@ class AttachStack(Stack):
             topic=self.alarm_topic.topic,
             shares_quota=config.shares_quota,
             ingestion=self.ingestion_logs,
+            namespace=self.transform.metrics_namespace,
+            service=self.transform.service,
         )
         # The data source is switched last: a failure of anything else rolls back before it is touched.
         self.attachment.node.add_dependency(self.batch)

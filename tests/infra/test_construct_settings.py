@@ -102,3 +102,38 @@ def test_one_contextual_knowledge_base_a_stack_synthesizes_side_by_side() -> Non
     for name in ("First", "Second"):
         ContextualKnowledgeBase(cdk.Stack(app, name), "Default", settings={"vectorStore": "s3vectors"})
     app.synth()
+
+
+def _custom_alarms(template: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        a["Properties"]
+        for a in resources(template, "AWS::CloudWatch::Alarm").values()
+        if a["Properties"].get("Namespace") != "AWS/Lambda"
+        and a["Properties"]["MetricName"] != "IngestionDocumentsFailed"
+    ]
+
+
+def test_each_transformations_alarms_watch_its_own_function() -> None:
+    scope = stack()
+    one = ContextualTransformation(scope, "One", settings={"modelTokensPerMinute": 2000})
+    two = ContextualTransformation(scope, "Two")
+    template = Template.from_stack(scope).to_json()
+    watched: dict[str, set[str]] = {}
+    for alarm in _custom_alarms(template):
+        dimensions = {d["Name"]: d["Value"] for d in alarm["Dimensions"]}
+        watched.setdefault(dimensions["FunctionName"]["Ref"], set()).add(alarm["MetricName"])
+    ids = {scope.get_logical_id(t.function.node.default_child): t for t in (one, two)}  # type: ignore[arg-type]
+    assert set(watched) == set(ids)
+    assert all("ContextFallbacks" in names and "ModelThrottles" in names for names in watched.values())
+
+
+def test_the_alarms_follow_the_functions_powertools_namespace_and_service() -> None:
+    scope = stack()
+    environment = {"POWERTOOLS_METRICS_NAMESPACE": "MyTeam", "POWERTOOLS_SERVICE_NAME": "docs-kb"}
+    ContextualTransformation(scope, "One", settings={"functionEnvironment": environment})
+    template = Template.from_stack(scope).to_json()
+    alarms = _custom_alarms(template)
+    assert alarms and all(a["Namespace"] == "MyTeam" for a in alarms)
+    assert all({"Name": "service", "Value": "docs-kb"} in a["Dimensions"] for a in alarms)
+    (function,) = [f for f in resources(template, "AWS::Lambda::Function").values()]
+    assert function["Properties"]["Environment"]["Variables"]["POWERTOOLS_METRICS_NAMESPACE"] == "MyTeam"

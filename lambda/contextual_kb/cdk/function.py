@@ -98,6 +98,9 @@ class TransformFunction(Construct):
             **config.function_defer,
             "VECTOR_STORE": config.vector_store if vector_store is None else vector_store,
         }
+        # What the function's metrics are emitted under (a user's functionEnvironment may set them).
+        self.metrics_namespace = environment["POWERTOOLS_METRICS_NAMESPACE"]
+        self.service = environment["POWERTOOLS_SERVICE_NAME"]
         self.quota_table: dynamodb.Table | None = None
         if config.shares_quota:
             # One item a model: the end of the quota's timeline (runtime/context/claude/shared_quota.py). A

@@ -151,6 +151,8 @@ class ContextualTransformation(Construct):
             topic=self.alarm_topic.topic,
             shares_quota=self.config.shares_quota,
             ingestion=ingestion,
+            namespace=self.transform.metrics_namespace,
+            service=self.transform.service,
         )
         return self.monitoring
 
