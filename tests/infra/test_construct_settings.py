@@ -137,3 +137,15 @@ def test_the_alarms_follow_the_functions_powertools_namespace_and_service() -> N
     assert all({"Name": "service", "Value": "docs-kb"} in a["Dimensions"] for a in alarms)
     (function,) = [f for f in resources(template, "AWS::Lambda::Function").values()]
     assert function["Properties"]["Environment"]["Variables"]["POWERTOOLS_METRICS_NAMESPACE"] == "MyTeam"
+
+
+def test_ingestion_logs_are_exported_for_add_monitoring() -> None:
+    from contextual_kb.cdk import IngestionLogs
+
+    scope = stack()
+    contextual = ContextualTransformation(scope, "Contextual", monitoring=False)
+    arn = "arn:aws:bedrock:eu-west-1:123456789012:knowledge-base/KB12345678"
+    logs = IngestionLogs(scope, "IngestionLogs", knowledge_base_arn=arn, knowledge_base="KB12345678")
+    contextual.add_monitoring(logs)
+    alarms = resources(Template.from_stack(scope).to_json(), "AWS::CloudWatch::Alarm").values()
+    assert "IngestionDocumentsFailed" in [a["Properties"]["MetricName"] for a in alarms]
