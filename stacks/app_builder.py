@@ -10,7 +10,6 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
 from contextual_kb.cdk.config import StackConfig, check_context_keys, load
-from stacks import attach
 from stacks.attach import AttachStack
 from stacks.stack import ContextualKbStack
 
@@ -35,8 +34,6 @@ def build_app(
     kind = AttachStack if config.attach else ContextualKbStack  # attach: to a Knowledge Base the user has
     stack = kind(app, config.stack_name, config=config, code=code)  # type: ignore[arg-type]
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
-    if isinstance(stack, AttachStack):  # the full stack's constructs acknowledge their own findings
-        attach.acknowledge(stack)
     return app, stack
 
 

@@ -18,7 +18,7 @@ switched, so that its first sync finds everything it needs.
 
 from __future__ import annotations
 
-from aws_cdk import Acknowledgment, Aws, CfnOutput, CfnResource, CustomResource, Duration, Stack, Validations
+from aws_cdk import Aws, CfnOutput, CfnResource, CustomResource, Duration, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
@@ -26,24 +26,17 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
+from contextual_kb.cdk import nag
 from contextual_kb.cdk.alarm_topic import AlarmTopic
 from contextual_kb.cdk.batch import BatchRole
 from contextual_kb.cdk.bundling import resources_code
 from contextual_kb.cdk.config import StackConfig
 from contextual_kb.cdk.function import TransformFunction
 from contextual_kb.cdk.ingestion_logs import IngestionLogs, delivery_source_name
-from contextual_kb.cdk.knowledge_base import transformation_statements
-from contextual_kb.cdk.logs import month_of_logs
+from contextual_kb.cdk.logs import logs_statement, month_of_logs
 from contextual_kb.cdk.monitoring import Monitoring
-from contextual_kb.cdk.nag import (
-    ack,
-    acknowledge_alarm_topic,
-    acknowledge_batch,
-    acknowledge_function,
-    bucket_in_findings,
-    logical,
-)
 from contextual_kb.cdk.storage import Storage
+from contextual_kb.cdk.transformation import transformation_statements
 
 ATTACH_HANDLER = "contextual_kb.resources.attach_data_source.on_event"
 
@@ -88,15 +81,7 @@ class AttachStack(Stack):
         self.attach_role = iam.Role(
             self, "AttachRole", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com")
         )
-        self.attach_role.add_to_policy(
-            iam.PolicyStatement(
-                actions=["logs:CreateLogStream", "logs:PutLogEvents"],
-                resources=[
-                    self.attach_log_group.log_group_arn,
-                    f"{self.attach_log_group.log_group_arn}:log-stream:*",
-                ],
-            )
-        )
+        self.attach_role.add_to_policy(logs_statement(self.attach_role, self.attach_log_group))
         self.attach_role.add_to_policy(
             iam.PolicyStatement(
                 actions=["bedrock:GetKnowledgeBase", "bedrock:GetDataSource", "bedrock:UpdateDataSource"],
@@ -105,23 +90,20 @@ class AttachStack(Stack):
         )
         # The inspection reads the data source's key policy (which key is known only then): this account's
         # keys in this region (a key policy cannot be read across accounts).
+        keys = f"arn:{Aws.PARTITION}:kms:{Aws.REGION}:{Aws.ACCOUNT_ID}:key/*"
+        nag.ack_resources(
+            self.attach_role,
+            "The inspection reads the data source's key policy (kms:GetKeyPolicy only); which key is known "
+            "only when it reads the data source, so the grant is on this account's keys in this region.",
+            [keys],
+        )
         self.attach_role.add_to_policy(
             iam.PolicyStatement(
                 actions=["kms:GetKeyPolicy"],
-                resources=[f"arn:{Aws.PARTITION}:kms:{Aws.REGION}:{Aws.ACCOUNT_ID}:key/*"],
+                resources=[keys],
             )
         )
-        # The inspection looks for a delivery source the Knowledge Base already has for its ingestion logs
-        # (one a resource and log type): a list action, on no resource (AWS's vended-logs permissions: "*").
-        delivery_sources = iam.PolicyStatement(actions=["logs:DescribeDeliverySources"], resources=["*"])
-        self.attach_role.add_to_policy(delivery_sources)
-        Validations.of(self.attach_role).acknowledge(
-            Acknowledgment(
-                id="AwsSolutions::AwsSolutions-IAM5[Resource::*]",
-                reason="logs:DescribeDeliverySources (the inspection's look for the Knowledge Base's own "
-                "delivery source) supports no resource-level permission: AWS requires *.",
-            )
-        )
+        self._grant_delivery_source_lookup()
         self.attach_function = lambda_.Function(
             self,
             "AttachFunction",
@@ -198,8 +180,12 @@ class AttachStack(Stack):
         self.kb_role = iam.Role.from_role_arn(
             self, "KnowledgeBaseRole", config.knowledge_base_role_arn, mutable=True
         )
-        statements = transformation_statements(function, self.intermediate, self.intermediate.encryption_key)
-        self.kb_policy = iam.Policy(self, "KnowledgeBaseAccess", roles=[self.kb_role], statements=statements)
+        self.kb_policy = iam.Policy(self, "KnowledgeBaseAccess", roles=[self.kb_role])
+        self.kb_policy.add_statements(
+            *transformation_statements(
+                function, self.intermediate, self.intermediate.encryption_key, holder=self.kb_policy
+            )
+        )
         self.kb_policy.node.add_dependency(self.inspection)  # a wrong role is said by the inspection first
 
         self.attachment = CustomResource(
@@ -243,6 +229,8 @@ class AttachStack(Stack):
             topic=self.alarm_topic.topic,
             shares_quota=config.shares_quota,
             ingestion=self.ingestion_logs,
+            namespace=self.transform.metrics_namespace,
+            service=self.transform.service,
         )
         # The data source is switched last: a failure of anything else rolls back before it is touched.
         self.attachment.node.add_dependency(self.batch)
@@ -271,47 +259,37 @@ class AttachStack(Stack):
             *([("IngestionLogGroupName", self.ingestion_logs.log_group_name)] if self.ingestion_logs else []),
         ):
             CfnOutput(self, name, value=value)
+        acknowledge(self)
+
+    def _grant_delivery_source_lookup(self) -> None:
+        """The inspection looks for a delivery source the Knowledge Base already has for its ingestion logs
+        (one a resource and log type): a list action, on no resource (AWS's vended-logs permissions: "*")."""
+        self.attach_role.add_to_policy(
+            iam.PolicyStatement(actions=["logs:DescribeDeliverySources"], resources=["*"])
+        )
+        nag.ack_resources(
+            self.attach_role,
+            "logs:DescribeDeliverySources (the inspection's look for the Knowledge Base's own delivery "
+            "source) supports no resource-level permission: AWS requires *.",
+            ["*"],
+        )
 
 
 def acknowledge(stack: AttachStack) -> None:
-    """cdk-nag acknowledgments: what only the attach stack has, and its function, batch role and topic."""
-    intermediate = stack.intermediate
-    acknowledge_function(stack.transform, bucket_in_findings(intermediate), stack.config.model_id)
-    acknowledge_alarm_topic(stack.alarm_topic)
-    acknowledge_batch(stack.batch, intermediate, stack.config.model_id)
-    ack(
+    """cdk-nag acknowledgments of what only the attach stack has (its custom resource's function and
+    provider); the function, batch role, topic and the KB's policy acknowledge their own."""
+    nag.ack(
         stack.attach_function,
         "L1",
         "Python 3.13, like the transformation function: the attach resource is tested on it.",
     )
-    ack(
-        stack.attach_role,
-        f"IAM5[Resource::<{logical(stack.attach_log_group)}.Arn>:log-stream:*]",
-        "Lambda creates one log stream per execution environment in the function's own log group.",
-    )
-    ack(
-        stack.attach_role,
-        "IAM5[Resource::arn:<AWS::Partition>:kms:<AWS::Region>:<AWS::AccountId>:key/*]",
-        "The inspection reads the data source's key policy (kms:GetKeyPolicy only); which key is known only "
-        "when it reads the data source, so the grant is on this account's keys in this region.",
-    )
-    ack(
+    nag.ack(
         stack.provider,
         "IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]",
         "CDK's custom-resource Provider framework gives its function this managed policy (logs only).",
     )
-    ack(
+    nag.ack_resources(
         stack.provider,
-        f"IAM5[Resource::<{logical(stack.attach_function)}.Arn>:*]",
         "The Provider framework may invoke any version of the attach function (CDK's own grant).",
-    )
-    ack(
-        stack.kb_policy,
-        f"IAM5[Resource::{bucket_in_findings(stack.intermediate)}/*]",
-        "The KB writes and reads its intermediate files (batch objects) under keys it chooses per job.",
-    )
-    ack(
-        stack.kb_policy,
-        f"IAM5[Resource::<{logical(stack.transform.function)}.Arn>:*]",
-        "The KB service may invoke a version or alias of the function (documented requirement).",
+        [f"{stack.attach_function.function_arn}:*"],
     )

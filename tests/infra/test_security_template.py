@@ -242,10 +242,16 @@ def test_alarms_watch_errors_time_throttles_fallbacks_and_model_throttles(
         for (namespace, name), a in alarms.items()
         if namespace == "ContextualKB" and name != "IngestionDocumentsFailed"
     ]
-    # The dimensions Powertools emits (tests/integration/test_handler.py): Strategy and service.
+    # The function's own series Powertools emits (tests/integration/test_handler.py): Strategy, service and
+    # the function's name (what Lambda's environment calls it: the function's Ref).
+    (function,) = [k for k in resources(template, "AWS::Lambda::Function") if "TransformFunction" in k]
     assert all(
         a["Dimensions"]
-        == [{"Name": "Strategy", "Value": "claude"}, {"Name": "service", "Value": "contextual-kb"}]
+        == [
+            {"Name": "FunctionName", "Value": {"Ref": function}},
+            {"Name": "Strategy", "Value": "claude"},
+            {"Name": "service", "Value": "contextual-kb"},
+        ]
         for a in ours
     )
 

@@ -187,6 +187,23 @@ def test_metrics_are_emitted_per_strategy(s3: Any, captured: pytest.CaptureFixtu
     assert blob["ChunksPassedThrough"] == [0.0]
 
 
+def test_metrics_carry_the_functions_own_series_beside_the_shared_one(
+    s3: Any, captured: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each function's alarms watch its own series (FunctionName, as Lambda's environment names it); the
+    {Strategy, service} series stays for what reads it already."""
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "kb-one-transform")
+    raw = stage(s3, "multi-batch")
+    captured.readouterr()
+    handler.lambda_handler(raw, LocalLambdaContext())
+    (blob,) = [line for line in output_lines(captured) if "_aws" in line and "ChunksIn" in line]
+    assert blob["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [
+        ["Strategy", "service"],
+        ["Strategy", "service", "FunctionName"],
+    ]
+    assert blob["FunctionName"] == "kb-one-transform" and blob["Strategy"] == "structural"
+
+
 def test_with_metrics_disabled_a_warm_invocation_starts_with_no_metrics(
     s3: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

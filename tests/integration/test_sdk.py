@@ -308,6 +308,40 @@ def test_metadata_a_step_sets_is_kept_within_the_stores_limit_and_what_does_not_
     assert warning["keys_left_out"] == {"huge": 4, "n": 4} and warning["level"] == "WARNING"
 
 
+def test_a_chunk_a_step_makes_keeps_the_metadata_rules_of_with_metadata(
+    s3: Any, monkeypatch: pytest.MonkeyPatch, captured: pytest.CaptureFixture[str]
+) -> None:
+    """``Chunk(text, metadata)`` is no way around with_metadata: its keys are fitted to the store's limit
+    (what does not fit left out and counted), none of the Knowledge Base's own, string keys only."""
+    monkeypatch.setenv("VECTOR_STORE", "s3vectors")
+    with pytest.raises(ValueError, match="is the Knowledge Base's"):
+        Chunk("forged", {"x-amz-bedrock-kb-source-uri": "s3://elsewhere/doc.md"})
+    with pytest.raises(TypeError, match="string keys"):
+        Chunk("x", {1: "x"})
+    with pytest.raises(TypeError, match=r"^metadata key 1: keys are strings$"):
+        Chunk("x").with_metadata({1: "x"})
+
+    @transformation
+    def adds(document: Document) -> list[Chunk]:
+        made = Chunk("A summary of the document.", {f"k{i:02}": "v" * 50 for i in range(60)})
+        return [*document.chunks, made]
+
+    raw = staged(s3, BODIES)
+    captured.readouterr()
+    response = adds(raw, LocalLambdaContext())
+    items = [i for batch in outputs(s3, raw, response)[0] for i in batch]
+    (made,) = [i for i in items if "A summary of the document." in i["contentBody"]]
+    whole = {**raw["inputFiles"][0]["fileMetadata"], **made["contentMetadata"]}
+    assert len(json.dumps(whole, ensure_ascii=False, separators=(",", ":")).encode()) <= 1024
+    assert len(whole) <= 35
+    kept = len(made["contentMetadata"])
+    assert kept > 0 and list(made["contentMetadata"]) == [
+        f"k{i:02}" for i in range(kept)
+    ]  # first set, first in
+    (emf,) = [line for line in output_lines(captured) if "_aws" in line and "ChunksIn" in line]
+    assert emf["StepMetadataLeftOut"] == [60.0 - kept]
+
+
 def test_a_step_is_never_skipped_when_time_runs_out_the_call_fails_instead(s3: Any) -> None:
     @transformation
     def slow(document: Document) -> list[Chunk]:

@@ -3,13 +3,14 @@ only), ``alarmEmail`` subscribed to it, or the user's own topic (``alarmTopicArn
 
 from __future__ import annotations
 
-from aws_cdk import Aws
+from aws_cdk import Annotations, Aws
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
+from contextual_kb.cdk import nag
 from contextual_kb.cdk.config import StackConfig
 
 
@@ -23,8 +24,27 @@ class AlarmTopic(Construct):
             self.topic: sns.ITopic = sns.Topic.from_topic_arn(self, "Topic", config.alarm_topic_arn)
             return
         # Without the stack's key, SSE with AWS's key for SNS would silence every alarm: its policy cannot let
-        # CloudWatch use it. With the stack's key, CloudWatch is given what publishing needs of it.
+        # CloudWatch use it. With the stack's key, CloudWatch is given what publishing needs of it. An
+        # imported key's policy is not the app's to change: CloudWatch may not be able to use it, so the
+        # topic does not use it either (and says so), rather than lose every alarm's notification silently.
+        if key is not None and not isinstance(key, kms.Key):
+            Annotations.of(self).add_warning_v2(
+                "contextual-kb:alarm-topic-key",
+                "the intermediate bucket's KMS key is imported: its key policy cannot be given to "
+                "CloudWatch, so the alarm topic is not encrypted with it (SSE off); give alarmTopicArn to "
+                "use a topic of yours",
+            )
+            key = None
         self.created = sns.Topic(self, "Topic", master_key=key, enforce_ssl=True)
+        if key is None:
+            nag.ack(
+                self.created,
+                "SNS2",
+                "Without kmsKey the stack has no key of its own, and SNS's AWS-managed key (alias/aws/sns) "
+                "would silence every alarm: its key policy cannot be changed to let CloudWatch publish. The "
+                "topic carries alarm names and states, no document; kmsKey=true encrypts it with the stack's "
+                "key.",
+            )
         self.topic = self.created
         # The topic's policy replaces SNS's default one: CloudWatch is let publish, for this account's alarms
         # (AWS knowledge center, "cloudwatch-receive-sns-for-alarm-trigger").

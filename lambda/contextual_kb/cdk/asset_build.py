@@ -1,8 +1,9 @@
 """Builds the transformation function's asset: the runtime package and its dependencies, nothing else.
 
 One script for both bundling paths, run on the staged input folder (``bundling.py`` beside it copies it with
-``requirements.txt``, ``constraints.txt`` and the runtime package): on this machine with its ``pip``, or in
-CDK's Docker image when there is no ``pip``. The same pins, the same platform, the same contents:
+``requirements.txt``, ``constraints.txt`` and the runtime package): on this machine with its ``pip`` (this
+Python's, else one on PATH, else uv's pip interface: the same wheels, only their installer's records differ),
+or in CDK's Docker image when there is none. The same pins, the same platform, the same contents:
 
 1. ``pip install`` of the runtime requirements under the constraints, as binary wheels for the Lambda's
    platform and Python (``--platform``, ``--python-version``), without compiling (``--no-compile``: the
@@ -33,15 +34,44 @@ from pathlib import Path
 PROVIDED_BY_LAMBDA = ("boto3", "botocore", "s3transfer", "jmespath", "python_dateutil", "six", "urllib3")
 PYTHON_VERSION = "3.13"
 PLATFORMS = {"arm64": "manylinux2014_aarch64", "x86_64": "manylinux2014_x86_64"}
+UV_PLATFORMS = {"arm64": "aarch64-manylinux2014", "x86_64": "x86_64-manylinux2014"}
 
 
-def pip_command(python: str, output: Path, source: Path, architecture: str) -> list[str]:
+def pip_command(
+    python: str, output: Path, source: Path, architecture: str, pip: list[str] | None = None
+) -> list[str]:
+    """``pip``: the pip to run (``python -m pip`` by default; a pip of another interpreter does as well:
+    the platform and Python version are given, not taken from the interpreter)."""
     return [
-        python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile",
+        *(pip or [python, "-m", "pip"]), "install", "--quiet", "--disable-pip-version-check", "--no-compile",
         "--platform", PLATFORMS[architecture], "--implementation", "cp", "--python-version", PYTHON_VERSION,
         "--only-binary=:all:", "--target", str(output),
         "--requirement", str(source / "requirements.txt"), "--constraint", str(source / "constraints.txt"),
     ]  # fmt: skip
+
+
+def uv_command(uv: str, output: Path, source: Path, architecture: str) -> list[str]:
+    """The same install through uv's pip interface (a venv made by uv has no pip)."""
+    return [
+        uv, "pip", "install", "--quiet", "--python-platform", UV_PLATFORMS[architecture],
+        "--python-version", PYTHON_VERSION, "--only-binary", ":all:", "--target", str(output),
+        "--requirement", str(source / "requirements.txt"), "--constraint", str(source / "constraints.txt"),
+    ]  # fmt: skip
+
+
+def installer() -> tuple[str, list[str]] | None:
+    """What installs the wheels here: this interpreter's pip, else a pip on PATH (another interpreter's),
+    else uv; None when there is none."""
+    import importlib.util
+
+    if importlib.util.find_spec("pip") is not None:
+        return "pip", [sys.executable, "-m", "pip"]
+    for name in ("pip3", "pip"):
+        if found := shutil.which(name):
+            return "pip", [found]
+    if found := shutil.which("uv"):
+        return "uv", [found]
+    return None
 
 
 def remove_distribution(output: Path, name: str) -> None:
@@ -76,8 +106,20 @@ def drop_records_outside(output: Path) -> None:
             record.write_text("".join(kept))
 
 
-def build(source: Path, output: Path, architecture: str, python: str = sys.executable) -> None:
-    subprocess.run(pip_command(python, output, source, architecture), check=True)
+def build(
+    source: Path,
+    output: Path,
+    architecture: str,
+    python: str = sys.executable,
+    tool: tuple[str, list[str]] | None = None,
+) -> None:
+    """``tool``: ``installer()``'s answer (this interpreter's pip when not given)."""
+    kind, command = tool or ("pip", [python, "-m", "pip"])
+    if kind == "uv":
+        subprocess.run(uv_command(command[0], output, source, architecture), check=True)
+        (output / ".lock").unlink(missing_ok=True)  # uv's lock on the target folder, not the asset's
+    else:
+        subprocess.run(pip_command(python, output, source, architecture, command), check=True)
     for name in PROVIDED_BY_LAMBDA:
         remove_distribution(output, name)
     remove_empty_folders(output)

@@ -15,7 +15,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from contextual_kb.cdk.function import model_statements
+from contextual_kb.cdk import nag
+from contextual_kb.cdk.function import acknowledge_model_statements, model_statements
 from contextual_kb.cdk.storage import BATCH_PREFIX
 
 
@@ -40,11 +41,15 @@ class BatchRole(Construct):
                 },
             ),
         )
+        objects = intermediate.arn_for_objects(f"{BATCH_PREFIX}*")
         self.role.add_to_policy(
-            iam.PolicyStatement(
-                actions=["s3:GetObject", "s3:PutObject"],
-                resources=[intermediate.arn_for_objects(f"{BATCH_PREFIX}*")],
-            )
+            iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject"], resources=[objects])
+        )
+        nag.ack_resources(
+            self.role,
+            "Batch inference jobs read their inputs and write their outputs under the batch prefix, one "
+            "folder a run and a job: the grant is on that prefix, nothing else of the bucket.",
+            [objects],
         )
         # As AWS's batch service-role page grants it: which listings the job makes is not documented, so no
         # prefix condition that one of them could fail in validation.
@@ -55,3 +60,4 @@ class BatchRole(Construct):
             intermediate.encryption_key.grant(self.role, "kms:Decrypt", "kms:GenerateDataKey")
         for statement in model_statements(model_id):
             self.role.add_to_policy(statement)
+        acknowledge_model_statements(self.role, model_id)

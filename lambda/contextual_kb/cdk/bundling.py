@@ -6,10 +6,11 @@ the project's dependencies less the AWS SDK; ``function-constraints.txt``, its `
 by tests/infra/test_constructs.py) and the installed package's runtime part. Nothing is read from a
 repository: a user with only the installed package gets the same inputs, so the same key and the same bytes.
 Both bundling paths run that one script on that one folder, so they give the same contents: locally with
-this machine's ``pip``, or, when that fails, in CDK's Python 3.13 image for the function's platform
-(``platform`` set, so an x86 machine does not bundle x86 wheels for an arm64 function). The asset's hash is
-the hash of the staged inputs: a change to them, and nothing else, makes a new asset; a bundle built once is
-reused (``make synth`` synthesizes two stores).
+this machine's ``pip`` (or uv: ``asset_build.installer``), or, when that fails, in CDK's Python 3.13 image
+for the function's platform (``platform`` set, so an x86 machine does not bundle x86 wheels for an arm64
+function); with neither, the synth stops in one line saying so. The asset's hash is the hash of the staged
+inputs: a change to them, and nothing else, makes a new asset; a bundle built once is reused (``make synth``
+synthesizes two stores), under the CLI's output folder (``-o``).
 """
 
 from __future__ import annotations
@@ -36,10 +37,10 @@ RUNTIME_PARTS = ("__init__.py", "py.typed", "runtime")
 # The deferred workflow's step (deferred_workflow.py): ckb contextualize's code and what it imports (the
 # runtime, and query's re-ingestion and stack clients); its own asset, never the function's.
 WORKFLOW_PARTS = (*RUNTIME_PARTS, "query", "deferred")
-# Under the CDK app's own output folder (the CLI runs the app where cdk.json is): built once, reused by
-# every synth of that app.
-STAGING = Path("cdk.out").absolute() / ".bundle-input"
-BUNDLE_CACHE = Path("cdk.out").absolute() / ".bundles"
+# Under the CDK app's own output folder (the CLI's -o reaches the app as CDK_OUTDIR; cdk.out where cdk.json
+# is otherwise): built once, reused by every synth of that app.
+STAGING = Path(os.environ.get("CDK_OUTDIR", "cdk.out")).absolute() / ".bundle-input"
+BUNDLE_CACHE = Path(os.environ.get("CDK_OUTDIR", "cdk.out")).absolute() / ".bundles"
 DOCKER_PLATFORMS = {"arm64": "linux/arm64", "x86_64": "linux/amd64"}
 ASSET_BUILD = Path(asset_build.__file__)
 
@@ -106,6 +107,17 @@ def stage(
     return folder, key
 
 
+class NoInstallerError(OSError):
+    """Neither a pip (this interpreter's, one on PATH) nor uv: the asset cannot be built here."""
+
+
+NEEDS = (
+    "the function's asset needs pip or Docker: no pip in this Python (a uv venv, --without-pip), none on "
+    "PATH, no uv, and Docker does not answer; run `python -m ensurepip` (or `uv pip install pip`) in the "
+    "app's venv, or start Docker"
+)
+
+
 def build(
     target: Path,
     architecture: str,
@@ -116,11 +128,27 @@ def build(
     source, key = stage(architecture, modules, parts)
     cached = BUNDLE_CACHE / f"{key}-{architecture}"
     if not cached.is_dir():
+        tool = asset_build.installer()
+        if tool is None:
+            raise NoInstallerError(NEEDS)
         building = BUNDLE_CACHE / f"{cached.name}.building-{os.getpid()}"
         shutil.rmtree(building, ignore_errors=True)
-        asset_build.build(source, building, architecture)
+        asset_build.build(source, building, architecture, tool=tool)
         building.replace(cached)  # published whole, or not at all
     shutil.copytree(cached, target, dirs_exist_ok=True)
+
+
+def docker_answers() -> bool:
+    """Whether CDK's Docker fallback can run (its CLI found, its daemon answering)."""
+    docker = shutil.which(os.environ.get("CDK_DOCKER", "docker"))
+    if docker is None:
+        return False
+    try:
+        return (
+            subprocess.run([docker, "version"], capture_output=True, timeout=30, check=False).returncode == 0
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
 
 
 @jsii.implements(ILocalBundling)
@@ -139,8 +167,15 @@ class LocalPipBundling:
         try:
             build(Path(output_dir), self.architecture, self.modules, self.parts)
         except (OSError, subprocess.CalledProcessError) as exc:
-            print(f"local bundling failed ({exc}); falling back to Docker", file=sys.stderr)
-            return False
+            if docker_answers():
+                print(f"local bundling failed ({exc}); falling back to Docker", file=sys.stderr)
+                return False
+            # Docker would fail too, in a traceback from inside CDK: one line instead, and the app stops.
+            message = (
+                NEEDS if isinstance(exc, NoInstallerError) else f"the function's asset: {exc}, no Docker"
+            )
+            print(f"error: {message}", file=sys.stderr)
+            raise SystemExit(1) from None
         return True
 
 

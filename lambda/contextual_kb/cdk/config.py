@@ -451,17 +451,29 @@ def check_context_keys(keys: Iterable[str]) -> None:
     from the CLI, cached lookups, which all hold ``:`` or start with ``@``) is a typo: ``-c
     vectorstore=s3vectors`` would deploy OpenSearch Serverless. Fails in one line, naming the closest
     setting."""
-    import difflib
-
     names = setting_names()
     for key in sorted(keys):
         if key.startswith("@") or ":" in key or key in names:
             continue
-        close = difflib.get_close_matches(key, names, n=1, cutoff=0.6) or [
-            n for n in names if n.lower() == key.lower()
-        ]
-        hint = f"did you mean {close[0]}?" if close else "docs/SETTINGS.md lists them"
-        raise ConfigError(f"CDK context {key}: not a setting of this stack ({hint})")
+        raise ConfigError(f"CDK context {key}: not a setting of this stack ({_closest(key, names)})")
+
+
+def check_setting_keys(keys: Iterable[Any]) -> None:
+    """A construct's ``settings=`` take the settings only (no CDK flag is one): a typo fails in one line,
+    naming the closest, instead of deploying the default."""
+    names = setting_names()
+    for key in sorted(keys, key=repr):
+        if key not in names:
+            raise ConfigError(f"settings {key!r}: not a setting ({_closest(str(key), names)})")
+
+
+def _closest(key: str, names: list[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(key, names, n=1, cutoff=0.6) or [
+        n for n in names if n.lower() == key.lower().replace("_", "")
+    ]
+    return f"did you mean {close[0]}?" if close else "docs/SETTINGS.md lists them"
 
 
 def load(context: dict[str, Any]) -> StackConfig:

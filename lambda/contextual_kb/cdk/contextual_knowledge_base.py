@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from aws_cdk import Stack
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
-from contextual_kb.cdk import nag
 from contextual_kb.cdk.batch import BatchRole
 from contextual_kb.cdk.bundling import resources_code
 from contextual_kb.cdk.config import ConfigError, StackConfig
@@ -42,6 +42,14 @@ class ContextualKnowledgeBase(Construct):
         """``settings``: the context keys of docs/SETTINGS.md (or a ``StackConfig``); ``handler_file``: your
         own handler module (docs/SDK.md) instead of ours."""
         super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        if any(isinstance(c, ContextualKnowledgeBase) and c is not self for c in stack.node.find_all()):
+            # Its collection, policies, Knowledge Base and data source are named from the stack's name (kept
+            # as they are: a new name replaces the resource in a stack deployed before).
+            raise ConfigError(
+                f"a second ContextualKnowledgeBase in stack {stack.node.id}: their resources' names come "
+                "from the stack's name and would collide at deploy; put each in a stack of its own"
+            )
         self.config = config = settings_of(settings)
         if config.attach:
             raise ConfigError(
@@ -119,7 +127,5 @@ class ContextualKnowledgeBase(Construct):
             if config.auto_contextualize
             else None
         )
-        nag.acknowledge_batch(self.batch, self.storage.intermediate, config.model_id)
-        nag.acknowledge_knowledge_base(self)
         if self.deferred is not None:
             self.deferred.acknowledge(self.storage.intermediate, self.storage.source)

@@ -23,7 +23,16 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from aws_cdk import Acknowledgment, Aws, CfnDeletionPolicy, CfnResource, Duration, Size, Stack, Validations
+from aws_cdk import (
+    ArnFormat,
+    Aws,
+    CfnDeletionPolicy,
+    CfnResource,
+    Duration,
+    Fn,
+    Size,
+    Stack,
+)
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_events as events
@@ -39,9 +48,9 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from contextual_kb.cdk import naming
+from contextual_kb.cdk import nag, naming
 from contextual_kb.cdk.bundling import WORKFLOW_PARTS, function_code
-from contextual_kb.cdk.function import _PROFILE_PREFIXES, model_statements
+from contextual_kb.cdk.function import _PROFILE_PREFIXES, acknowledge_model_statements, model_statements
 from contextual_kb.cdk.logs import month_of_logs
 from contextual_kb.cdk.storage import BATCH_PREFIX, CONTEXTS_PREFIX, PENDING_PREFIX
 
@@ -530,22 +539,9 @@ class DeferredWorkflow(Construct):
         )
 
     def acknowledge(self, intermediate: s3.IBucket, source: s3.IBucket) -> None:
-        """The cdk-nag (AwsSolutions) findings this construct answers for, each with its reason."""
-
-        def logical(construct: Construct) -> str:
-            return Stack.of(self).get_logical_id(construct.node.default_child)  # type: ignore[arg-type]
-
-        def arn(bucket: s3.IBucket) -> str:
-            if bucket.node.default_child is not None:
-                return f"<{logical(bucket)}.Arn>"
-            return f"arn:<AWS::Partition>:s3:::{bucket.bucket_name}"
-
-        def ack(scope: Construct, finding: str, reason: str) -> None:
-            Validations.of(scope).acknowledge(
-                Acknowledgment(id=f"AwsSolutions::AwsSolutions-{finding}", reason=reason)
-            )
-
-        ack(
+        """The cdk-nag (AwsSolutions) findings this construct answers for, each with its reason, named from
+        the resources' own tokens (nag.ack_resources)."""
+        nag.ack(
             self.function,
             "L1",
             "Python 3.13, like the transformation function: the step runs the same package, tested on it.",
@@ -555,65 +551,61 @@ class DeferredWorkflow(Construct):
             (BATCH_PREFIX, "the run's claim, state, job inputs and outputs, one folder a run"),
             (CONTEXTS_PREFIX, "remembered contexts, one a document, keyed by a hash: merged"),
         ):
-            ack(
-                self.role, f"IAM5[Resource::{arn(intermediate)}/{prefix}*]", f"The step's own prefix: {what}."
+            nag.ack_resources(
+                self.role, f"The step's own prefix: {what}.", [intermediate.arn_for_objects(f"{prefix}*")]
             )
-        ack(
+        nag.ack_resources(
             self.role,
-            f"IAM5[Resource::{arn(source)}/*]",
             "Re-ingestion looks at each document that got contexts (HeadObject: deleted, changed, archived?) "
             "before marking it; documents are any object of the source bucket.",
+            [source.arn_for_objects("*")],
         )
-        ack(
+        nag.ack_resources(
             self.role,
-            f"IAM5[Resource::{arn(source)}/*.metadata.json]",
             "Re-ingestion marks a document by its metadata file (ckb sync --reprocess's mechanism): metadata "
             "files only, their tags kept.",
+            [source.arn_for_objects("*.metadata.json")],
         )
-        ack(
+        nag.ack_resources(
             self.role,
-            "IAM5[Resource::arn:<AWS::Partition>:bedrock:<AWS::Region>:<AWS::AccountId>:model-invocation-job/*]",
             "Job ARNs are made by Bedrock at creation: the step creates and reads this account's jobs; which "
             "model they run is limited by the model resources of the same statement.",
+            [f"arn:{Aws.PARTITION}:bedrock:{Aws.REGION}:{Aws.ACCOUNT_ID}:model-invocation-job/*"],
         )
-        ack(
+        nag.ack_resources(
             self.role,
-            f"IAM5[Resource::<{logical(self.log_group)}.Arn>:log-stream:*]",
             "Lambda creates one log stream per execution environment in the function's own log group.",
+            [f"{self.log_group.log_group_arn}:log-stream:*"],
         )
-        foundation = model_id_of(self.model_id)
-        ack(
-            self.role,
-            f"IAM5[Resource::arn:<AWS::Partition>:bedrock:*::foundation-model/{foundation}]",
-            "The configured model alone: a cross-region inference profile routes to regions AWS chooses "
-            "(InvokeModel is allowed only through the profile: condition bedrock:InferenceProfileArn).",
-        )
-        ack(
+        acknowledge_model_statements(self.role, self.model_id)
+        nag.ack(
             self.state_machine.role,
             "IAM5[Resource::*]",
             "Step Functions' log delivery (logs:CreateLogDelivery and the rest) and X-Ray's PutTraceSegments "
             "support no resource-level permissions: AWS requires *.",
         )
-        machine = logical(self.state_machine)
-        executions = (
-            "arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:"
-            f'{{"Fn::Select":[6,{{"Fn::Split":[":",{{"Ref":"{machine}"}}]}}]}}'
+        # CDK's DistributedMapPolicy, a policy of its own beside the role's: its executions' ARNs as CDK
+        # writes them (Stack.formatArn: literal in a stack with an explicit environment).
+        executions = Stack.of(self).format_arn(
+            service="states",
+            resource="execution",
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+            resource_name=Fn.select(6, Fn.split(":", self.state_machine.state_machine_arn)),
         )
-        for resource in (f"{executions}:*", f"{executions}/*:*"):
-            ack(
-                self.state_machine,  # CDK's DistributedMapPolicy, a policy of its own beside the role's
-                f"IAM5[Resource::{resource}]",
-                "A Distributed Map runs its children as executions of this state machine, named by Step "
-                "Functions: describing and stopping them needs its own executions' ARNs (CDK's own grant).",
-            )
-        ack(
+        nag.ack_resources(
+            self.state_machine,
+            "A Distributed Map runs its children as executions of this state machine, named by Step "
+            "Functions: describing and stopping them needs its own executions' ARNs (CDK's own grant).",
+            [f"{executions}:*", f"{executions}/*:*"],
+        )
+        nag.ack_resources(
             self.state_machine.role,
-            f"IAM5[Resource::{arn(intermediate)}/{MANIFESTS}]",
             "The Distributed Maps read the run's manifest of shards (and nothing else of the bucket), "
             "written by the look under the run's folder, whose name is only known then.",
+            [intermediate.arn_for_objects(MANIFESTS)],
         )
-        ack(
+        nag.ack_resources(
             self.state_machine.role,
-            f"IAM5[Resource::<{logical(self.function)}.Arn>:*]",
             "Step Functions' LambdaInvoke grant covers the function's versions (CDK's own grant).",
+            [f"{self.function.function_arn}:*"],
         )

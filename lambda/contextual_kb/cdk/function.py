@@ -14,11 +14,15 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+from contextual_kb.cdk import nag
 from contextual_kb.cdk.bundling import function_code
 from contextual_kb.cdk.config import PROFILE_PREFIXES, StackConfig
-from contextual_kb.cdk.logs import month_of_logs
+from contextual_kb.cdk.logs import logs_statement, month_of_logs
 
 HANDLER = "contextual_kb.runtime.handler.lambda_handler"
+# The function's metrics namespace and service (Powertools' variables), which the alarms watch.
+NAMESPACE = "ContextualKB"
+SERVICE = "contextual-kb"
 ARCHITECTURE = "arm64"
 _PROFILE_PREFIXES = PROFILE_PREFIXES
 
@@ -84,21 +88,19 @@ class TransformFunction(Construct):
         self.log_group = log_group = month_of_logs(self, "Logs")
         # Our own role, not AWSLambdaBasicExecutionRole: logs to this log group only.
         self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
-        self.role.add_to_policy(
-            iam.PolicyStatement(
-                actions=["logs:CreateLogStream", "logs:PutLogEvents"],
-                resources=[log_group.log_group_arn, f"{log_group.log_group_arn}:log-stream:*"],
-            )
-        )
+        self.role.add_to_policy(logs_statement(self.role, log_group))
         environment = {
-            "POWERTOOLS_SERVICE_NAME": "contextual-kb",
-            "POWERTOOLS_METRICS_NAMESPACE": "ContextualKB",
+            "POWERTOOLS_SERVICE_NAME": SERVICE,
+            "POWERTOOLS_METRICS_NAMESPACE": NAMESPACE,
             "CONTEXT_STRATEGY": "claude",
             **config.function_environment,
             **(config.function_chunking if chunking is None else chunking),
             **config.function_defer,
             "VECTOR_STORE": config.vector_store if vector_store is None else vector_store,
         }
+        # What the function's metrics are emitted under (a user's functionEnvironment may set them).
+        self.metrics_namespace = environment["POWERTOOLS_METRICS_NAMESPACE"]
+        self.service = environment["POWERTOOLS_SERVICE_NAME"]
         self.quota_table: dynamodb.Table | None = None
         if config.shares_quota:
             # One item a model: the end of the quota's timeline (runtime/context/claude/shared_quota.py). A
@@ -127,10 +129,16 @@ class TransformFunction(Construct):
             tracing=lambda_.Tracing.ACTIVE,
         )
         # Batch objects in, outputs and remembered contexts out.
+        objects = intermediate.arn_for_objects("*")
         self.role.add_to_policy(
-            iam.PolicyStatement(
-                actions=["s3:GetObject", "s3:PutObject"], resources=[intermediate.arn_for_objects("*")]
-            )
+            iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject"], resources=[objects])
+        )
+        nag.ack_resources(
+            self.role,
+            "The function reads the batch objects the KB writes and writes its outputs and remembered "
+            "contexts; their keys are chosen per ingestion job, so the grant is on objects of the "
+            "intermediate bucket.",
+            [objects],
         )
         # No delete: a failed call leaves its outputs (a concurrent call of the same event may own the same
         # keys: runtime/outputs.py); they expire with the intermediate files.
@@ -148,3 +156,33 @@ class TransformFunction(Construct):
             )
         for statement in model_statements(config.model_id):
             self.function.add_to_role_policy(statement)
+        acknowledge_model_statements(self.role, config.model_id)
+        nag.ack(
+            self.function,
+            "L1",
+            "Python 3.13 is pinned: the bundled wheels (pydantic-core, and the rest) are built for it and "
+            "the tests run the code for it; move with a tested upgrade, not with the newest runtime.",
+        )
+        nag.ack(
+            self.role,
+            "IAM5[Resource::*]",
+            "X-Ray's PutTraceSegments and PutTelemetryRecords support no resource-level permissions: AWS "
+            "requires *.",
+        )
+        if self.quota_table is not None:
+            nag.ack(
+                self.quota_table,
+                "DDB3",
+                "The table holds one number a model, the end of the shared quota's timeline, rewritten with "
+                "every model call: nothing to restore to a point in time; a lost item starts a new one.",
+            )
+
+
+def acknowledge_model_statements(role: iam.IRole, model_id: str) -> None:
+    """The foundation model in every region, which ``model_statements`` allows only through the profile."""
+    nag.ack_resources(
+        role,
+        "A cross-region inference profile routes to regions AWS chooses; the statement allows the model "
+        "only when called through the configured profile (condition bedrock:InferenceProfileArn).",
+        [resource for statement in model_statements(model_id) for resource in statement.resources],
+    )

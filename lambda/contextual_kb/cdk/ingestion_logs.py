@@ -21,8 +21,8 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from contextual_kb.cdk import naming
+from contextual_kb.cdk.function import NAMESPACE
 from contextual_kb.cdk.logs import month_of_logs
-from contextual_kb.cdk.monitoring import NAMESPACE
 from contextual_kb.query.ingestion_logs import DOCUMENT_EVENT, FINAL_FAILURE, LOG_TYPE
 
 FAILED_DOCUMENTS = "IngestionDocumentsFailed"

@@ -10,11 +10,10 @@ from aws_cdk import Aws, Stack
 from aws_cdk import aws_bedrock as bedrock
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
-from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from contextual_kb.cdk import naming
+from contextual_kb.cdk import nag, naming
 from contextual_kb.cdk.config import StackConfig
 from contextual_kb.cdk.vector_store import StorageConfiguration
 
@@ -81,8 +80,12 @@ class KnowledgeBase(Construct):
             iam.PolicyStatement(actions=["bedrock:InvokeModel"], resources=[self.embedding_model_arn])
         )
         role.add_to_policy(iam.PolicyStatement(actions=["s3:ListBucket"], resources=[source.bucket_arn]))
-        role.add_to_policy(
-            iam.PolicyStatement(actions=["s3:GetObject"], resources=[source.arn_for_objects("*")])
+        documents = source.arn_for_objects("*")
+        role.add_to_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[documents]))
+        nag.ack_resources(
+            role,
+            "The KB reads every document of its source bucket: that is what a data source is.",
+            [documents],
         )
         transformation.grant(role)
         for statement in storage.statements:
@@ -130,28 +133,6 @@ class KnowledgeBase(Construct):
             vector_ingestion_configuration=ingestion,
             server_side_encryption_configuration={"kmsKeyArn": key.key_arn} if key else None,
         )
-
-
-def transformation_statements(
-    function: lambda_.IFunction, intermediate: s3.IBucket, key: kms.IKey | None
-) -> list[iam.PolicyStatement]:
-    """What a Knowledge Base's role needs for a custom transformation: the batch objects in the intermediate
-    bucket (and its key), and invoking the function and its versions."""
-    statements = [
-        iam.PolicyStatement(actions=["s3:ListBucket"], resources=[intermediate.bucket_arn]),
-        iam.PolicyStatement(
-            actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
-            resources=[intermediate.arn_for_objects("*")],
-        ),
-        iam.PolicyStatement(
-            actions=["lambda:InvokeFunction"], resources=[function.function_arn, f"{function.function_arn}:*"]
-        ),
-    ]
-    if key is not None:
-        statements.append(
-            iam.PolicyStatement(actions=["kms:Decrypt", "kms:GenerateDataKey"], resources=[key.key_arn])
-        )
-    return statements
 
 
 def knowledge_base_role(scope: Construct) -> iam.Role:

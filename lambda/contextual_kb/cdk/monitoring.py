@@ -14,13 +14,12 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
+from contextual_kb.cdk.function import NAMESPACE, SERVICE
 from contextual_kb.query.ingestion_logs import failed_documents_query
 
 if TYPE_CHECKING:
     from contextual_kb.cdk.ingestion_logs import IngestionLogs
 
-NAMESPACE = "ContextualKB"
-SERVICE = "contextual-kb"
 # Each alarm's entry in the runbook is the page's heading "Alarm: <its id>", whose anchor is alarm-<its id>.
 RUNBOOK_PAGE = "docs/OPERATIONS.md"
 
@@ -29,11 +28,15 @@ def runbook(alarm_id: str) -> str:
     return f"{RUNBOOK_PAGE}#alarm-{alarm_id.lower()}"
 
 
-def _ours(name: str, strategy: str = "claude") -> cw.Metric:
+def function_metric(
+    function: lambda_.IFunction, name: str, *, namespace: str = NAMESPACE, service: str = SERVICE
+) -> cw.Metric:
+    """A metric the function emits (runtime/handler.py): its namespace and service as its environment sets
+    them, its own series (the FunctionName dimension), the Claude strategy's."""
     return cw.Metric(
-        namespace=NAMESPACE,
+        namespace=namespace,
         metric_name=name,
-        dimensions_map={"Strategy": strategy, "service": SERVICE},
+        dimensions_map={"Strategy": "claude", "service": service, "FunctionName": function.function_name},
         statistic="Sum",
         period=Duration.minutes(5),
     )
@@ -50,8 +53,16 @@ class Monitoring(Construct):
         topic: sns.ITopic,
         shares_quota: bool = False,
         ingestion: IngestionLogs | None = None,
+        namespace: str = NAMESPACE,
+        service: str = SERVICE,
     ) -> None:
+        """``namespace``, ``service``: the function's POWERTOOLS_METRICS_NAMESPACE and
+        POWERTOOLS_SERVICE_NAME (the alarms watch what it emits)."""
         super().__init__(scope, construct_id)
+
+        def _ours(name: str) -> cw.Metric:
+            return function_metric(function, name, namespace=namespace, service=service)
+
         errors = function.metric_errors(period=Duration.minutes(5), statistic="Sum")
         duration = function.metric_duration(period=Duration.minutes(5), statistic="Maximum")
         throttles = function.metric_throttles(period=Duration.minutes(5), statistic="Sum")

@@ -28,6 +28,7 @@ import aws_cdk as cdk
 import jsii
 from aws_cdk import aws_bedrock as bedrock
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from constructs import Construct, IConstruct
@@ -35,10 +36,9 @@ from constructs import Construct, IConstruct
 from contextual_kb.cdk import nag
 from contextual_kb.cdk.alarm_topic import AlarmTopic
 from contextual_kb.cdk.bundling import function_code
-from contextual_kb.cdk.config import ConfigError, StackConfig, load
+from contextual_kb.cdk.config import ConfigError, StackConfig, check_setting_keys, load
 from contextual_kb.cdk.function import ARCHITECTURE, HANDLER, TransformFunction
 from contextual_kb.cdk.ingestion_logs import IngestionLogs
-from contextual_kb.cdk.knowledge_base import transformation_statements
 from contextual_kb.cdk.monitoring import Monitoring
 from contextual_kb.cdk.storage import Storage
 
@@ -54,6 +54,7 @@ def settings_of(settings: StackConfig | Mapping[str, Any] | None) -> StackConfig
     validated exactly as ``-c`` values are (ConfigError, one line)."""
     if isinstance(settings, StackConfig):
         return settings
+    check_setting_keys(settings or {})
     return load(dict(settings or {}))
 
 
@@ -80,6 +81,21 @@ class ContextualTransformation(Construct):
         ``Pipeline``), put beside ``contextual_kb`` in the asset; the function runs ``<module>.handler``."""
         super().__init__(scope, construct_id)
         self.config = config = settings_of(settings)
+        if config.attach:
+            raise ConfigError(
+                "knowledgeBaseId: a ContextualTransformation joins your data source in your app (grant, "
+                "mixin, vector_ingestion_configuration); attaching by ids is the repository's stack "
+                "(docs/ATTACH.md)"
+            )
+        if (
+            config.kms_key
+            and intermediate_bucket is not None
+            and not isinstance(intermediate_bucket.node.scope, Storage)
+        ):
+            raise ConfigError(
+                "kmsKey with intermediate_bucket: your bucket keeps its own encryption (its key, if any, is "
+                "granted); leave kmsKey out, or leave intermediate_bucket out for a bucket with a key of ours"
+            )
         self.storage: Storage | None = None
         if intermediate_bucket is None:
             self.storage = Storage(
@@ -112,12 +128,14 @@ class ContextualTransformation(Construct):
         self.function = self.transform.function
         self.alarm_topic: AlarmTopic | None = None
         self.monitoring: Monitoring | None = None
+        # The policies grant() made for roles it does not own (the data sources running the function depend
+        # on them: ingestion needs them in place).
+        self.grants: list[iam.Policy] = []
         if monitoring:
             self.add_monitoring()
         # Checked when the app is synthesized (an aspect: the data source may be joined after this line);
         # each problem an error annotation on its construct, which `cdk synth` prints as one line.
         cdk.Aspects.of(cdk.Stack.of(self)).add(_Checks(self))
-        nag.acknowledge_transformation(self)
 
     def add_monitoring(self, ingestion: IngestionLogs | None = None) -> Monitoring:
         """The alarm topic (``alarmEmail``, ``alarmTopicArn``), the alarms and the dashboard; with the
@@ -125,7 +143,6 @@ class ContextualTransformation(Construct):
         if self.monitoring is not None:
             raise ConfigError("the transformation's monitoring is already added")
         self.alarm_topic = AlarmTopic(self, "Alarms", config=self.config, key=self.key)
-        nag.acknowledge_alarm_topic(self.alarm_topic)
         self.monitoring = Monitoring(
             self,
             "Monitoring",
@@ -134,6 +151,8 @@ class ContextualTransformation(Construct):
             topic=self.alarm_topic.topic,
             shares_quota=self.config.shares_quota,
             ingestion=ingestion,
+            namespace=self.transform.metrics_namespace,
+            service=self.transform.service,
         )
         return self.monitoring
 
@@ -172,16 +191,34 @@ class ContextualTransformation(Construct):
     def grant(self, knowledge_base: iam.IGrantable) -> None:
         """What the Knowledge Base's role needs to run the transformation: invoke the function (and its
         versions), read and write the intermediate bucket (and use its key). ``knowledge_base``: its role
-        (``iam.IRole``), or the alpha ``KnowledgeBase`` (its ``grant_principal``)."""
+        (``iam.IRole``), or the alpha ``KnowledgeBase`` (its ``grant_principal``).
+
+        A role of this stack gets the statements in its own policy; any other role (imported, or of
+        another stack) gets a policy of this construct's stack attached to it, so that a Knowledge Base
+        stack and a stack of its data sources depend one way only. Either way the grant's cdk-nag
+        findings are acknowledged where the statements are."""
         cfn = getattr(knowledge_base, "node", None) and knowledge_base.node.default_child  # type: ignore[attr-defined]
         if isinstance(cfn, bedrock.CfnKnowledgeBase):
             for problem in _knowledge_base_problems(cfn):
                 cdk.Annotations.of(cfn).add_error(problem)
         principal = knowledge_base.grant_principal
-        for statement in transformation_statements(self.function, self.intermediate, self.key):
-            principal.add_to_principal_policy(statement)
-        if isinstance(principal, Construct):  # a role of this app: our grant's findings acknowledged on it
-            nag.acknowledge_knowledge_base_grant(principal, self)
+        if isinstance(principal, iam.Role) and cdk.Stack.of(principal) is cdk.Stack.of(self):
+            for statement in transformation_statements(
+                self.function, self.intermediate, self.key, holder=principal
+            ):
+                principal.add_to_principal_policy(statement)
+            return
+        if not hasattr(principal, "attach_inline_policy"):  # a Knowledge Base runs as a role, nothing else
+            raise ConfigError(
+                "grant: the Knowledge Base's principal is not an IAM role (give its role: "
+                "iam.Role.from_role_arn)"
+            )
+        policy = iam.Policy(self, f"KnowledgeBaseAccess{len(self.grants) or ''}")
+        policy.add_statements(
+            *transformation_statements(self.function, self.intermediate, self.key, holder=policy)
+        )
+        policy.attach_to_role(principal)  # type: ignore[arg-type]
+        self.grants.append(policy)
 
     def _data_source_problems(self, source: bedrock.CfnDataSource) -> list[str]:
         resolve = cdk.Stack.of(source).resolve
@@ -216,6 +253,36 @@ class ContextualTransformation(Construct):
         )
 
 
+def transformation_statements(
+    function: lambda_.IFunction, intermediate: s3.IBucket, key: kms.IKey | None, *, holder: IConstruct
+) -> list[iam.PolicyStatement]:
+    """What a Knowledge Base's role needs for a custom transformation: the batch objects in the intermediate
+    bucket (and its key), and invoking the function and its versions. Their wildcards are acknowledged on
+    ``holder``, the role or policy that will carry them."""
+    objects = intermediate.arn_for_objects("*")
+    versions = f"{function.function_arn}:*"
+    nag.ack_resources(
+        holder,
+        "The KB writes and reads its intermediate files (batch objects) under keys it chooses per job.",
+        [objects],
+    )
+    nag.ack_resources(
+        holder,
+        "The KB service may invoke a version or alias of the function (documented requirement).",
+        [versions],
+    )
+    statements = [
+        iam.PolicyStatement(actions=["s3:ListBucket"], resources=[intermediate.bucket_arn]),
+        iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject"], resources=[objects]),
+        iam.PolicyStatement(actions=["lambda:InvokeFunction"], resources=[function.function_arn, versions]),
+    ]
+    if key is not None:
+        statements.append(
+            iam.PolicyStatement(actions=["kms:Decrypt", "kms:GenerateDataKey"], resources=[key.key_arn])
+        )
+    return statements
+
+
 @jsii.implements(cdk.IAspect)
 class _Checks:
     """At synth: every data source of the stack that runs this transformation, whichever way it was joined."""
@@ -227,6 +294,8 @@ class _Checks:
         if isinstance(node, bedrock.CfnDataSource) and self.transformation._applied_to(node):
             for problem in self.transformation._data_source_problems(node):
                 cdk.Annotations.of(node).add_error(problem)
+            for policy in self.transformation.grants:
+                node.node.add_dependency(policy)
 
 
 class TransformationMixin(cdk.Mixin):

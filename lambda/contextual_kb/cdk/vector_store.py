@@ -28,8 +28,8 @@ from aws_cdk import aws_s3vectors as s3vectors
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
-from contextual_kb.cdk import naming
-from contextual_kb.cdk.logs import month_of_logs
+from contextual_kb.cdk import nag, naming
+from contextual_kb.cdk.logs import logs_statement, month_of_logs
 from contextual_kb.query.index_definition import (
     METADATA_FIELD,
     TEXT_FIELD,
@@ -115,15 +115,7 @@ class OpenSearchVectorStore(Construct):
         # The index's custom resource: its own function and role.
         self.index_log_group = month_of_logs(self, "IndexLogs")
         self.index_role = iam.Role(self, "IndexRole", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
-        self.index_role.add_to_policy(
-            iam.PolicyStatement(
-                actions=["logs:CreateLogStream", "logs:PutLogEvents"],
-                resources=[
-                    self.index_log_group.log_group_arn,
-                    f"{self.index_log_group.log_group_arn}:log-stream:*",
-                ],
-            )
-        )
+        self.index_role.add_to_policy(logs_statement(self.index_role, self.index_log_group))
         # Data-plane calls need this IAM permission as well as the data access policy (AWS's documentation).
         self.index_role.add_to_policy(
             iam.PolicyStatement(actions=["aoss:APIAccessAll"], resources=[self.collection.attr_arn])
@@ -183,6 +175,21 @@ class OpenSearchVectorStore(Construct):
         self.provider_log_group = month_of_logs(self, "ProviderLogs")
         self.provider = cr.Provider(
             self, "IndexProvider", on_event_handler=self.index_function, log_group=self.provider_log_group
+        )
+        nag.ack(
+            self.index_function,
+            "L1",
+            "Python 3.13, like the transformation function: the index's custom resource is tested on it.",
+        )
+        nag.ack(
+            self.provider,
+            "IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]",
+            "CDK's custom-resource Provider framework gives its function this managed policy (logs only).",
+        )
+        nag.ack_resources(
+            self.provider,
+            "The Provider framework may invoke any version of the index's function (CDK's own grant).",
+            [f"{self.index_function.function_arn}:*"],
         )
         body = index_body(dimension)
         self.index_name = index_name(body)

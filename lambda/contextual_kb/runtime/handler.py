@@ -23,7 +23,7 @@ from contextual_kb.runtime.context.structural import DOCUMENT_LEVEL
 from contextual_kb.runtime.deadline import Deadline
 from contextual_kb.runtime.errors import TransformationError
 from contextual_kb.runtime.models import parse_event
-from contextual_kb.runtime.observability import bind_event_keys, logger, metrics, tracer
+from contextual_kb.runtime.observability import SERVICE, bind_event_keys, logger, metrics, tracer
 from contextual_kb.runtime.settings import Settings
 from contextual_kb.runtime.storage import S3BatchStore
 from contextual_kb.runtime.transform import RunStats, Steps, Transformation
@@ -91,6 +91,12 @@ lambda_handler = make_handler()
 
 def record(strategy: str, stats: RunStats, *, steps: bool = False) -> None:
     metrics.add_dimension(name="Strategy", value=strategy)
+    # Each function's own series too (a second dimension set of the same values): the alarms of one
+    # deployment watch its function, not every function of the account and region emitting the same names;
+    # {Strategy, service} stays for what reads it (ckb doctor, dashboards made before).
+    function = os.environ.get("AWS_LAMBDA_FUNCTION_NAME")
+    if function and hasattr(metrics, "add_dimensions"):  # Powertools 3.x with dimension sets
+        metrics.add_dimensions(Strategy=strategy, service=SERVICE, FunctionName=function)
     _counts(
         ("Files", stats.files),
         ("BatchesIn", stats.batches_in),

@@ -119,6 +119,13 @@ class Chunk:
             raise TypeError(f"a chunk's text must be a str, not {type(self.text).__name__}")
         if not isinstance(self.metadata, MappingProxyType):
             object.__setattr__(self, "metadata", _frozen_json(self.metadata, what="a chunk's metadata"))
+        if self._item is None and self.metadata:
+            # A chunk a step made: all its metadata is the step's, under with_metadata's rules (no key of the
+            # Knowledge Base's; fitted to the store's limit when written, what does not fit counted).
+            _not_reserved(self.metadata)
+            added = tuple(key for key in self.metadata if key not in self._added)
+            if added:
+                object.__setattr__(self, "_added", self._added + added)
         if self._item is None and not self.text.strip():  # the KB's own blank items travel as they came
             raise ValueError(_BLANK)
 
@@ -142,9 +149,7 @@ class Chunk:
         added = {**(values or {}), **more}
         if not added:
             return self
-        reserved = [key for key in added if key.lower().startswith(RESERVED_PREFIX)]
-        if reserved:
-            raise ValueError(f"metadata key {reserved[0]!r} is the Knowledge Base's ({RESERVED_PREFIX}...)")
+        _not_reserved(added)
         fresh = _frozen_json(added, what="metadata")
         order = tuple(key for key in self._added if key not in fresh) + tuple(fresh)
         return replace(self, metadata=MappingProxyType({**self.metadata, **fresh}), _added=order)
@@ -165,14 +170,18 @@ class Chunk:
         """This chunk and ``others`` (in that order) as one, standing for them all, written in this chunk's
         place. Its metadata is this chunk's; the others' keys it lacks are added."""
         metadata = dict(self.metadata)
+        added = list(self._added)
         for other in others:
-            metadata.update({k: v for k, v in other.metadata.items() if k not in metadata})
+            new = {k: v for k, v in other.metadata.items() if k not in metadata}
+            metadata.update(new)
+            added += [k for k in other._added if k in new]  # a step's keys stay the step's: fitted
         origins = tuple(dict.fromkeys(o for chunk in (self, *others) for o in chunk.origins))
         return replace(
             self,
             text=separator.join(chunk.text for chunk in (self, *others)),
             metadata=MappingProxyType(metadata),
             origins=origins,
+            _added=tuple(added),
             _rewritten=any(chunk._rewritten for chunk in (self, *others)),
         )
 
@@ -180,6 +189,15 @@ class Chunk:
         """Leave this chunk out of the Knowledge Base, saying why (a short label: counted by reason in the
         invocation's log line, ``ChunksDropped`` in metrics). Return it in the step's list."""
         return Dropped(self, reason)
+
+
+def _not_reserved(metadata: Mapping[Any, Any]) -> None:
+    """Metadata a step sets: string keys, none of the Knowledge Base's own (ValueError, one line)."""
+    for key in metadata:
+        if not isinstance(key, str):
+            raise TypeError(f"metadata key {key!r}: keys are strings")
+        if key.lower().startswith(RESERVED_PREFIX):
+            raise ValueError(f"metadata key {key!r} is the Knowledge Base's ({RESERVED_PREFIX}...)")
 
 
 # A chunk of blank text would be embedded as nothing: a silent drop.
