@@ -61,6 +61,7 @@ from contextual_kb.deferred.records import (
 )
 from contextual_kb.deferred.reingest import Reingested
 from contextual_kb.deferred.spool import Spool, Spooled
+from contextual_kb.deferred.state import RunState, state_key
 from contextual_kb.runtime.context.claude.answers import normalize
 from contextual_kb.runtime.context.claude.memory import ContextMemory, place_key
 from contextual_kb.runtime.context.claude.pricing import BatchPrices, Prices, batch_prices_for, prices_for
@@ -252,7 +253,7 @@ class Contextualizer:
                 self.claim.release()
             raise
 
-    def unfinished(self) -> dict[str, Any] | None:
+    def unfinished(self) -> RunState | None:
         """The state of the run the claim names, when it is unfinished; None when no run is under way."""
         seen = self.claim.peek()
         state = self._load(seen[0]["run"]) if seen is not None else None
@@ -359,7 +360,7 @@ class Contextualizer:
             reingested.job, reingested.model_calls = self.start_ingestion()
         return reingested
 
-    def _load_or_shard(self, run: str) -> dict[str, Any] | None:
+    def _load_or_shard(self, run: str) -> RunState | None:
         """Run ``run``'s state; a new sharded run's when there is none under way and runs are sharded."""
         state = self._load(run)
         if (state is None or state["phase"] == "done") and self.options.shard_documents:
@@ -371,7 +372,7 @@ class Contextualizer:
             self._save(state)
         return state
 
-    def _run_sharded(self, state: dict[str, Any], reingest: Reingest | None) -> Summary:
+    def _run_sharded(self, state: RunState, reingest: Reingest | None) -> Summary:
         """A run in shards (``shards.py``), from whatever phase its state says."""
         from contextual_kb.deferred import shards as sharded
 
@@ -430,7 +431,7 @@ class Contextualizer:
         return summary
 
     # --- plan ---
-    def _plan(self, run: str, leave_out: set[str] | None = None) -> dict[str, Any]:
+    def _plan(self, run: str, leave_out: set[str] | None = None) -> RunState:
         """Two passes over the pending records, several at a time: the first picks the usable ones (keeping
         their keys alone), the second reads each again and spools its records to disk; no document's text
         stays in memory after its records are built. ``leave_out``: pending record keys not planned."""
@@ -603,7 +604,7 @@ class Contextualizer:
         spool: Spool,
         jobs: list[list[int]],
         on_demand: list[int],
-    ) -> dict[str, Any]:
+    ) -> RunState:
         """The run's state; unless a dry run, each job's JSONL input written now (the state holds none)."""
         prefix = f"{self.options.batch_prefix}{run}/"
         planned = [spooled.record for spooled in spool.records]
@@ -616,18 +617,18 @@ class Contextualizer:
             }
             for p in planned
         }
-        state: dict[str, Any] = {
-            "run": run,
-            "phase": "planned",
-            "records": records,
-            "jobs": [],
-            "on_demand": {
+        state = RunState(
+            run,
+            "planned",
+            records=records,
+            jobs=[],
+            on_demand={
                 "input": f"{prefix}input/on-demand.jsonl",
                 "records": [planned[i].record_id for i in on_demand],
             },
-            "touched": {},  # pending record key -> source URI, of documents given contexts
-            "summary": asdict(summary),
-        }
+            touched={},  # pending record key -> source URI, of documents given contexts
+            summary=asdict(summary),
+        )
         for n, job in enumerate(jobs, 1):
             name = f"ckb-{run}-{n}"
             records_of = [planned[i].record_id for i in job]
@@ -716,7 +717,7 @@ class Contextualizer:
         summary.floor_usd += output_tokens * prices_for(model_id, self.options.model_prices).output / 1e6
 
     # --- submit ---
-    def _submit(self, state: dict[str, Any]) -> None:
+    def _submit(self, state: RunState) -> None:
         options = self.options
         prefix = f"{options.batch_prefix}{state['run']}/"
         for job in state["jobs"]:
@@ -756,7 +757,7 @@ class Contextualizer:
             self._save(state)  # resumable: a second run does not submit it again
 
     # --- collect and store ---
-    def _collect_and_store(self, state: dict[str, Any]) -> int:
+    def _collect_and_store(self, state: RunState) -> int:
         """Each step's outputs stored, then the state saved with what it stored and what failed: a resume
         repeats at most the step it stopped in, whose writes are idempotent (remembered contexts merged by
         place; pending records settled only at the end, from the remembered contexts themselves), and
@@ -810,9 +811,7 @@ class Contextualizer:
         self._checkpoint(state, summary, rejected)
         return 0
 
-    def _follow(
-        self, state: dict[str, Any], job: dict[str, Any], summary: Summary, rejected: Counter[str]
-    ) -> None:
+    def _follow(self, state: RunState, job: dict[str, Any], summary: Summary, rejected: Counter[str]) -> None:
         """One look at a job; once it has ended, its outputs charged (every line) and stored."""
         described = self.bedrock.get_model_invocation_job(jobIdentifier=job["arn"])
         job["status"] = described["status"]
@@ -832,7 +831,7 @@ class Contextualizer:
         job["stored"] = True
         self._checkpoint(state, summary, rejected)
 
-    def _still_fitting(self, state: dict[str, Any], record_ids_: list[str]) -> list[str]:
+    def _still_fitting(self, state: RunState, record_ids_: list[str]) -> list[str]:
         """The records whose document is still recorded as it was planned: answers for one recorded again
         during the run (a sync) would not fit it, so none of its records is worth asking again."""
         stale = {state["records"][rid]["document"] for rid in state.get("stale", [])}
@@ -846,7 +845,7 @@ class Contextualizer:
         return [rid for rid in record_ids_ if fitting.get(state["records"][rid]["document"], False)]
 
     def _charge_line(
-        self, state: dict[str, Any], summary: Summary, *, batch: bool, model: str = ""
+        self, state: RunState, summary: Summary, *, batch: bool, model: str = ""
     ) -> Callable[[Output], None]:
         """Charges an output line with usage: its record's model (``model`` for an id the run never asked)."""
 
@@ -857,13 +856,13 @@ class Contextualizer:
 
         return charge
 
-    def _checkpoint(self, state: dict[str, Any], summary: Summary, rejected: Counter[str]) -> None:
+    def _checkpoint(self, state: RunState, summary: Summary, rejected: Counter[str]) -> None:
         summary.answers_rejected = dict(rejected)
         state["summary"] = asdict(summary)
         self._save(state)
 
     def _on_demand_outputs(
-        self, state: dict[str, Any], record_ids_: list[str], name: str, charge: Callable[[Output], None]
+        self, state: RunState, record_ids_: list[str], name: str, charge: Callable[[Output], None]
     ) -> dict[str, Output]:
         """The records' answers on demand, kept in S3 (as job output files, ``ON_DEMAND_SLICE`` records
         each) as they come: a resume reads back the slices answered and asks only for the others (a slice
@@ -911,7 +910,7 @@ class Contextualizer:
                     _parse_outputs(_lines(body), into=found, charge=charge)
         return found
 
-    def _planned(self, state: dict[str, Any], wanted: set[str]) -> dict[str, Planned]:
+    def _planned(self, state: RunState, wanted: set[str]) -> dict[str, Planned]:
         """The records' requests, read back (once) from the inputs written at planning."""
         wanted = set(wanted)
         # Only the input files that hold some of them (a job's input can be a gigabyte).
@@ -949,7 +948,7 @@ class Contextualizer:
 
     def _store(
         self,
-        state: dict[str, Any],
+        state: RunState,
         record_ids_: list[str],
         outputs: dict[str, Output],
         summary: Summary,
@@ -1023,7 +1022,7 @@ class Contextualizer:
                     state["touched"][copy] = state["documents"][copy]["source"]
         return failed
 
-    def _settle(self, state: dict[str, Any]) -> dict[str, int]:
+    def _settle(self, state: RunState) -> dict[str, int]:
         """Each pending record of this run keeps only the chunks still without a remembered context: read
         from the remembered contexts themselves, so it holds however the run went. A record whose document
         got contexts (to be re-ingested) is kept, awaiting re-ingestion, until its source is marked
@@ -1058,7 +1057,7 @@ class Contextualizer:
                 still[key] = left
         return still
 
-    def _after_reingestion(self, state: dict[str, Any], reingested: Reingested, summary: Summary) -> None:
+    def _after_reingestion(self, state: RunState, reingested: Reingested, summary: Summary) -> None:
         """The records awaiting re-ingestion: a marked source's record no longer awaits (deleted when nothing
         is left to ask); a deleted source's record is dropped (the Knowledge Base removes the document);
         any other stays, counted, with why it was not marked."""
@@ -1180,18 +1179,16 @@ class Contextualizer:
         condition = {"IfMatch": if_match} if if_match else {}
         self.s3.delete_object(Bucket=self.options.bucket, Key=key, **condition)
 
-    def _load(self, run: str) -> dict[str, Any] | None:
+    def _load(self, run: str) -> RunState | None:
         """Run ``run``'s state; None when it has none (it never saved a plan). Any other S3 error is raised
         (after the SDK's retries), never taken as "no run"; a state that cannot be read stops in one line."""
-        key = f"{self.options.batch_prefix}{run}/state.json"
+        key = state_key(self.options.batch_prefix, run)
         body = self._get(key)
         if body is None:
             return None
         try:
-            state = json.loads(body)
-            if not isinstance(state, dict) or not {"run", "phase", "records", "documents"} <= set(state):
-                raise ValueError("not a run's state")
-        except ValueError as exc:
+            state = RunState.from_json(body)
+        except (ValueError, TypeError) as exc:
             where = f"s3://{self.options.bucket}/"
             raise ContextualizeError(
                 f"run {run}'s state {where}{key} cannot be read ({exc}): restore an earlier version of it, "
@@ -1200,15 +1197,12 @@ class Contextualizer:
             ) from None
         return state
 
-    def _save(self, state: dict[str, Any]) -> None:
+    def _save(self, state: RunState) -> None:
         if self.options.dry_run:
             return
         self.claim.renew(force=True)  # never a state over the run of a process that took it over
-        self.s3.put_object(
-            Bucket=self.options.bucket,
-            Key=f"{self.options.batch_prefix}{state['run']}/state.json",
-            Body=json.dumps(state).encode("utf-8"),
-        )
+        key = state_key(self.options.batch_prefix, state.run)
+        self.s3.put_object(Bucket=self.options.bucket, Key=key, Body=state.to_json())
 
 
 def _new_run() -> str:

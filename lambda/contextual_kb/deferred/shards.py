@@ -54,6 +54,7 @@ from contextual_kb.deferred.contextualize import (
 from contextual_kb.deferred.records import RECORD_ID_LENGTH, Limits, Output, split_jobs
 from contextual_kb.deferred.reingest import Reingested
 from contextual_kb.deferred.spool import Spool
+from contextual_kb.deferred.state import STATE_FILE, RunState
 
 # Records (pending documents) a shard plans and stores: measured at 13 ms (plan) and 23 ms (store) a
 # document with 20 ms per S3 request (docs/BENCHMARKS.md), about 30 and 50 s a shard, far inside Lambda's
@@ -77,20 +78,16 @@ def shard_ids(shard: int) -> Iterator[str]:
         yield f"S{shard:04d}{number:0{RECORD_ID_LENGTH - 5}d}"
 
 
-def new_state(run: str) -> dict[str, Any]:
+def new_state(run: str) -> RunState:
     """A sharded run's state: ``records`` and ``documents`` stay empty (they are the shards')."""
-    return {
-        "run": run,
-        "phase": LISTED,
-        "sharded": True,
-        "shards": 0,
-        "records": {},
-        "documents": {},
-        "touched": {},
-        "jobs": [],
-        "on_demand": {"input": "", "records": [], "pieces": []},
-        "summary": asdict(Summary(run=run)),
-    }
+    return RunState(
+        run,
+        LISTED,
+        sharded=True,
+        shards=0,
+        on_demand={"input": "", "records": [], "pieces": []},
+        summary=asdict(Summary(run=run)),
+    )
 
 
 class Shards:
@@ -122,12 +119,21 @@ class Shards:
             ContentType="application/json",
         )
 
-    def _save_shard(self, state: dict[str, Any]) -> None:
+    def _save_shard(self, state: RunState) -> None:
         self.c.claim.renew(force=True)  # never over a run another process took over
-        self._put_json(self.shard_folder(state["run"], state["shard"]) + "state.json", state)
+        self.c.s3.put_object(
+            Bucket=self.c.options.bucket,
+            Key=self.shard_folder(state.run, state["shard"]) + STATE_FILE,
+            Body=state.to_json(),
+            ContentType="application/json",
+        )
+
+    def _load_shard(self, run: str, shard: int) -> RunState | None:
+        body = self.c._get(self.shard_folder(run, shard) + STATE_FILE)
+        return None if body is None else RunState.from_json(body)
 
     # --- 1. list ---
-    def list(self, state: dict[str, Any]) -> int:
+    def list(self, state: RunState) -> int:
         """The pending records' keys cut into shards (never between two records of one text: the keys of
         one text's records share their folder), each shard's keys written; the manifest last. Returns the
         count."""
@@ -203,7 +209,7 @@ class Shards:
             yield from (key for key in keys if key.endswith(".json"))
         yield from sorted(key for key in loose if key.endswith(".json"))
 
-    def listed(self, state: dict[str, Any]) -> set[str]:
+    def listed(self, state: RunState) -> set[str]:
         """The pending records' keys the run's shards were given (a dry run leaves them out of its quote)."""
         run = state["run"]
 
@@ -280,26 +286,26 @@ class Shards:
                 "end (no model cost)"
             )
         touched = {key: info["source"] for key, info in known.items() if info["awaiting"]}
-        shard_state = {
-            "run": run,
-            "shard": shard,
-            "phase": PLANNED,
-            "records": records,
-            "documents": known,
-            "touched": touched,
+        shard_state = RunState(
+            run,
+            PLANNED,
+            shard=shard,
+            records=records,
+            documents=known,
+            touched=touched,
             # ``Contextualizer._planned`` reads records back from these (the on-demand ones, a retry).
-            "jobs": steps,
-            "on_demand": {"input": "", "records": []},
-            "stored_pieces": [],
-            "summary": asdict(summary),
-        }
+            jobs=steps,
+            on_demand={"input": "", "records": []},
+            stored_pieces=[],
+            summary=asdict(summary),
+        )
         self._save_shard(shard_state)
         result = {"shard": shard, "pieces": pieces, "summary": asdict(summary), "quote_usd": quote.cost_usd}
         self._put_json(folder + "summary.json", result)  # last: the shard's "planned" mark
         return result
 
     # --- 3. cut ---
-    def cut(self, state: dict[str, Any]) -> None:
+    def cut(self, state: RunState) -> None:
         """The shards' input files packed whole into jobs (each job a folder of copies), the run's plan
         figures added up; records too few for a job of their model go on demand."""
         c, run = self.c, state["run"]
@@ -377,14 +383,14 @@ class Shards:
             Bucket=bucket, Key=to, CopySource={"Bucket": bucket, "Key": source}, ChecksumAlgorithm="CRC32"
         )
 
-    def _each(self, state: dict[str, Any], name: str) -> list[tuple[int, Any]]:
+    def _each(self, state: RunState, name: str) -> list[tuple[int, Any]]:
         run = state["run"]
         return list(
             in_order(lambda n: self._get_json(self.shard_folder(run, n) + name), range(state["shards"]))
         )
 
     # --- 4. collect ---
-    def collect(self, state: dict[str, Any]) -> int:
+    def collect(self, state: RunState) -> int:
         """One look at each job not ended; returns how many still run. A job never created counts as ended."""
         c = self.c
         running = 0
@@ -413,7 +419,7 @@ class Shards:
         if done is not None:
             return dict(done)
         state = c._load(run)
-        shard_state = self._get_json(folder + "state.json")
+        shard_state = self._load_shard(run, shard)
         if state is None or shard_state is None:
             raise ContextualizeError(f"run {run} or its shard {shard} has no state: nothing to store")
         summary = Summary(**shard_state["summary"])
@@ -465,7 +471,7 @@ class Shards:
         return result
 
     def _settle_and_mark(
-        self, shard_state: dict[str, Any], summary: Summary, reingest: Reingest | None
+        self, shard_state: RunState, summary: Summary, reingest: Reingest | None
     ) -> dict[str, Any]:
         """The shard's pending records settled, its documents marked for re-ingestion; its result."""
         c = self.c
@@ -508,7 +514,7 @@ class Shards:
 
     # --- 6. finish ---
     def finish(
-        self, state: dict[str, Any], start_ingestion: Callable[[], tuple[str, int | None]] | None
+        self, state: RunState, start_ingestion: Callable[[], tuple[str, int | None]] | None
     ) -> Summary:
         results = self._each(state, "result.json")
         missing = [n for n, got in results if got is None]
