@@ -46,7 +46,9 @@ def main() -> int:
                 outcome = faults.run(scenario, standin)
             finally:
                 standin.stop()
-        problems = outcome.problems(scenario.expect_failure, scenario.must_see, scenario.must_not_see)
+        problems = outcome.problems(
+            scenario.expect_failure, scenario.must_see, scenario.must_not_see, wall_clock=True
+        )
         broken += len(problems)
         row = {**outcome.as_row(), "description": scenario.description, "problems": problems}
         if scenario.expect_failure:

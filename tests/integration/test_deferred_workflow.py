@@ -130,8 +130,10 @@ def test_a_job_that_fails_or_expires_ends_the_run_with_its_chunks_pending_for_th
 ) -> None:
     with LocalWorld(corpus(), BatchConfig(min_records=1, **fault)) as world:
         world.ingest("always")
-        step({"mode": "start"}, workflow(world), reingest=None)
-        last = until_done(world, None)[-1]
+        first = step({"mode": "start"}, workflow(world), reingest=None)
+        # The job may have ended by the first look (on a loaded machine the plan takes longer than the
+        # stand-in takes to fail it): the run then ends at that look, else at a later one.
+        last = first if first["outcome"] != "waiting" else until_done(world, None)[-1]
         assert last["outcome"] == "done" and last["summary"]["jobs_failed"] == 1
         assert last["summary"]["pending_after"] == 20 and len(pending(world)) == 4
         again = step({"mode": "start"}, workflow(world, "exec-2"), reingest=None)

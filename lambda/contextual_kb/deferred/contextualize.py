@@ -44,119 +44,47 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from contextual_kb.deferred import shards as sharded
+from contextual_kb.deferred.batch_files import ENDED, USABLE, as_output_line, lines, parse_outputs
 from contextual_kb.deferred.claim import LEASE_SECONDS, Claim, ContextualizeError
 from contextual_kb.deferred.concurrency import in_order
+from contextual_kb.deferred.options import (
+    CURRENT,
+    NOTHING_PENDING,
+    OnDemand,
+    Options,
+    Reingest,
+    SourceState,
+    Summary,
+)
 from contextual_kb.deferred.records import (
     Accepted,
-    Limits,
     Output,
     Planned,
     accept,
     build,
     count_tokens,
-    parse_output,
     record_ids,
     split_jobs,
     unit_texts,
 )
 from contextual_kb.deferred.reingest import Reingested
 from contextual_kb.deferred.spool import Spool, Spooled
+from contextual_kb.deferred.state import RunState, state_key
 from contextual_kb.runtime.context.claude.answers import normalize
 from contextual_kb.runtime.context.claude.memory import ContextMemory, place_key
 from contextual_kb.runtime.context.claude.pricing import BatchPrices, Prices, batch_prices_for, prices_for
 from contextual_kb.runtime.pending import PendingDocument
 
-ENDED = {"Completed", "PartiallyCompleted", "Failed", "Stopped", "Expired"}
-# A stopped job keeps the outputs of the records it processed (AWS: results appear from InProgress on).
-USABLE = {"Completed", "PartiallyCompleted", "Stopped"}
 # On-demand answers are kept in S3 this many records at a time: an interrupted run loses at most one slice.
 ON_DEMAND_SLICE = 50
 # A conditional write or delete refused: the object changed (412), a concurrent write won (409), or is gone.
 CHANGED_MEANWHILE = {"PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey"}
-CURRENT = "current.json"
-NOTHING_PENDING = "nothing pending: no job submitted"
 # A pending record deleted, or rewritten unreadable, between the plan's two passes.
 GONE, BROKEN = "gone", "broken"
 # When nothing is known of a document's context length, an output's estimate (dry run): measured on the
 # codebase corpus, 74 output tokens a chunk (docs/BENCHMARKS.md, "Contextualizing with Claude").
 ESTIMATED_OUTPUT_TOKENS_PER_CHUNK = 74
-
-
-@dataclass
-class Options:
-    bucket: str  # the intermediate bucket: pending records, remembered contexts, batch inputs and outputs
-    role_arn: str  # the batch service role (the stack's BatchRoleArn output)
-    pending_prefix: str = "contextual-kb/pending/"
-    batch_prefix: str = "contextual-kb/batch/"
-    # Chunks a record asks for. Larger than the Lambda's grouped default (20): batch inference has no prompt
-    # cache, so each record reads its document again (measured: 40 costs 0.57x the floor, 20 costs 0.64x).
-    group_size: int = 40
-    limits: Limits = field(default_factory=Limits)
-    batch_prices: str = ""  # JSON overrides, {"input": .., "output": ..}
-    model_prices: str = ""
-    on_demand_retry: bool = False
-    dry_run: bool = False
-    poll_seconds: float = 30.0
-    timeout_hours: int = 24
-    # False: one look at the jobs, and the run left unfinished (its claim released) while any still runs:
-    # the workflow's steps, whose waits are Step Functions' (deferred/workflow.py). True: followed to the end.
-    follow: bool = True
-    # Pending records a shard plans and stores (``shards.py``): 0, a run in one piece (unless it resumes a
-    # sharded one). The workflow shards every run; ckb contextualize when asked (--shard-documents).
-    shard_documents: int = 0
-    # True: a sharded run's shards are run elsewhere (the workflow's Distributed Maps): the run stops where
-    # they are needed (``Summary.fan_out``), its claim kept for them. False: run here, one after the other.
-    fan_out: bool = False
-
-
-@dataclass
-class Summary:
-    run: str = ""
-    documents: int = 0  # pending documents used
-    chunks: int = 0  # chunks of those documents
-    pending_before: int = 0  # chunks pending when the run planned
-    records: int = 0
-    jobs: int = 0
-    jobs_failed: int = 0
-    jobs_running: int = 0  # not ended at the last look (a run not followed to the end: Options.follow)
-    on_demand_records: int = 0
-    model_contexts: int = 0  # chunks of these documents with a model context once the run is over
-    contexts_stored: int = 0  # of which made by this run
-    pending_after: int = 0
-    failed_records: int = 0
-    answers_rejected: dict[str, int] = field(default_factory=dict)
-    dropped: dict[str, int] = field(default_factory=dict)  # pending records not used, by reason
-    same_text: int = 0  # records of a text another record has (a copied file): asked once, each re-ingested
-    # Documents with contexts made but not re-ingested (not marked: why, by source); records kept.
-    awaiting_reingestion: int = 0
-    not_reingested: dict[str, str] = field(default_factory=dict)
-    reingest_missing: int = 0  # sources deleted since recorded: not marked, records dropped
-    model_calls_during_reingest: int | None = None
-    reingested_documents: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost_usd: float = 0.0
-    floor_usd: float = 0.0
-    estimated: bool = False  # a dry run: tokens and costs are estimates
-    # Models without batch prices (not in the table, none given): priced at their on-demand prices, an upper
-    # bound (Bedrock's batch is about half), never at $0.
-    priced_on_demand: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    # A sharded run stopped for its shards to run elsewhere (Options.fan_out): "plan" or "store"; and how
-    # many shards the run has.
-    fan_out: str = ""
-    shards: int = 0
-
-    @property
-    def cost_vs_floor(self) -> float | None:
-        return round(self.cost_usd / self.floor_usd, 3) if self.floor_usd else None
-
-    def as_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["cost_usd"] = round(self.cost_usd, 6)
-        out["floor_usd"] = round(self.floor_usd, 6)
-        out["cost_vs_floor"] = self.cost_vs_floor
-        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,10 +106,19 @@ class _Stored:
     rejected: Counter[str] = field(default_factory=Counter)
 
 
-SourceState = Callable[[str, str], str]  # (source URI, recorded at) -> ok | deleted | changed | unknown
-OnDemand = Callable[[list[Planned]], dict[str, Output]]
-# Source URIs -> what was re-ingested (an int or None: every source was, with that many model calls made).
-Reingest = Callable[[list[str]], Reingested | int | None]
+__all__ = [
+    "CURRENT",
+    "ENDED",
+    "NOTHING_PENDING",
+    "USABLE",
+    "ContextualizeError",
+    "Contextualizer",
+    "OnDemand",
+    "Options",
+    "Reingest",
+    "SourceState",
+    "Summary",
+]
 
 
 class Contextualizer:
@@ -252,7 +189,7 @@ class Contextualizer:
                 self.claim.release()
             raise
 
-    def unfinished(self) -> dict[str, Any] | None:
+    def unfinished(self) -> RunState | None:
         """The state of the run the claim names, when it is unfinished; None when no run is under way."""
         seen = self.claim.peek()
         state = self._load(seen[0]["run"]) if seen is not None else None
@@ -275,9 +212,7 @@ class Contextualizer:
         held = " (under way in another ckb contextualize)" if live else ""
         documents, records = set(state["documents"]), len(state["records"])
         if state.get("sharded"):  # its records are its shards': those listed, and what the shards planned
-            from contextual_kb.deferred.shards import Shards
-
-            documents = Shards(self).listed(state)
+            documents = sharded.Shards(self).listed(state)
             records = int(state["summary"].get("records", 0))
         summary = Summary(**self._plan(_new_run(), leave_out=documents)["summary"])
         summary.notes.append(
@@ -359,22 +294,18 @@ class Contextualizer:
             reingested.job, reingested.model_calls = self.start_ingestion()
         return reingested
 
-    def _load_or_shard(self, run: str) -> dict[str, Any] | None:
+    def _load_or_shard(self, run: str) -> RunState | None:
         """Run ``run``'s state; a new sharded run's when there is none under way and runs are sharded."""
         state = self._load(run)
         if (state is None or state["phase"] == "done") and self.options.shard_documents:
-            from contextual_kb.deferred.shards import new_state
-
             run = _new_run()
             self.claim.renew(run=run)
-            state = new_state(run)
+            state = sharded.new_state(run)
             self._save(state)
         return state
 
-    def _run_sharded(self, state: dict[str, Any], reingest: Reingest | None) -> Summary:
+    def _run_sharded(self, state: RunState, reingest: Reingest | None) -> Summary:
         """A run in shards (``shards.py``), from whatever phase its state says."""
-        from contextual_kb.deferred import shards as sharded
-
         shards = sharded.Shards(self)
         run = state["run"]
         if state["phase"] == sharded.LISTED:
@@ -430,7 +361,7 @@ class Contextualizer:
         return summary
 
     # --- plan ---
-    def _plan(self, run: str, leave_out: set[str] | None = None) -> dict[str, Any]:
+    def _plan(self, run: str, leave_out: set[str] | None = None) -> RunState:
         """Two passes over the pending records, several at a time: the first picks the usable ones (keeping
         their keys alone), the second reads each again and spools its records to disk; no document's text
         stays in memory after its records are built. ``leave_out``: pending record keys not planned."""
@@ -603,7 +534,7 @@ class Contextualizer:
         spool: Spool,
         jobs: list[list[int]],
         on_demand: list[int],
-    ) -> dict[str, Any]:
+    ) -> RunState:
         """The run's state; unless a dry run, each job's JSONL input written now (the state holds none)."""
         prefix = f"{self.options.batch_prefix}{run}/"
         planned = [spooled.record for spooled in spool.records]
@@ -616,18 +547,18 @@ class Contextualizer:
             }
             for p in planned
         }
-        state: dict[str, Any] = {
-            "run": run,
-            "phase": "planned",
-            "records": records,
-            "jobs": [],
-            "on_demand": {
+        state = RunState(
+            run,
+            "planned",
+            records=records,
+            jobs=[],
+            on_demand={
                 "input": f"{prefix}input/on-demand.jsonl",
                 "records": [planned[i].record_id for i in on_demand],
             },
-            "touched": {},  # pending record key -> source URI, of documents given contexts
-            "summary": asdict(summary),
-        }
+            touched={},  # pending record key -> source URI, of documents given contexts
+            summary=asdict(summary),
+        )
         for n, job in enumerate(jobs, 1):
             name = f"ckb-{run}-{n}"
             records_of = [planned[i].record_id for i in job]
@@ -716,7 +647,7 @@ class Contextualizer:
         summary.floor_usd += output_tokens * prices_for(model_id, self.options.model_prices).output / 1e6
 
     # --- submit ---
-    def _submit(self, state: dict[str, Any]) -> None:
+    def _submit(self, state: RunState) -> None:
         options = self.options
         prefix = f"{options.batch_prefix}{state['run']}/"
         for job in state["jobs"]:
@@ -756,7 +687,7 @@ class Contextualizer:
             self._save(state)  # resumable: a second run does not submit it again
 
     # --- collect and store ---
-    def _collect_and_store(self, state: dict[str, Any]) -> int:
+    def _collect_and_store(self, state: RunState) -> int:
         """Each step's outputs stored, then the state saved with what it stored and what failed: a resume
         repeats at most the step it stopped in, whose writes are idempotent (remembered contexts merged by
         place; pending records settled only at the end, from the remembered contexts themselves), and
@@ -810,9 +741,7 @@ class Contextualizer:
         self._checkpoint(state, summary, rejected)
         return 0
 
-    def _follow(
-        self, state: dict[str, Any], job: dict[str, Any], summary: Summary, rejected: Counter[str]
-    ) -> None:
+    def _follow(self, state: RunState, job: dict[str, Any], summary: Summary, rejected: Counter[str]) -> None:
         """One look at a job; once it has ended, its outputs charged (every line) and stored."""
         described = self.bedrock.get_model_invocation_job(jobIdentifier=job["arn"])
         job["status"] = described["status"]
@@ -832,7 +761,7 @@ class Contextualizer:
         job["stored"] = True
         self._checkpoint(state, summary, rejected)
 
-    def _still_fitting(self, state: dict[str, Any], record_ids_: list[str]) -> list[str]:
+    def _still_fitting(self, state: RunState, record_ids_: list[str]) -> list[str]:
         """The records whose document is still recorded as it was planned: answers for one recorded again
         during the run (a sync) would not fit it, so none of its records is worth asking again."""
         stale = {state["records"][rid]["document"] for rid in state.get("stale", [])}
@@ -846,7 +775,7 @@ class Contextualizer:
         return [rid for rid in record_ids_ if fitting.get(state["records"][rid]["document"], False)]
 
     def _charge_line(
-        self, state: dict[str, Any], summary: Summary, *, batch: bool, model: str = ""
+        self, state: RunState, summary: Summary, *, batch: bool, model: str = ""
     ) -> Callable[[Output], None]:
         """Charges an output line with usage: its record's model (``model`` for an id the run never asked)."""
 
@@ -857,13 +786,13 @@ class Contextualizer:
 
         return charge
 
-    def _checkpoint(self, state: dict[str, Any], summary: Summary, rejected: Counter[str]) -> None:
+    def _checkpoint(self, state: RunState, summary: Summary, rejected: Counter[str]) -> None:
         summary.answers_rejected = dict(rejected)
         state["summary"] = asdict(summary)
         self._save(state)
 
     def _on_demand_outputs(
-        self, state: dict[str, Any], record_ids_: list[str], name: str, charge: Callable[[Output], None]
+        self, state: RunState, record_ids_: list[str], name: str, charge: Callable[[Output], None]
     ) -> dict[str, Output]:
         """The records' answers on demand, kept in S3 (as job output files, ``ON_DEMAND_SLICE`` records
         each) as they come: a resume reads back the slices answered and asks only for the others (a slice
@@ -881,14 +810,14 @@ class Contextualizer:
             if kept is None:
                 missing.append((key, ids))
             else:
-                outputs.update(_parse_outputs(kept.split(b"\n"), charge=charge))
+                outputs.update(parse_outputs(kept.split(b"\n"), charge=charge))
         if not missing or self.on_demand is None:
             return outputs
         planned = self._planned(state, {rid for _, ids in missing for rid in ids})
         for key, ids in missing:
             self.claim.renew(force=True)  # paid: only while this process holds the run
             answered = self.on_demand([planned[rid] for rid in ids if rid in planned])
-            lines = [json.dumps(_as_output_line(output), ensure_ascii=True) for output in answered.values()]
+            lines = [json.dumps(as_output_line(output), ensure_ascii=True) for output in answered.values()]
             self._put(key, ("\n".join(lines) + "\n").encode("ascii"))
             for output in answered.values():
                 charge(output)
@@ -908,10 +837,10 @@ class Contextualizer:
                     continue
                 # Streamed: an output file holds its records' inputs too, as large as the input file.
                 with closing(self.s3.get_object(Bucket=bucket, Key=item["Key"])["Body"]) as body:
-                    _parse_outputs(_lines(body), into=found, charge=charge)
+                    parse_outputs(lines(body), into=found, charge=charge)
         return found
 
-    def _planned(self, state: dict[str, Any], wanted: set[str]) -> dict[str, Planned]:
+    def _planned(self, state: RunState, wanted: set[str]) -> dict[str, Planned]:
         """The records' requests, read back (once) from the inputs written at planning."""
         wanted = set(wanted)
         # Only the input files that hold some of them (a job's input can be a gigabyte).
@@ -926,7 +855,7 @@ class Contextualizer:
             if response is None:
                 continue
             with closing(response["Body"]) as body:
-                for line in _lines(body):  # streamed: a job's input can be a gigabyte
+                for line in lines(body):  # streamed: a job's input can be a gigabyte
                     if not line.strip():
                         continue
                     rid = json.loads(line).get("recordId")
@@ -949,7 +878,7 @@ class Contextualizer:
 
     def _store(
         self,
-        state: dict[str, Any],
+        state: RunState,
         record_ids_: list[str],
         outputs: dict[str, Output],
         summary: Summary,
@@ -1023,7 +952,7 @@ class Contextualizer:
                     state["touched"][copy] = state["documents"][copy]["source"]
         return failed
 
-    def _settle(self, state: dict[str, Any]) -> dict[str, int]:
+    def _settle(self, state: RunState) -> dict[str, int]:
         """Each pending record of this run keeps only the chunks still without a remembered context: read
         from the remembered contexts themselves, so it holds however the run went. A record whose document
         got contexts (to be re-ingested) is kept, awaiting re-ingestion, until its source is marked
@@ -1058,7 +987,7 @@ class Contextualizer:
                 still[key] = left
         return still
 
-    def _after_reingestion(self, state: dict[str, Any], reingested: Reingested, summary: Summary) -> None:
+    def _after_reingestion(self, state: RunState, reingested: Reingested, summary: Summary) -> None:
         """The records awaiting re-ingestion: a marked source's record no longer awaits (deleted when nothing
         is left to ask); a deleted source's record is dropped (the Knowledge Base removes the document);
         any other stays, counted, with why it was not marked."""
@@ -1180,18 +1109,16 @@ class Contextualizer:
         condition = {"IfMatch": if_match} if if_match else {}
         self.s3.delete_object(Bucket=self.options.bucket, Key=key, **condition)
 
-    def _load(self, run: str) -> dict[str, Any] | None:
+    def _load(self, run: str) -> RunState | None:
         """Run ``run``'s state; None when it has none (it never saved a plan). Any other S3 error is raised
         (after the SDK's retries), never taken as "no run"; a state that cannot be read stops in one line."""
-        key = f"{self.options.batch_prefix}{run}/state.json"
+        key = state_key(self.options.batch_prefix, run)
         body = self._get(key)
         if body is None:
             return None
         try:
-            state = json.loads(body)
-            if not isinstance(state, dict) or not {"run", "phase", "records", "documents"} <= set(state):
-                raise ValueError("not a run's state")
-        except ValueError as exc:
+            state = RunState.from_json(body)
+        except (ValueError, TypeError) as exc:
             where = f"s3://{self.options.bucket}/"
             raise ContextualizeError(
                 f"run {run}'s state {where}{key} cannot be read ({exc}): restore an earlier version of it, "
@@ -1200,15 +1127,12 @@ class Contextualizer:
             ) from None
         return state
 
-    def _save(self, state: dict[str, Any]) -> None:
+    def _save(self, state: RunState) -> None:
         if self.options.dry_run:
             return
         self.claim.renew(force=True)  # never a state over the run of a process that took it over
-        self.s3.put_object(
-            Bucket=self.options.bucket,
-            Key=f"{self.options.batch_prefix}{state['run']}/state.json",
-            Body=json.dumps(state).encode("utf-8"),
-        )
+        key = state_key(self.options.batch_prefix, state.run)
+        self.s3.put_object(Bucket=self.options.bucket, Key=key, Body=state.to_json())
 
 
 def _new_run() -> str:
@@ -1225,51 +1149,3 @@ def _parse_pending(body: bytes) -> PendingDocument | None:
 
 def _spans_hash(document: PendingDocument) -> str:
     return hashlib.sha256(json.dumps(document.spans).encode()).hexdigest()[:16]
-
-
-def _lines(body: Any, piece_bytes: int = 1 << 20) -> Iterator[bytes]:
-    """The lines of a streamed S3 body, without their newline, read a megabyte at a time. JSONL lines end at
-    newlines only: a U+2028 in a text is text (``str.splitlines`` would cut there)."""
-    rest = b""
-    for piece in body.iter_chunks(piece_bytes):
-        lines = (rest + piece).split(b"\n")
-        rest = lines.pop()
-        yield from lines
-    if rest:
-        yield rest
-
-
-def _parse_outputs(
-    lines: Iterable[bytes],
-    into: dict[str, Output] | None = None,
-    charge: Callable[[Output], None] | None = None,
-) -> dict[str, Output]:
-    """Output records by id from JSONL lines (split at newlines only: a U+2028 in a context is text; added
-    to ``into``), the first valid one where an id repeats. ``charge`` is given every line read, used or
-    not: AWS bills the tokens of each."""
-    found: dict[str, Output] = {} if into is None else into
-    for raw in lines:
-        if not raw.strip():
-            continue
-        output = parse_output(raw.decode("utf-8", "replace"))
-        if output is not None and charge is not None:
-            charge(output)
-        if output is not None and (
-            output.record_id not in found or (found[output.record_id].error and not output.error)
-        ):
-            found[output.record_id] = output
-    return found
-
-
-def _as_output_line(output: Output) -> dict[str, Any]:
-    """An on-demand answer in a batch output line's shape, so one reader reads both."""
-    if output.error:
-        return {"recordId": output.record_id, "error": {"errorCode": 0, "errorMessage": output.error}}
-    return {
-        "recordId": output.record_id,
-        "modelOutput": {
-            "content": [{"type": "text", "text": output.text}],
-            "stop_reason": output.stop_reason,
-            "usage": {"input_tokens": output.input_tokens, "output_tokens": output.output_tokens},
-        },
-    }

@@ -35,25 +35,19 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import closing
 from dataclasses import asdict, fields
-from typing import Any
+from typing import Any, Protocol
 
-from contextual_kb.deferred.claim import ContextualizeError
+from contextual_kb.deferred.batch_files import ENDED, USABLE, lines, parse_outputs
+from contextual_kb.deferred.claim import Claim, ContextualizeError
 from contextual_kb.deferred.concurrency import in_order
-from contextual_kb.deferred.contextualize import (
-    ENDED,
-    USABLE,
-    Contextualizer,
-    Reingest,
-    Summary,
-    _lines,
-    _parse_outputs,
-)
+from contextual_kb.deferred.options import OnDemand, Options, Reingest, Summary
 from contextual_kb.deferred.records import RECORD_ID_LENGTH, Limits, Output, split_jobs
 from contextual_kb.deferred.reingest import Reingested
-from contextual_kb.deferred.spool import Spool
+from contextual_kb.deferred.spool import Spool, Spooled
+from contextual_kb.deferred.state import STATE_FILE, RunState
 
 # Records (pending documents) a shard plans and stores: measured at 13 ms (plan) and 23 ms (store) a
 # document with 20 ms per S3 request (docs/BENCHMARKS.md), about 30 and 50 s a shard, far inside Lambda's
@@ -77,26 +71,70 @@ def shard_ids(shard: int) -> Iterator[str]:
         yield f"S{shard:04d}{number:0{RECORD_ID_LENGTH - 5}d}"
 
 
-def new_state(run: str) -> dict[str, Any]:
+def new_state(run: str) -> RunState:
     """A sharded run's state: ``records`` and ``documents`` stay empty (they are the shards')."""
-    return {
-        "run": run,
-        "phase": LISTED,
-        "sharded": True,
-        "shards": 0,
-        "records": {},
-        "documents": {},
-        "touched": {},
-        "jobs": [],
-        "on_demand": {"input": "", "records": [], "pieces": []},
-        "summary": asdict(Summary(run=run)),
-    }
+    return RunState(
+        run,
+        LISTED,
+        sharded=True,
+        shards=0,
+        on_demand={"input": "", "records": [], "pieces": []},
+        summary=asdict(Summary(run=run)),
+    )
+
+
+class RunWork(Protocol):
+    """What a shard needs of the run it belongs to: its services (S3, Bedrock, the claim, the callbacks) and
+    the per-document work that a run in one piece does too (``contextualize.Contextualizer`` is one)."""
+
+    s3: Any
+    bedrock: Any
+    options: Options
+    claim: Claim
+    on_demand: OnDemand | None
+    log: Callable[[str], None]
+    progress: Callable[[str, int, int], None]
+
+    def _get(self, key: str) -> bytes | None: ...
+    def _put(self, key: str, body: bytes) -> None: ...
+    def _load(self, run: str) -> RunState | None: ...
+    def _usable(
+        self, leave_out: set[str], among: Iterable[str] | None = None
+    ) -> tuple[list[list[str]], Counter[str]]: ...
+    def _build(
+        self,
+        usable: list[list[str]],
+        spool: Spool,
+        summary: Summary,
+        dropped: Counter[str],
+        ids: Iterator[str] | None = None,
+    ) -> tuple[dict[str, int], dict[str, dict[str, Any]]]: ...
+    def _floor(self, planned: Sequence[Spooled], documents: dict[str, int]) -> float: ...
+    def _estimate(self, summary: Summary, planned: Sequence[Spooled], on_demand: list[int]) -> None: ...
+    def _charge_line(
+        self, state: RunState, summary: Summary, *, batch: bool, model: str = ""
+    ) -> Callable[[Output], None]: ...
+    def _on_demand_outputs(
+        self, state: RunState, record_ids_: list[str], name: str, charge: Callable[[Output], None]
+    ) -> dict[str, Output]: ...
+    def _store(
+        self,
+        state: RunState,
+        record_ids_: list[str],
+        outputs: dict[str, Output],
+        summary: Summary,
+        rejected: Counter[str],
+    ) -> list[str]: ...
+    def _still_fitting(self, state: RunState, record_ids_: list[str]) -> list[str]: ...
+    def _settle(self, state: RunState) -> dict[str, int]: ...
+    def _after_reingestion(self, state: RunState, reingested: Reingested, summary: Summary) -> None: ...
 
 
 class Shards:
-    """The shard functions over one ``Contextualizer`` (its S3 client, options, claim and callbacks)."""
+    """The shard functions over one run (``RunWork``: a ``Contextualizer``, its S3 client, options, claim
+    and callbacks)."""
 
-    def __init__(self, contextualizer: Contextualizer) -> None:
+    def __init__(self, contextualizer: RunWork) -> None:
         self.c = contextualizer
 
     # --- where ---
@@ -122,12 +160,21 @@ class Shards:
             ContentType="application/json",
         )
 
-    def _save_shard(self, state: dict[str, Any]) -> None:
+    def _save_shard(self, state: RunState) -> None:
         self.c.claim.renew(force=True)  # never over a run another process took over
-        self._put_json(self.shard_folder(state["run"], state["shard"]) + "state.json", state)
+        self.c.s3.put_object(
+            Bucket=self.c.options.bucket,
+            Key=self.shard_folder(state.run, state["shard"]) + STATE_FILE,
+            Body=state.to_json(),
+            ContentType="application/json",
+        )
+
+    def _load_shard(self, run: str, shard: int) -> RunState | None:
+        body = self.c._get(self.shard_folder(run, shard) + STATE_FILE)
+        return None if body is None else RunState.from_json(body)
 
     # --- 1. list ---
-    def list(self, state: dict[str, Any]) -> int:
+    def list(self, state: RunState) -> int:
         """The pending records' keys cut into shards (never between two records of one text: the keys of
         one text's records share their folder), each shard's keys written; the manifest last. Returns the
         count."""
@@ -203,7 +250,7 @@ class Shards:
             yield from (key for key in keys if key.endswith(".json"))
         yield from sorted(key for key in loose if key.endswith(".json"))
 
-    def listed(self, state: dict[str, Any]) -> set[str]:
+    def listed(self, state: RunState) -> set[str]:
         """The pending records' keys the run's shards were given (a dry run leaves them out of its quote)."""
         run = state["run"]
 
@@ -280,26 +327,26 @@ class Shards:
                 "end (no model cost)"
             )
         touched = {key: info["source"] for key, info in known.items() if info["awaiting"]}
-        shard_state = {
-            "run": run,
-            "shard": shard,
-            "phase": PLANNED,
-            "records": records,
-            "documents": known,
-            "touched": touched,
+        shard_state = RunState(
+            run,
+            PLANNED,
+            shard=shard,
+            records=records,
+            documents=known,
+            touched=touched,
             # ``Contextualizer._planned`` reads records back from these (the on-demand ones, a retry).
-            "jobs": steps,
-            "on_demand": {"input": "", "records": []},
-            "stored_pieces": [],
-            "summary": asdict(summary),
-        }
+            jobs=steps,
+            on_demand={"input": "", "records": []},
+            stored_pieces=[],
+            summary=asdict(summary),
+        )
         self._save_shard(shard_state)
         result = {"shard": shard, "pieces": pieces, "summary": asdict(summary), "quote_usd": quote.cost_usd}
         self._put_json(folder + "summary.json", result)  # last: the shard's "planned" mark
         return result
 
     # --- 3. cut ---
-    def cut(self, state: dict[str, Any]) -> None:
+    def cut(self, state: RunState) -> None:
         """The shards' input files packed whole into jobs (each job a folder of copies), the run's plan
         figures added up; records too few for a job of their model go on demand."""
         c, run = self.c, state["run"]
@@ -377,14 +424,14 @@ class Shards:
             Bucket=bucket, Key=to, CopySource={"Bucket": bucket, "Key": source}, ChecksumAlgorithm="CRC32"
         )
 
-    def _each(self, state: dict[str, Any], name: str) -> list[tuple[int, Any]]:
+    def _each(self, state: RunState, name: str) -> list[tuple[int, Any]]:
         run = state["run"]
         return list(
             in_order(lambda n: self._get_json(self.shard_folder(run, n) + name), range(state["shards"]))
         )
 
     # --- 4. collect ---
-    def collect(self, state: dict[str, Any]) -> int:
+    def collect(self, state: RunState) -> int:
         """One look at each job not ended; returns how many still run. A job never created counts as ended."""
         c = self.c
         running = 0
@@ -413,7 +460,7 @@ class Shards:
         if done is not None:
             return dict(done)
         state = c._load(run)
-        shard_state = self._get_json(folder + "state.json")
+        shard_state = self._load_shard(run, shard)
         if state is None or shard_state is None:
             raise ContextualizeError(f"run {run} or its shard {shard} has no state: nothing to store")
         summary = Summary(**shard_state["summary"])
@@ -465,7 +512,7 @@ class Shards:
         return result
 
     def _settle_and_mark(
-        self, shard_state: dict[str, Any], summary: Summary, reingest: Reingest | None
+        self, shard_state: RunState, summary: Summary, reingest: Reingest | None
     ) -> dict[str, Any]:
         """The shard's pending records settled, its documents marked for re-ingestion; its result."""
         c = self.c
@@ -503,12 +550,12 @@ class Shards:
             for item in page.get("Contents", []):
                 if item["Key"].endswith(".out"):
                     with closing(c.s3.get_object(Bucket=bucket, Key=item["Key"])["Body"]) as body:
-                        _parse_outputs(_lines(body), into=found, charge=charge)
+                        parse_outputs(lines(body), into=found, charge=charge)
         return found
 
     # --- 6. finish ---
     def finish(
-        self, state: dict[str, Any], start_ingestion: Callable[[], tuple[str, int | None]] | None
+        self, state: RunState, start_ingestion: Callable[[], tuple[str, int | None]] | None
     ) -> Summary:
         results = self._each(state, "result.json")
         missing = [n for n, got in results if got is None]

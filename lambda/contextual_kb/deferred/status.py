@@ -12,7 +12,8 @@ import json
 from typing import Any
 
 from contextual_kb.deferred.claim import Claim
-from contextual_kb.deferred.contextualize import CURRENT
+from contextual_kb.deferred.options import CURRENT
+from contextual_kb.deferred.state import RunState, state_key
 
 BATCH_PREFIX = "contextual-kb/batch/"
 SHOWN_EXECUTIONS = 10
@@ -39,7 +40,7 @@ def run_status(s3: Any, bucket: str, batch_prefix: str = BATCH_PREFIX) -> dict[s
         out["claim_age_seconds"] = round(max(age, 0.0), 1)
     if not run:
         return {**out, "phase": "none"}
-    state = _state(s3, bucket, f"{batch_prefix}{run}/state.json")
+    state = _state(s3, bucket, state_key(batch_prefix, run))
     if state is None:
         return {**out, "phase": "planning"}  # claimed, no plan saved yet
     summary = state.get("summary", {})
@@ -116,7 +117,8 @@ def _latest_run(s3: Any, bucket: str, batch_prefix: str) -> str:
     return max(runs, default="")
 
 
-def _state(s3: Any, bucket: str, key: str) -> dict[str, Any] | None:
+def _state(s3: Any, bucket: str, key: str) -> RunState | dict[str, Any] | None:
+    """The run's state, as the run reads it (``state.RunState``); one it would refuse says so."""
     from botocore.exceptions import ClientError
 
     try:
@@ -126,10 +128,9 @@ def _state(s3: Any, bucket: str, key: str) -> dict[str, Any] | None:
             return None
         raise
     try:
-        state = json.loads(body)
-    except ValueError:
+        return RunState.from_json(body)
+    except (ValueError, TypeError):
         return {"phase": "unreadable state"}
-    return state if isinstance(state, dict) else {"phase": "unreadable state"}
 
 
 def _iso(value: Any) -> str:

@@ -9,6 +9,7 @@ One code path for the reliability tests (small workloads) and ``bench/reliabilit
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import threading
@@ -20,6 +21,7 @@ from typing import Any
 from contextual_kb.local.bedrock_standin import BedrockStandIn, Seen, StandInConfig
 from contextual_kb.local.corpora import heading_dense_manual, split_at_lines
 from contextual_kb.local.environment import handler_environment
+from contextual_kb.runtime.deadline import Deadline, Tail
 
 BUCKET = "reliability-intermediate"
 MODEL_PREFIX = "This chunk is from"  # how the stand-in's own answers begin
@@ -80,9 +82,20 @@ class Outcome:
     fallbacks_logged: dict[str, int] = field(default_factory=dict)  # the summary line, by reason
     fallbacks_warned: int = 0  # the per-file warning lines, summed
     fallbacks_metric: int = 0  # the ContextFallbacks metric
-    seconds: float = 0.0
+    seconds: float = 0.0  # wall-clock, for the benchmark's table: a loaded machine lengthens it
     timeout_seconds: float = 0.0
     hard_stop_seconds: float = 0.0  # the handler's own deadline: timeout - DEADLINE_RESERVE_SECONDS
+    # What the code controls of its deadline, on its own clock (``_Watch``), whatever the machine's load:
+    # how far the hard stop it computed is off the Lambda's end less the reserve; whether its model time
+    # ran out, and how long it went on with the model after it did; how far past its model time it let a
+    # call wait for a turn of the shared quota (seconds; 0 when never).
+    hard_stop_error: float = 0.0
+    model_time_ran_out: bool = False
+    model_overrun: float = 0.0
+    quota_wait_past: float = 0.0
+    quota_bookings: int = 0  # turns of the shared quota asked for (each checked as above)
+    compute_late: float = 0.0  # how long past its compute time it went on with the structural pass
+    s3_most_in_flight: int = 0  # S3 requests of the handler's store at once, at most (with s3_delay_seconds)
     model: dict[str, Any] = field(default_factory=dict)  # the summary line's model accounting
     standin: dict[str, Any] = field(default_factory=dict)  # what the stand-in saw
     put_attempts: int = 0
@@ -94,11 +107,18 @@ class Outcome:
     error_logged: bool = False  # an ERROR log line with the exception, and TransformationErrors = 1
 
     def problems(
-        self, expect_failure: bool = False, must_see: tuple[str, ...] = (), must_not_see: tuple[str, ...] = ()
+        self,
+        expect_failure: bool = False,
+        must_see: tuple[str, ...] = (),
+        must_not_see: tuple[str, ...] = (),
+        *,
+        wall_clock: bool = False,
     ) -> list[str]:
         """Every broken promise, in words; empty when all is well. ``must_see``: the faults that must have
         happened (stand-in counters, or ``put_failures``); ``must_not_see``: what must not have (stand-in
-        counters, or the model accounting's)."""
+        counters, or the model accounting's). The deadline is judged by what the code controls (the hard
+        stop it computed, the model time it kept, the waits it chose), which a loaded machine does not
+        change; ``wall_clock`` (the benchmark, on a quiet machine) also by the time the handler took."""
         found = []
         for name in must_see:
             seen = self.put_failures if name == "put_failures" else self.standin.get(name, 0)
@@ -118,7 +138,8 @@ class Outcome:
                 found.append(f"{getattr(self, name)} chunk(s) {name.replace('_', ' ')}")
         if self.chunks_out != self.chunks_in:
             found.append(f"{self.chunks_out} chunks out of {self.chunks_in} in")
-        if self.seconds >= self.timeout_seconds:
+        found.extend(self.deadline_problems())
+        if wall_clock and self.seconds >= self.timeout_seconds:
             found.append(
                 f"returned after {self.seconds:.1f} s, past the {self.timeout_seconds:.0f} s timeout"
             )
@@ -127,6 +148,27 @@ class Outcome:
             found.append(
                 f"{self.degraded} degraded chunk(s), counted {sum(self.fallbacks_logged.values())} in the "
                 f"summary, {self.fallbacks_warned} in warnings, {self.fallbacks_metric} in metrics"
+            )
+        return found
+
+    def deadline_problems(self) -> list[str]:
+        """The deadline's promises the code keeps whatever the machine's load: a hard stop at the Lambda's
+        end less the reserve; the structural pass stopped once its compute time ran out; the model given up
+        once its time ran out (the engine looks at the deadline every half second, ``engine._WAIT_SLICE``);
+        no wait for a quota turn allowed past the model's time."""
+        found = []
+        if abs(self.hard_stop_error) > HARD_STOP_TOLERANCE:
+            found.append(
+                f"the handler's hard stop is {self.hard_stop_error:+.2f} s off the Lambda's end less "
+                "DEADLINE_RESERVE_SECONDS"
+            )
+        if self.compute_late > COMPUTE_LATE_TOLERANCE:
+            found.append(f"the structural pass went on {self.compute_late:.1f} s past its compute time")
+        if self.model_overrun > MODEL_OVERRUN_TOLERANCE:
+            found.append(f"the model was waited for {self.model_overrun:.1f} s past its own time")
+        if self.quota_wait_past > QUOTA_WAIT_TOLERANCE:
+            found.append(
+                f"a call was let wait for a quota turn {self.quota_wait_past:.1f} s past the model's time"
             )
         return found
 
@@ -146,6 +188,144 @@ class Outcome:
             "hangs": self.standin.get("hangs", 0),
             "cache writes": self.standin.get("cache_writes", 0),
         }
+
+
+# What the deadline checks allow (seconds). The hard stop is read from the context a few instructions before
+# the clock; the engine looks at its model time every 0.5 s, a thread may wake late on a loaded machine; a
+# quota wait is bounded by the model time when the call starts, and the tail's estimate may grow meanwhile.
+HARD_STOP_TOLERANCE = 0.1
+MODEL_OVERRUN_TOLERANCE = 1.0
+# The structural pass looks at its compute time every 4,096 lines of outline and every 1,024 chunks: 0.2 s
+# apart at most on a machine at load 12 (measured); one ignoring it went on 2.5-3.5 s past.
+COMPUTE_LATE_TOLERANCE = 1.0
+QUOTA_WAIT_TOLERANCE = 0.5
+
+
+@dataclass
+class _Watch:
+    """What the handler's deadline saw, on its own clock: when the model's time ran out as the code looked
+    at it, and when it last looked (the model loop looks at it until the model is given up)."""
+
+    deadline: Deadline | None = None  # the budgeted one (the tail known), once the handler made it
+    made_at: float = 0.0  # when the handler made it
+    model_time_up: float | None = None
+    last_model_look: float | None = None
+    quota_wait_past: float = 0.0
+    quota_bookings: int = 0
+    compute_looked: bool = False  # a look at the compute time found some left
+    compute_late_seen: bool = False
+    # How long past its compute time the code first saw it had run out (having had some), or ended a
+    # structural pass (whether it looked or not): how long it went on computing past it.
+    compute_late: float = 0.0
+    in_flight: int = 0
+    most_in_flight: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def report(self, outcome: Outcome, expected_hard_stop: float) -> None:
+        if self.deadline is not None:
+            # Less time left than the reserve when the handler started (a slow start): a hard stop at once.
+            outcome.hard_stop_error = self.deadline.hard_stop - max(expected_hard_stop, self.made_at)
+        outcome.model_time_ran_out = self.model_time_up is not None
+        if self.model_time_up is not None and self.last_model_look is not None:
+            outcome.model_overrun = self.last_model_look - self.model_time_up
+        outcome.quota_wait_past = max(0.0, self.quota_wait_past)
+        outcome.quota_bookings = self.quota_bookings
+        outcome.compute_late = self.compute_late
+        outcome.s3_most_in_flight = self.most_in_flight
+
+    def looked_at_compute(self, left: float) -> None:
+        """``left``: the compute time left; once it ran out, how late the code first saw it is how long it
+        went on computing past it (the hard stop less the tail's S3 part)."""
+        with self.lock:
+            if left > 0:
+                self.compute_looked = True
+            elif self.compute_looked and not self.compute_late_seen:
+                self.compute_late_seen = True
+                self.compute_late = max(self.compute_late, -left)
+
+    def pass_ended(self, left: float) -> None:
+        with self.lock:
+            self.compute_late = max(self.compute_late, -left)
+
+    def looked(self, now: float, left: float) -> None:
+        if left <= 0 and self.model_time_up is None:
+            self.model_time_up = now
+        if self.model_time_up is not None:
+            self.last_model_look = now
+
+
+@dataclass(frozen=True, slots=True)
+class _WatchedDeadline(Deadline):
+    """The handler's own ``Deadline``, telling ``watch`` when the code looks at its model time."""
+
+    watch: _Watch | None = field(default=None, compare=False)
+
+    def budgeted(self, tail: Tail) -> Deadline:
+        budgeted = replace(self, tail=tail)
+        if self.watch is not None:
+            self.watch.deadline = budgeted
+        return budgeted
+
+    def remaining(self) -> float:
+        left = Deadline.remaining(self)
+        if self.watch is not None:
+            self.watch.looked(self.clock(), left)
+        return left
+
+    def compute_remaining(self) -> float:
+        left = Deadline.compute_remaining(self)
+        if self.watch is not None:
+            self.watch.looked_at_compute(left)
+        return left
+
+    def note_structural(self, chars: int, seconds: float) -> None:
+        # A structural pass ended (one given up for the document-level context ends without this): how far
+        # past the compute time, whether or not the code looked at it.
+        if self.watch is not None:
+            self.watch.pass_ended(Deadline.compute_remaining(self))
+        Deadline.note_structural(self, chars, seconds)
+
+
+class _WatchedDeadlines:
+    """Stands for ``Deadline`` in the handler's module while a scenario runs: the deadline it makes is
+    watched."""
+
+    def __init__(self, watch: _Watch) -> None:
+        self.watch = watch
+
+    def from_remaining(self, remaining_seconds: float, *, reserve_seconds: float) -> Deadline:
+        self.watch.made_at = time.monotonic()
+        made = Deadline.from_remaining(remaining_seconds, reserve_seconds=reserve_seconds)
+        watched = _WatchedDeadline(made.hard_stop, made.clock, watch=self.watch)
+        self.watch.deadline = watched
+        return watched
+
+
+@contextlib.contextmanager
+def _watching(watch: _Watch) -> Iterator[None]:
+    """The handler's deadline watched, and every booking of a shared quota's turn checked against the
+    model's time when it is booked (the latest a call may wait is the code's choice: ``give_up_at``)."""
+    from contextual_kb.runtime import handler
+    from contextual_kb.runtime.context.claude.shared_quota import SharedQuota
+
+    book = SharedQuota.book
+
+    def watched_book(quota: SharedQuota, tokens: int, give_up_at: float) -> Any:
+        deadline = watch.deadline
+        if deadline is not None:
+            model_ends = time.time() + max(0.0, Deadline.remaining(deadline))  # epoch, as give_up_at
+            with watch.lock:
+                watch.quota_wait_past = max(watch.quota_wait_past, give_up_at - model_ends)
+                watch.quota_bookings += 1
+        return book(quota, tokens, give_up_at)
+
+    handler.Deadline = _WatchedDeadlines(watch)  # type: ignore[attr-defined,assignment]
+    SharedQuota.book = watched_book  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        handler.Deadline = Deadline  # type: ignore[attr-defined,misc]
+        SharedQuota.book = book  # type: ignore[method-assign]
 
 
 # --- chaos: what changes while the handler runs ---
@@ -232,6 +412,7 @@ def run(scenario: Scenario, standin: BedrockStandIn) -> Outcome:
     s3 = boto3.client("s3")
     event, total = _stage(s3, scenario.workload)
     outcome = Outcome(scenario.name, chunks_in=total, timeout_seconds=scenario.timeout_seconds)
+    watch = _Watch()
     standin.configure(**scenario.standin)
     env = dict(scenario.env)
     if scenario.shared_quota:
@@ -245,8 +426,10 @@ def run(scenario: Scenario, standin: BedrockStandIn) -> Outcome:
         counter = _PutFaults(scenario.s3_put_failures, scenario.s3_put_every)
         store._client.meta.events.register_first("before-send.s3.PutObject", counter)
         if scenario.s3_delay_seconds:
-            store._client.meta.events.register("before-send.s3", _delay(scenario.s3_delay_seconds))
+            store._client.meta.events.register("before-send.s3", _delay(scenario.s3_delay_seconds, watch))
         context = LocalLambdaContext(timeout_seconds=scenario.timeout_seconds)  # type: ignore[arg-type]
+        # The Lambda's end less the reserve, on the deadline's clock: what the handler's hard stop must be.
+        expected_hard_stop = context._started + scenario.timeout_seconds - settings.deadline_reserve_seconds
         done = threading.Event()
         chaos = (
             threading.Thread(target=scenario.chaos, args=(standin, done), name="chaos", daemon=True)
@@ -256,7 +439,8 @@ def run(scenario: Scenario, standin: BedrockStandIn) -> Outcome:
         if chaos:
             chaos.start()
         try:
-            result = runner.invoke(event, context, fresh=False)
+            with _watching(watch):
+                result = runner.invoke(event, context, fresh=False)
         except runner.HandlerError as exc:
             outcome.error = str(exc)
             outcome.seconds = scenario.timeout_seconds - context.get_remaining_time_in_millis() / 1000
@@ -266,8 +450,20 @@ def run(scenario: Scenario, standin: BedrockStandIn) -> Outcome:
             done.set()
             if chaos:
                 chaos.join(timeout=5)
+    watch.report(outcome, expected_hard_stop)
     outcome.put_attempts, outcome.put_failures = counter.attempts, counter.failures
     outcome.put_most_per_object = max((n for n in counter.by_key.values() if n > 0), default=0)
+    _count_objects(outcome, s3, settings)
+    outcome.standin = standin.stats.as_dict()
+    if result is not None:
+        outcome.seconds = result.seconds
+        _check_outputs(outcome, result)
+        _count_reports(outcome, result.log)
+    return outcome
+
+
+def _count_objects(outcome: Outcome, s3: Any, settings: Any) -> None:
+    """The remembered-context objects and the outputs the run left in the bucket."""
     listed = s3.list_objects_v2(
         Bucket=BUCKET, Prefix=settings.context_memory_prefix or "contextual-kb/contexts/"
     )
@@ -279,12 +475,6 @@ def run(scenario: Scenario, standin: BedrockStandIn) -> Outcome:
         for o in page.get("Contents", [])
     ]
     outcome.outputs_left = sum(1 for key in listed_all if settings.output_prefix in key)
-    outcome.standin = standin.stats.as_dict()
-    if result is not None:
-        outcome.seconds = result.seconds
-        _check_outputs(outcome, result)
-        _count_reports(outcome, result.log)
-    return outcome
 
 
 def _stage(s3: Any, load: Workload) -> tuple[dict[str, Any], int]:
@@ -313,11 +503,19 @@ def _stage(s3: Any, load: Workload) -> tuple[dict[str, Any], int]:
     return build_event(BUCKET, staged), sum(len(f.chunks) for f in staged)
 
 
-def _delay(seconds: float) -> Callable[..., None]:
-    """A botocore ``before-send`` hook: S3 answering slowly (the request then goes on as usual)."""
+def _delay(seconds: float, watch: _Watch) -> Callable[..., None]:
+    """A botocore ``before-send`` hook: S3 answering slowly (the request then goes on as usual); how many
+    requests wait at once, at most, is counted."""
 
     def hook(**_: Any) -> None:
-        time.sleep(seconds)
+        with watch.lock:
+            watch.in_flight += 1
+            watch.most_in_flight = max(watch.most_in_flight, watch.in_flight)
+        try:
+            time.sleep(seconds)
+        finally:
+            with watch.lock:
+                watch.in_flight -= 1
 
     return hook
 
