@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from contextual_kb.cdk.config import ConfigError, load
-from contextual_kb.cdk.deferred_workflow import JOB_ENDED, JOB_NAME_PREFIX, MAP_CONCURRENCY
+from contextual_kb.cdk.config import MAP_CONCURRENCY, ConfigError, load
+from contextual_kb.cdk.deferred_workflow import JOB_ENDED, JOB_NAME_PREFIX
 from tests.infra.conftest import as_list, cfn_lint, flat, resources, synth_variants
 from tests.infra.replacement import name_collisions, replaced
 

@@ -61,7 +61,7 @@ def _run(args: list[str], blocked: tuple[str, ...], tmp_path: Path) -> subproces
         "import sys\n"
         f"for name in {list(blocked)!r}: sys.modules[name] = None\n"
         f"sys.argv = ['ckb', *{args!r}]\n"
-        "from contextual_kb.cli.extras import main\n"
+        "from contextual_kb.cli.entry import main\n"
         "main()\n"
     )
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "AWS_REGION": "us-east-1", "NO_COLOR": "1"}

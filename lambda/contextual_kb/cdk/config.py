@@ -287,7 +287,7 @@ class StackConfig(BaseModel):
 
     def _workflow_is_sized(self) -> None:
         """The workflow's concurrency settings need the workflow, and a Map no wider than the step's reserved
-        concurrency leaves (contextual_kb/cdk/deferred_workflow.py, map_concurrency_of)."""
+        concurrency leaves (map_concurrency_of, below)."""
         sizes = [
             alias
             for alias, value in (
@@ -300,8 +300,6 @@ class StackConfig(BaseModel):
             return
         if not self.auto_contextualize:
             raise ValueError(f"{sizes[0]} applies only with autoContextualize (the deferred workflow)")
-        from contextual_kb.cdk.deferred_workflow import map_concurrency_of
-
         map_concurrency_of(self.workflow_map_concurrency, self.workflow_reserved_concurrency)
 
     def _chunking_is_one_choice(self) -> None:
@@ -501,3 +499,37 @@ def load(context: dict[str, Any]) -> StackConfig:
         where = ".".join(str(p) for p in first.get("loc", ()))
         # A rule between keys names them in its message; a key's own error is prefixed with it.
         raise ConfigError(f"CDK context {where}: {message}" if where else f"CDK context: {message}") from None
+
+
+# Shards run at once in a Distributed Map by default: each is one invocation of the step (16 S3 connections).
+# Lambda's quotas page: 1,000 concurrent executions a Region by default, but "new AWS accounts have reduced
+# concurrency and memory quotas" (no figure given; 10 is what users of new accounts report), shared with the
+# transformation function and every other function. Five children leave room for them in such an account;
+# more throttle, each child retries ~10 times over minutes, and the Map fails (ContextualizeDeadEnd).
+# Raise it where the account has the concurrency (workflowMapConcurrency; docs/SETTINGS.md).
+MAP_CONCURRENCY = 5
+# Step Functions' Distributed Map runs at most this many child executions at once.
+MAP_CONCURRENCY_MAX = 10_000
+
+
+def map_concurrency_of(configured: int | None, reserved: int | None) -> int:
+    """The Distributed Maps' MaxConcurrency: ``configured``, or by default ``MAP_CONCURRENCY``; with the
+    step's reserved concurrency ``reserved`` (its own pool, which its looks share with the Maps' children),
+    one below it by default, and a ``configured`` value above that refused in one line. Pure."""
+    if reserved is not None and reserved < 2:
+        raise ValueError(
+            f"workflowReservedConcurrency={reserved}: at least 2 (a Map's child and a look at once)"
+        )
+    if configured is not None and not 1 <= configured <= MAP_CONCURRENCY_MAX:
+        raise ValueError(f"workflowMapConcurrency={configured}: 1 to {MAP_CONCURRENCY_MAX:,}")
+    if reserved is None:
+        return configured or MAP_CONCURRENCY
+    if configured is None:
+        return reserved - 1
+    if configured > reserved - 1:
+        raise ValueError(
+            f"workflowMapConcurrency={configured} with workflowReservedConcurrency={reserved}: the children "
+            f"would throttle on the step's own reserved concurrency; use at most {reserved - 1} (one left "
+            "for a look), or reserve more"
+        )
+    return configured

@@ -50,6 +50,7 @@ from constructs import Construct
 
 from contextual_kb.cdk import nag, naming
 from contextual_kb.cdk.bundling import WORKFLOW_PARTS, function_code
+from contextual_kb.cdk.config import map_concurrency_of
 from contextual_kb.cdk.function import _PROFILE_PREFIXES, acknowledge_model_statements, model_statements
 from contextual_kb.cdk.logs import month_of_logs
 from contextual_kb.cdk.storage import BATCH_PREFIX, CONTEXTS_PREFIX, PENDING_PREFIX
@@ -82,40 +83,6 @@ ALARM_IDS = (
     "ContextualizeFailedRecords",
     "ContextualizeAboveFloor",
 )
-# Shards run at once in a Distributed Map by default: each is one invocation of the step (16 S3 connections).
-# Lambda's quotas page: 1,000 concurrent executions a Region by default, but "new AWS accounts have reduced
-# concurrency and memory quotas" (no figure given; 10 is what users of new accounts report), shared with the
-# transformation function and every other function. Five children leave room for them in such an account;
-# more throttle, each child retries ~10 times over minutes, and the Map fails (ContextualizeDeadEnd).
-# Raise it where the account has the concurrency (workflowMapConcurrency; docs/SETTINGS.md).
-MAP_CONCURRENCY = 5
-# Step Functions' Distributed Map runs at most this many child executions at once.
-MAP_CONCURRENCY_MAX = 10_000
-
-
-def map_concurrency_of(configured: int | None, reserved: int | None) -> int:
-    """The Distributed Maps' MaxConcurrency: ``configured``, or by default ``MAP_CONCURRENCY``; with the
-    step's reserved concurrency ``reserved`` (its own pool, which its looks share with the Maps' children),
-    one below it by default, and a ``configured`` value above that refused in one line. Pure."""
-    if reserved is not None and reserved < 2:
-        raise ValueError(
-            f"workflowReservedConcurrency={reserved}: at least 2 (a Map's child and a look at once)"
-        )
-    if configured is not None and not 1 <= configured <= MAP_CONCURRENCY_MAX:
-        raise ValueError(f"workflowMapConcurrency={configured}: 1 to {MAP_CONCURRENCY_MAX:,}")
-    if reserved is None:
-        return configured or MAP_CONCURRENCY
-    if configured is None:
-        return reserved - 1
-    if configured > reserved - 1:
-        raise ValueError(
-            f"workflowMapConcurrency={configured} with workflowReservedConcurrency={reserved}: the children "
-            f"would throttle on the step's own reserved concurrency; use at most {reserved - 1} (one left "
-            "for a look), or reserve more"
-        )
-    return configured
-
-
 # The names of the batch jobs ckb contextualize submits ("ckb-<run>-<n>": contextual_kb/deferred) and the
 # statuses a job ends in (GetModelInvocationJob's; the deferred package's ENDED, pinned by a test).
 JOB_NAME_PREFIX = "ckb-"

@@ -167,14 +167,3 @@ def offline_todo() -> str:
     if not missing(extras):
         return f"or run offline: {commands}"
     return f"or run offline ({commands}) after {install_command(extras)}"
-
-
-def main() -> None:
-    """The ``ckb`` console script: one line when the cli extra is missing, else the command line."""
-    absent = missing(["cli"])
-    if absent:
-        sys.stderr.write(f"error: {line('ckb', ['cli'], absent)}\n")
-        raise SystemExit(USAGE_EXIT)
-    from contextual_kb.cli.main import main as run
-
-    run()
