@@ -27,9 +27,14 @@ def build(out: Path) -> Path:
     build (the folder must be empty, and one wheel is found there)."""
     out.mkdir(parents=True, exist_ok=True)
     assert not any(out.iterdir()), f"{out} is not empty: a wheel left there could be installed instead"
-    subprocess.run(
-        [sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)], check=True, capture_output=True
+    built = subprocess.run(
+        [sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)],
+        check=True,
+        capture_output=True,
+        text=True,
     )
+    # setuptools' deprecations (the TOML-table license stops building in February 2027) fail here first
+    assert "SetuptoolsDeprecationWarning" not in built.stdout + built.stderr, built.stderr[-3000:]
     return out
 
 
