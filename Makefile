@@ -59,7 +59,7 @@ test: $(STAMP) $(TEST_LUCENE)  ## lint, then the test suite (no AWS, no network)
 test-long: $(STAMP)  ## the long tests: a 50 MB document, 10,000 chunks, memory against the number of files, the built wheel
 	$(BIN)/python -m pytest -m long -q
 
-test-ends: $(STAMP)  ## the built wheel at both ends of its ranges: the users' apps synthesized at the lowest versions (constraints-lowest.txt) and the newest (~N min)
+test-ends: $(STAMP)  ## the built wheel at both ends of its ranges: the users' apps synthesized at the lowest versions (constraints-lowest.txt) and the newest (~7 min on a busy 2-core machine)
 	$(BIN)/python -m pytest -m ends -q -p no:cacheprovider
 
 # The sdist and wheel as the release workflow (.github/workflows/release.yml) builds them, and checked as PyPI will
