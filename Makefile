@@ -9,7 +9,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lucene eval-lucene test-long test-lifecycle lint format bench bench-contextualize bench-fleet bench-load bench-reliability bench-structural bench-chunking bench-batch bench-batch-at-scale bench-cold-start bench-query eval-dense synth deploy destroy clean
+.PHONY: demo test lucene eval-lucene test-long test-ends dist test-lifecycle lint format bench bench-contextualize bench-fleet bench-load bench-reliability bench-structural bench-chunking bench-batch bench-batch-at-scale bench-cold-start bench-query eval-dense synth deploy destroy clean
 
 # The CDK CLI, pinned: the 3.x CLI rejects this app's cloud assembly. It runs the app with this venv's
 # Python (cdk.json's "app" names .venv's, for a CLI run by hand).
@@ -54,10 +54,26 @@ eval-lucene: lucene  ## ckb eval --local: Lucene's BM25 with the deployed analys
 test: $(STAMP) $(TEST_LUCENE)  ## lint, then the test suite (no AWS, no network)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -m "not long and not lifecycle" -q
+	$(BIN)/python -m pytest -m "not long and not lifecycle and not ends" -q
 
 test-long: $(STAMP)  ## the long tests: a 50 MB document, 10,000 chunks, memory against the number of files, the built wheel
 	$(BIN)/python -m pytest -m long -q
+
+test-ends: $(STAMP)  ## the built wheel at both ends of its ranges: the users' apps synthesized at the lowest versions (constraints-lowest.txt) and the newest (~7 min on a busy 2-core machine)
+	$(BIN)/python -m pytest -m ends -q -p no:cacheprovider
+
+# The sdist and wheel as the release workflow (.github/workflows/release.yml) builds them, and checked as PyPI will
+# take them, with build and twine from a venv of their own (tests/packaging/dist-requirements.txt).
+DIST_VENV ?= .venv-dist
+$(DIST_VENV)/.installed: tests/packaging/dist-requirements.txt
+	$(PYTHON) -m venv $(DIST_VENV)
+	$(DIST_VENV)/bin/python -m pip install --quiet --no-deps -r tests/packaging/dist-requirements.txt
+	touch $@
+
+dist: $(DIST_VENV)/.installed  ## the sdist and wheel into dist/, checked (twine check --strict): the release's build half
+	rm -rf dist
+	$(DIST_VENV)/bin/python -m build --outdir dist .
+	$(DIST_VENV)/bin/twine check --strict dist/*
 
 # ministack, a CloudFormation engine in Python, in a venv of its own (it pins another botocore). Its Python runs
 # the deployed functions, so it must be the function's: 3.13, found here (python3.13 on PATH, or pyenv's 3.13.x
@@ -148,4 +164,4 @@ destroy: $(STAMP)  ## delete the stack (the buckets are kept: README, "What dest
 	$(CDK) destroy $(STACK_CONTEXT)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis cdk.out
+	rm -rf $(VENV) $(DIST_VENV) dist .pytest_cache .ruff_cache .hypothesis cdk.out

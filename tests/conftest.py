@@ -155,4 +155,4 @@ def wheel_cdk_venv(wheel_dist: Path, tmp_path_factory: pytest.TempPathFactory) -
     a CDK user's install, which synthesizes the users' apps."""
     from tests.packaging import wheel
 
-    return wheel.install(wheel_dist, tmp_path_factory.mktemp("venv-cdk"), "cdk,cli")
+    return wheel.install(wheel_dist, tmp_path_factory.mktemp("venv-cdk"), "cdk,cli", also=wheel.USER_CHECKS)

@@ -14,4 +14,15 @@ Six parts; each imports only what its line names (``tests/unit/test_architecture
 - ``cli``: the ``ckb`` command line: any part.
 """
 
-__version__ = "0.1.0"
+
+def __getattr__(name: str) -> str:
+    """``__version__``: the installed distribution's (pyproject.toml's), so the two cannot disagree; looked up
+    on first use, not at import (the function's cold start imports this package and never asks)."""
+    if name != "__version__":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("contextual-kb")
+    except PackageNotFoundError:  # the source tree on PYTHONPATH, not installed (the function's asset)
+        return "0+unknown"

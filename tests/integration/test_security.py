@@ -9,7 +9,6 @@ import logging
 import re
 import socket
 import threading
-import tomllib
 import traceback
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -540,29 +539,6 @@ def test_a_model_that_always_fails_costs_a_bounded_number_of_calls(
 
 
 # --- supply chain ---
-
-
-def _pins(requirements: list[str]) -> dict[str, str]:
-    pins = {}
-    for requirement in requirements:
-        match = re.fullmatch(r"([A-Za-z0-9_.-]+)(\[[^\]]+\])?==([^\s;]+)", requirement)
-        assert match, f"not pinned exactly: {requirement}"
-        pins[re.sub(r"[-_.]+", "-", match.group(1)).lower()] = match.group(3)
-    return pins
-
-
-def test_runtime_dependencies_are_pinned_exactly_and_agree_with_the_constraints() -> None:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    runtime = _pins(project["dependencies"])
-    assert set(runtime) == {"anthropic", "aws-lambda-powertools", "pydantic", "boto3"}
-    constraints = _pins(
-        [line.strip() for line in (ROOT / "constraints.txt").read_text().splitlines() if line.strip()]
-    )
-    for name, version in runtime.items():
-        assert constraints[name] == version, name
-    for extra in ("cli", "local", "eval", "cdk"):  # the extras `make test` installs under the constraints
-        for name, version in _pins(project["optional-dependencies"][extra]).items():
-            assert constraints[name] == version, name
 
 
 @pytest.mark.parametrize(

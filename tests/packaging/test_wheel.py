@@ -50,6 +50,11 @@ def test_the_wheel_and_sdist_hold_everything(dist: Path) -> None:
         "contextual_kb/evaluation/java/CkbLucene.java",
     ):
         assert needed in names, needed
+    # the licence's text and its SPDX expression (issue 49)
+    assert f"contextual_kb-{VERSION}.dist-info/licenses/LICENSE" in names
+    metadata = zipfile.ZipFile(wheel).read(f"contextual_kb-{VERSION}.dist-info/METADATA").decode()
+    assert "License-Expression: MIT-0" in metadata.splitlines()
+    assert not any(line.startswith("License: ") for line in metadata.splitlines())
     with tarfile.open(sdist) as archive:
         assert any(
             n.endswith("lambda/contextual_kb/cdk/function-constraints.txt") for n in archive.getnames()

@@ -27,9 +27,14 @@ def build(out: Path) -> Path:
     build (the folder must be empty, and one wheel is found there)."""
     out.mkdir(parents=True, exist_ok=True)
     assert not any(out.iterdir()), f"{out} is not empty: a wheel left there could be installed instead"
-    subprocess.run(
-        [sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)], check=True, capture_output=True
+    built = subprocess.run(
+        [sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)],
+        check=True,
+        capture_output=True,
+        text=True,
     )
+    # setuptools' deprecations (the TOML-table license stops building in February 2027) fail here first
+    assert "SetuptoolsDeprecationWarning" not in built.stdout + built.stderr, built.stderr[-3000:]
     return out
 
 
@@ -38,19 +43,46 @@ def wheel_of(dist: Path) -> Path:
     return wheel
 
 
-def install(dist: Path, folder: Path, extras: str) -> Path:
-    """A fresh venv in ``folder`` with the wheel and ``extras`` (``"cdk,cli"``), under the pinned constraints,
-    as ``pip install "contextual-kb[extras]"`` gives it; its package checked to be this checkout's source."""
+# What a user's CDK app adds beside ``[cdk]`` to run the checks our user apps run (cdk-nag in the app,
+# cfn-lint on its templates) and the alpha L2 of tests/user_apps/alpha_app.py: theirs, not the package's.
+USER_CHECKS = ("cdk-nag", "cfn-lint", "aws-cdk.aws-bedrock-alpha")
+
+
+def install(
+    dist: Path,
+    folder: Path,
+    extras: str,
+    *,
+    also: tuple[str, ...] = (),
+    constraints: tuple[Path, ...] = (ROOT / "constraints.txt",),
+) -> Path:
+    """A fresh venv in ``folder`` with the wheel and ``extras`` (``"cdk,cli"``) and ``also`` (the user's own
+    requirements), under ``constraints`` (the repository's pins by default; none: the registry's newest), as
+    ``pip install "<wheel>[extras]"`` gives it; its package checked to be this checkout's source."""
     subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
-    subprocess.run(
-        [str(folder / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-         f"{wheel_of(dist)}[{extras}]", "--constraint", str(ROOT / "constraints.txt")],
-        check=True, cwd=folder, capture_output=True,
-    )  # fmt: skip
+    pip = [str(folder / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    for each in constraints:
+        pip += ["--constraint", str(each)]
+    done = subprocess.run(
+        [*pip, f"{wheel_of(dist)}[{extras}]", *also], check=False, cwd=folder, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
     installed = installed_package(folder, folder)
     assert source_digests(installed) == source_digests(PACKAGE_SOURCE), "the wheel is not this checkout's"
     assert installed_requirements(folder) == declared_requirements(), "the wheel's metadata is stale"
     return folder
+
+
+def installed_versions(venv: Path, *names: str) -> dict[str, str]:
+    """Distribution name -> version installed in the venv."""
+    shown = run_outside(
+        venv, str(venv / "bin" / "python"), "-c",
+        "import importlib.metadata as m, json, sys; "
+        "print(json.dumps({n: m.version(n) for n in sys.argv[1:]}))",
+        *names, cwd=venv,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    return json.loads(shown.stdout)
 
 
 def declared_requirements() -> tuple[str, set[str]]:

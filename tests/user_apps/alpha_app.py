@@ -10,7 +10,6 @@ from aws_cdk import aws_bedrock as bedrock
 from aws_cdk import aws_bedrock_alpha as alpha
 from aws_cdk import aws_opensearchserverless as aoss
 from aws_cdk import aws_s3 as s3
-from cdk_nag import AwsSolutionsChecks
 
 CHUNKING = {
     "chunkingStrategy": "FIXED_SIZE",
@@ -63,7 +62,11 @@ def build(app: cdk.App, *, contextual: bool = True, settings: dict[str, Any] | N
         contextual_retrieval = ContextualTransformation(stack, "Contextual", settings=settings)
         source.with_(contextual_retrieval.mixin())
         contextual_retrieval.grant(kb)
-    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    # -c userNag=off: an aws-cdk-lib below cdk-nag 3's floor, 2.257 (tests/packaging/test_ends.py)
+    if app.node.try_get_context("userNag") != "off":
+        from cdk_nag import AwsSolutionsChecks
+
+        cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     return stack
 
 

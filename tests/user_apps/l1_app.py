@@ -9,7 +9,6 @@ import aws_cdk as cdk
 from aws_cdk import aws_bedrock as bedrock
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_opensearchserverless as aoss
-from cdk_nag import AwsSolutionsChecks
 
 EMBEDDING = f"arn:{cdk.Aws.PARTITION}:bedrock:{cdk.Aws.REGION}::foundation-model/amazon.titan-embed-text-v2:0"
 CHUNKING = {
@@ -63,7 +62,11 @@ def build(
         data_source_configuration={"type": source_type, "s3Configuration": {"bucketArn": DOCS_BUCKET}},
         vector_ingestion_configuration=ingestion,
     )
-    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    # -c userNag=off: an aws-cdk-lib below cdk-nag 3's floor, 2.257 (tests/packaging/test_ends.py)
+    if app.node.try_get_context("userNag") != "off":
+        from cdk_nag import AwsSolutionsChecks
+
+        cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     return stack
 
 

@@ -1,7 +1,7 @@
 """This example's CDK app: the whole contextual Knowledge Base (contextual_kb.cdk.ContextualKnowledgeBase)
 with ../handler.py as the transformation function's handler. Settings as the repository's stack takes them
 (`-c name=value`, docs/SETTINGS.md). `cdk synth` or `cdk deploy` here, after
-`pip install "contextual-kb[cdk]"`."""
+`pip install ".[cdk]" cdk-nag` in the repository (not yet on PyPI: the README's "Install")."""
 
 from pathlib import Path
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -50,10 +51,18 @@ def runtime_requirements() -> list[str]:
     return [line for line in REQUIREMENTS.read_text().splitlines() if line.strip()]
 
 
-def requirements_of(dependencies: list[str]) -> list[str]:
-    """What ``function-requirements.txt`` must hold for these project dependencies (checked by a test)."""
+def requirements_of(dependencies: list[str], pins: dict[str, str]) -> list[str]:
+    """What ``function-requirements.txt`` must hold for these project dependencies (ranges, pyproject's) and
+    ``pins`` (name -> version, constraints.txt's): each but the AWS SDK, with its extras, at its pin (checked
+    by a test)."""
     provided = {name.replace("_", "-") for name in asset_build.PROVIDED_BY_LAMBDA}
-    return [r for r in dependencies if r.split("==")[0].split("[")[0].lower() not in provided]
+    pinned = []
+    for dependency in dependencies:
+        name, extras = re.match(r"([A-Za-z0-9_.-]+)(\[[^\]]*\])?", dependency).groups()  # type: ignore[union-attr]
+        key = re.sub(r"[-_.]+", "-", name).lower()
+        if key not in provided:
+            pinned.append(f"{name}{extras or ''}=={pins[key]}")
+    return pinned
 
 
 # Modules of the user's own handler (docs/SDK.md), staged here and put beside contextual_kb in the asset.
