@@ -72,6 +72,23 @@ def test_the_lowest_end_holds_the_floors_and_synthesizes_the_users_apps(lowest: 
     _synthesize_the_user_apps(lowest, work, "lowest", "-c", "userNag=off", apps=("l1_app",))
 
 
+# Below 2.270 (Validations refuses the constructs' IDs up to 2.264) and at cdk-nag 3's floor: cdk-nag 2 there.
+NAG2 = ("aws-cdk-lib==2.258.1", "cdk-nag==2.38.2")
+
+
+@pytest.fixture(scope="module")
+def nag2(wheel_dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``pip install "<wheel>[cdk]" aws-cdk-lib==2.258.1 cdk-nag==2.38.2``: a user of cdk-nag 2."""
+    return install(wheel_dist, tmp_path_factory.mktemp("venv-nag2"), "cdk", also=NAG2, constraints=())
+
+
+def test_cdk_nag_2_finds_the_constructs_findings_acknowledged(nag2: Path, work: Path) -> None:
+    """cdk-nag 2 (an aspect: an unacknowledged finding is an error annotation, and ``cdk synth`` fails)
+    reads the constructs' ``cdk_nag`` metadata (cdk/nag.py's fallback; without it, seven findings fail)."""
+    assert installed_versions(nag2, "aws-cdk-lib", "cdk-nag") == dict(r.split("==") for r in NAG2)
+    _synthesize_the_user_apps(nag2, work, "nag2", "-c", "userNag=2", apps=("l1_app",))
+
+
 def test_cdk_alone_imports_the_constructs_without_the_repositorys_checks(
     lowest: Path, tmp_path: Path
 ) -> None:
@@ -122,7 +139,7 @@ def test_a_users_neighbour_versions_resolve_beside_the_wheel(
     wheel_dist: Path, empty: Path, tmp_path: Path
 ) -> None:
     """The issue's neighbours (each was ResolutionImpossible beside the exact pins); the lowest aws-cdk-lib
-    with the newest boto3; one below the floor refused."""
+    with the newest boto3; one below the floor (2.249) refused."""
     wheel = f"{wheel_of(wheel_dist)}[cdk]"
     found = json.loads(_dry_run(empty, tmp_path, "boto3").stdout)["install"]
     (boto3,) = [p["metadata"]["version"] for p in found if p["metadata"]["name"] == "boto3"]
@@ -137,5 +154,5 @@ def test_a_users_neighbour_versions_resolve_beside_the_wheel(
         for requirement in neighbours:
             name, version = requirement.split("==")
             assert chosen[name] == version, requirement
-    refused = _dry_run(empty, tmp_path, wheel, "aws-cdk-lib==2.251.0")
+    refused = _dry_run(empty, tmp_path, wheel, "aws-cdk-lib==2.249.0")
     assert refused.returncode != 0 and "aws-cdk-lib" in refused.stderr
