@@ -13,6 +13,7 @@ from rich.table import Table
 
 from contextual_kb.cli.datasets import DATASET_HELP, SHOWN_DATASET, benchmark
 from contextual_kb.cli.errors import CliError, choice, usage
+from contextual_kb.cli.extras import install_command
 from contextual_kb.cli.paid import YES_HELP, confirm, confirm_contexts, corpus_sizes
 from contextual_kb.cli.terminal import console, error_console, status_line, write_json
 from contextual_kb.evaluation.metrics import RRF_K, Difference
@@ -249,7 +250,7 @@ def eval_command(
             if engine == "lucene":
                 rows = _with_lucene(rows, documents, labelled, chosen, cutoffs, bedrock)
         except DenseUnavailableError as exc:
-            raise usage("--retrieval", str(exc)) from None
+            raise usage("--retrieval", f"{exc}: install it with {install_command(['dense'])}") from None
     if as_json:
         gains = versus_raw(rows, compared_cutoff(cutoffs))
         write_json(
