@@ -57,6 +57,10 @@ from contextual_kb.deferred.options import (
     SourceState,
     Summary,
 )
+from contextual_kb.deferred.phases.reingest import reingest as reingest_phase
+from contextual_kb.deferred.phases.settle import after_reingestion, settle
+from contextual_kb.deferred.phases.settle import parse_pending as _parse_pending
+from contextual_kb.deferred.phases.submit import submit
 from contextual_kb.deferred.records import (
     Accepted,
     Output,
@@ -78,8 +82,6 @@ from contextual_kb.runtime.pending import PendingDocument
 
 # On-demand answers are kept in S3 this many records at a time: an interrupted run loses at most one slice.
 ON_DEMAND_SLICE = 50
-# A conditional write or delete refused: the object changed (412), a concurrent write won (409), or is gone.
-CHANGED_MEANWHILE = {"PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey"}
 # A pending record deleted, or rewritten unreadable, between the plan's two passes.
 GONE, BROKEN = "gone", "broken"
 # When nothing is known of a document's context length, an output's estimate (dry run): measured on the
@@ -288,11 +290,7 @@ class Contextualizer:
         return summary
 
     def _reingest(self, reingest: Reingest, sources: list[str]) -> Reingested:
-        got = reingest(sources)
-        reingested = got if isinstance(got, Reingested) else Reingested(marked=sources, model_calls=got)
-        if self.start_ingestion is not None and reingested.marked:  # ``reingest`` only marked them
-            reingested.job, reingested.model_calls = self.start_ingestion()
-        return reingested
+        return reingest_phase(sources, reingest, self.start_ingestion)
 
     def _load_or_shard(self, run: str) -> RunState | None:
         """Run ``run``'s state; a new sharded run's when there is none under way and runs are sharded."""
@@ -648,43 +646,7 @@ class Contextualizer:
 
     # --- submit ---
     def _submit(self, state: RunState) -> None:
-        options = self.options
-        prefix = f"{options.batch_prefix}{state['run']}/"
-        for job in state["jobs"]:
-            if job["arn"] or job["status"] == "NotCreated":
-                continue
-            key = job["input"]  # a file, or a folder of files (a sharded run's: ``shards.py``)
-            model_id = job.get("model") or state["records"][job["records"][0]]["model"]
-            self.claim.renew(force=True)  # paid: only while this process holds the run
-            try:
-                created = self.bedrock.create_model_invocation_job(
-                    jobName=job["name"],
-                    roleArn=options.role_arn,
-                    clientRequestToken=job["name"].replace("-", ""),
-                    modelId=model_id,
-                    inputDataConfig={
-                        "s3InputDataConfig": {
-                            "s3Uri": f"s3://{options.bucket}/{key}",
-                            "s3InputFormat": "JSONL",
-                        }
-                    },
-                    outputDataConfig={
-                        "s3OutputDataConfig": {"s3Uri": f"s3://{options.bucket}/{prefix}output/"}
-                    },
-                    timeoutDurationInHours=options.timeout_hours,
-                )
-            except ClientError as exc:
-                error = exc.response.get("Error", {})
-                job["status"] = "NotCreated"
-                job["message"] = f"{error.get('Code', 'Unknown')}: {error.get('Message', '')}"
-                self.log(f"job {job['name']} not created: {job['message']}; its chunks stay pending")
-                self._save(state)
-                continue
-            job["arn"] = created["jobArn"]
-            job["status"] = "Submitted"
-            count = job.get("count", len(job["records"]))
-            self.log(f"submitted {job['name']}: {count} records, {model_id}")
-            self._save(state)  # resumable: a second run does not submit it again
+        submit(state, self)
 
     # --- collect and store ---
     def _collect_and_store(self, state: RunState) -> int:
@@ -953,80 +915,10 @@ class Contextualizer:
         return failed
 
     def _settle(self, state: RunState) -> dict[str, int]:
-        """Each pending record of this run keeps only the chunks still without a remembered context: read
-        from the remembered contexts themselves, so it holds however the run went. A record whose document
-        got contexts (to be re-ingested) is kept, awaiting re-ingestion, until its source is marked
-        (``_after_reingestion``); any other is deleted when nothing is left. Written or deleted only over
-        the version read (S3 conditional requests): a record the function wrote again meanwhile (a sync)
-        stands as it is. Returns, per record of this run, its chunks still without a remembered context."""
-        still: dict[str, int] = {}
-        touched = state["touched"]
-
-        def settle_one(key: str) -> int:
-            got = self._get_versioned(key)
-            document = _parse_pending(got[0]) if got is not None else None
-            if got is None or document is None:
-                return 0
-            etag = got[1]
-            wanted = self._still_wanted(document)
-            update: dict[str, Any] = {"pending": wanted}
-            if key in touched:
-                update["awaiting_reingestion"] = document.awaiting_reingestion or state["run"]
-            try:
-                if not wanted and key not in touched:
-                    self._drop(key, if_match=etag)
-                elif any(getattr(document, name) != value for name, value in update.items()):
-                    self._write(key, document.model_copy(update=update), if_match=etag)
-            except ClientError as exc:  # recorded again since it was read: the newer record stands as it is
-                if exc.response.get("Error", {}).get("Code") not in CHANGED_MEANWHILE:
-                    raise
-            return len(wanted)
-
-        for key, left in in_order(settle_one, list(state["documents"])):
-            if left:
-                still[key] = left
-        return still
+        return settle(state, self)
 
     def _after_reingestion(self, state: RunState, reingested: Reingested, summary: Summary) -> None:
-        """The records awaiting re-ingestion: a marked source's record no longer awaits (deleted when nothing
-        is left to ask); a deleted source's record is dropped (the Knowledge Base removes the document);
-        any other stays, counted, with why it was not marked."""
-        marked, missing = set(reingested.marked), set(reingested.missing)
-        touched = state["touched"]
-
-        def after_one(key: str) -> str:
-            got = self._get_versioned(key)
-            document = _parse_pending(got[0]) if got is not None else None
-            if got is None or document is None or not document.awaiting_reingestion:
-                return ""  # settled, or written again by the function since (a sync): as it stands
-            source = touched[key]
-            try:
-                if source in missing:
-                    self._drop(key, if_match=got[1])
-                    return "missing"
-                if source not in marked:
-                    return "awaiting"
-                if document.pending:
-                    update = {"awaiting_reingestion": ""}
-                    self._write(key, document.model_copy(update=update), if_match=got[1])
-                else:
-                    self._drop(key, if_match=got[1])
-            except ClientError as exc:  # recorded again since it was read: the newer record stands
-                if exc.response.get("Error", {}).get("Code") not in CHANGED_MEANWHILE:
-                    raise
-            return ""
-
-        for key, outcome in in_order(after_one, sorted(touched)):
-            if outcome == "missing":
-                summary.reingest_missing += 1
-            elif outcome == "awaiting":
-                summary.awaiting_reingestion += 1
-                summary.not_reingested[touched[key]] = reingested.skipped.get(touched[key], "not marked")
-        if summary.awaiting_reingestion:
-            summary.notes.append(
-                f"{summary.awaiting_reingestion} document(s) got their contexts but were not re-ingested: "
-                "their records stay pending, awaiting re-ingestion; ckb contextualize marks them again"
-            )
+        after_reingestion(state, reingested, summary, self)
 
     def _remember(self, document: PendingDocument, learned: dict[int, str]) -> None:
         """``learned`` merged into what the document has remembered. A read that fails stops the run (it is
@@ -1138,13 +1030,6 @@ class Contextualizer:
 def _new_run() -> str:
     # UTC: the name says when it was planned wherever it was (the workflow's stuck alarm reads it).
     return datetime.now(UTC).strftime("%Y%m%d%H%M%S") + uuid.uuid4().hex[:6]
-
-
-def _parse_pending(body: bytes) -> PendingDocument | None:
-    try:
-        return PendingDocument.parse(body)
-    except (ValueError, TypeError):
-        return None
 
 
 def _spans_hash(document: PendingDocument) -> str:
