@@ -31,14 +31,13 @@ caller re-ingests them, and the summary says how many.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import closing, suppress
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -57,25 +56,24 @@ from contextual_kb.deferred.options import (
     SourceState,
     Summary,
 )
+from contextual_kb.deferred.phases.follow import checkpoint, follow, follow_job, job_outputs, still_fitting
 from contextual_kb.deferred.phases.reingest import reingest as reingest_phase
 from contextual_kb.deferred.phases.settle import after_reingestion, settle
 from contextual_kb.deferred.phases.settle import parse_pending as _parse_pending
+from contextual_kb.deferred.phases.store import spans_hash as _spans_hash
+from contextual_kb.deferred.phases.store import store
 from contextual_kb.deferred.phases.submit import submit
 from contextual_kb.deferred.records import (
-    Accepted,
     Output,
     Planned,
-    accept,
     build,
     count_tokens,
     record_ids,
     split_jobs,
-    unit_texts,
 )
 from contextual_kb.deferred.reingest import Reingested
 from contextual_kb.deferred.spool import Spool, Spooled
 from contextual_kb.deferred.state import RunState, state_key
-from contextual_kb.runtime.context.claude.answers import normalize
 from contextual_kb.runtime.context.claude.memory import ContextMemory, place_key
 from contextual_kb.runtime.context.claude.pricing import BatchPrices, Prices, batch_prices_for, prices_for
 from contextual_kb.runtime.pending import PendingDocument
@@ -97,15 +95,6 @@ class _Glance:
     text: tuple[
         str, str
     ]  # the remembered-contexts key and the spans' hash: records of one text, chunked alike
-
-
-@dataclass
-class _Stored:
-    """What one document's outputs gave."""
-
-    source: str
-    contexts: dict[int, str] = field(default_factory=dict)
-    rejected: Counter[str] = field(default_factory=Counter)
 
 
 __all__ = [
@@ -650,91 +639,13 @@ class Contextualizer:
 
     # --- collect and store ---
     def _collect_and_store(self, state: RunState) -> int:
-        """Each step's outputs stored, then the state saved with what it stored and what failed: a resume
-        repeats at most the step it stopped in, whose writes are idempotent (remembered contexts merged by
-        place; pending records settled only at the end, from the remembered contexts themselves), and
-        whose on-demand answers were kept in S3 a slice at a time (a resume asks again at most the slice
-        it stopped in). Returns the jobs still running when not followed to the end (``Options.follow``),
-        nothing after them done yet; 0 once every job is stored."""
-        summary = Summary(**state["summary"])
-        rejected: Counter[str] = Counter(summary.answers_rejected)
-        on_demand = state["on_demand"]
-        if on_demand["records"] and not on_demand.get("stored"):
-            outputs = self._on_demand_outputs(
-                state, on_demand["records"], "on-demand", self._charge_line(state, summary, batch=False)
-            )
-            on_demand["failed"] = self._store(state, on_demand["records"], outputs, summary, rejected)
-            on_demand["stored"] = True
-            self._checkpoint(state, summary, rejected)
-        pending_jobs = [job for job in state["jobs"] if job["arn"] and not job["stored"]]
-        while pending_jobs:
-            for job in pending_jobs:
-                self._follow(state, job, summary, rejected)
-            pending_jobs = [job for job in state["jobs"] if job["arn"] and not job["stored"]]
-            if pending_jobs and not self.options.follow:
-                return len(pending_jobs)
-            if pending_jobs:
-                self.claim.renew()
-                self.sleep(self.options.poll_seconds)
-        for job in state["jobs"]:  # never created: their chunks stay pending, counted
-            if job.get("status") == "NotCreated" and not job["stored"]:
-                job["failed"] = list(job["records"])
-                summary.jobs_failed += 1
-                job["stored"] = True
-        failed = [rid for job in state["jobs"] for rid in job.get("failed", [])]
-        retry = state.setdefault("retry", {"records": [], "failed": [], "stored": False})
-        if failed and self.options.on_demand_retry and self.on_demand is not None and not retry["stored"]:
-            if "planned" not in retry:  # chosen once and saved: a resume asks for the same records
-                retry["records"], retry["planned"] = self._still_fitting(state, failed), True
-                self._checkpoint(state, summary, rejected)
-            again = retry["records"]
-            if again:
-                self.log(f"{len(again)} record(s) failed in batch: asked again on demand")
-                outputs = self._on_demand_outputs(
-                    state, again, "retry", self._charge_line(state, summary, batch=False)
-                )
-                retry["failed"] = self._store(state, again, outputs, summary, rejected)
-            retry["stored"] = True
-        # Failed for good: what the retry did not answer (or every failure, without one), and on demand's.
-        final = (
-            set(retry["failed"]) | (set(failed) - set(retry["records"])) | set(on_demand.get("failed", []))
-        )
-        summary.failed_records = len(final)
-        self._checkpoint(state, summary, rejected)
-        return 0
+        return follow(state, self)
 
     def _follow(self, state: RunState, job: dict[str, Any], summary: Summary, rejected: Counter[str]) -> None:
-        """One look at a job; once it has ended, its outputs charged (every line) and stored."""
-        described = self.bedrock.get_model_invocation_job(jobIdentifier=job["arn"])
-        job["status"] = described["status"]
-        self.progress(job["name"], int(described.get("processedRecordCount", 0)), len(job["records"]))
-        if job["status"] not in ENDED:
-            return
-        if job["status"] in USABLE:
-            model = state["records"][job["records"][0]]["model"]
-            outputs = self._outputs(described, self._charge_line(state, summary, batch=True, model=model))
-        else:
-            job["message"] = str(described.get("message", ""))
-            summary.jobs_failed += 1
-            why = job["message"] or "no reason given"
-            self.log(f"job {job['name']} {job['status']}: {why}; its chunks stay pending")
-            outputs = {}
-        job["failed"] = self._store(state, job["records"], outputs, summary, rejected)
-        job["stored"] = True
-        self._checkpoint(state, summary, rejected)
+        follow_job(state, job, summary, rejected, self)
 
     def _still_fitting(self, state: RunState, record_ids_: list[str]) -> list[str]:
-        """The records whose document is still recorded as it was planned: answers for one recorded again
-        during the run (a sync) would not fit it, so none of its records is worth asking again."""
-        stale = {state["records"][rid]["document"] for rid in state.get("stale", [])}
-
-        def fits(key: str) -> bool:
-            document = self._read(key)
-            return document is not None and _spans_hash(document) == state["documents"][key].get("spans")
-
-        keys = sorted({state["records"][rid]["document"] for rid in record_ids_} - stale)
-        fitting = {key: ok for key, ok in in_order(fits, keys)}
-        return [rid for rid in record_ids_ if fitting.get(state["records"][rid]["document"], False)]
+        return still_fitting(state, record_ids_, self)
 
     def _charge_line(
         self, state: RunState, summary: Summary, *, batch: bool, model: str = ""
@@ -749,9 +660,7 @@ class Contextualizer:
         return charge
 
     def _checkpoint(self, state: RunState, summary: Summary, rejected: Counter[str]) -> None:
-        summary.answers_rejected = dict(rejected)
-        state["summary"] = asdict(summary)
-        self._save(state)
+        checkpoint(state, summary, rejected, self)
 
     def _on_demand_outputs(
         self, state: RunState, record_ids_: list[str], name: str, charge: Callable[[Output], None]
@@ -787,20 +696,7 @@ class Contextualizer:
         return outputs
 
     def _outputs(self, described: dict[str, Any], charge: Callable[[Output], None]) -> dict[str, Output]:
-        """Every output record of a job, by record id (the first valid one where one is repeated); every
-        line charged as it is read."""
-        job_id = str(described["jobArn"]).rsplit("/", 1)[-1]
-        uri = described["outputDataConfig"]["s3OutputDataConfig"]["s3Uri"].rstrip("/") + f"/{job_id}/"
-        bucket, _, prefix = uri.removeprefix("s3://").partition("/")
-        found: dict[str, Output] = {}
-        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-            for item in page.get("Contents", []):
-                if not item["Key"].endswith(".jsonl.out"):
-                    continue
-                # Streamed: an output file holds its records' inputs too, as large as the input file.
-                with closing(self.s3.get_object(Bucket=bucket, Key=item["Key"])["Body"]) as body:
-                    parse_outputs(lines(body), into=found, charge=charge)
-        return found
+        return job_outputs(described, charge, self)
 
     def _planned(self, state: RunState, wanted: set[str]) -> dict[str, Planned]:
         """The records' requests, read back (once) from the inputs written at planning."""
@@ -846,73 +742,7 @@ class Contextualizer:
         summary: Summary,
         rejected: Counter[str],
     ) -> list[str]:
-        """Contexts from ``outputs`` merged into the remembered contexts of their documents; the records that
-        failed (or are missing), returned. Pending records are left to ``_settle``."""
-        # Still this run's before contexts are merged (a poll, or a slice of on-demand calls, may have
-        # outlasted the lease): two processes merging into one document's remembered contexts could each
-        # overwrite the other's.
-        self.claim.renew(force=True)
-        failed: list[str] = []
-        by_document: dict[str, list[tuple[str, Output | None]]] = {}
-        for rid in record_ids_:
-            by_document.setdefault(state["records"][rid]["document"], []).append((rid, outputs.get(rid)))
-        # Documents that share remembered contexts (one text, chunked otherwise) are stored one after the
-        # other: each merge reads and writes the same object.
-        by_memory: dict[str, list[tuple[str, list[tuple[str, Output | None]]]]] = {}
-        for key, results in by_document.items():
-            memory = state["documents"].get(key, {}).get("memory", key)
-            by_memory.setdefault(memory, []).append((key, results))
-        copies: dict[str, list[str]] = {}
-        for key, info in state["documents"].items():
-            if info.get("copy_of"):
-                copies.setdefault(info["copy_of"], []).append(key)
-
-        def store_shared(
-            items: list[tuple[str, list[tuple[str, Output | None]]]],
-        ) -> list[tuple[tuple[str, list[tuple[str, Output | None]]], _Stored | None]]:
-            return [(item, store_one(item)) for item in items]
-
-        def store_one(item: tuple[str, list[tuple[str, Output | None]]]) -> _Stored | None:
-            """One document's accepted contexts, remembered (None: the answers no longer fit it)."""
-            key, results = item
-            document = self._read(key)
-            if document is None or _spans_hash(document) != state["documents"].get(key, {}).get("spans"):
-                return None
-            units = {number: normalize(text) for number, _, text in unit_texts(document)}
-            stored = _Stored(document.source)
-            for rid, output in results:
-                if output is None or output.error:
-                    continue
-                planned = state["records"][rid]
-                accepted: Accepted = accept(document, units[planned["unit"]], planned["chunks"], output)
-                stored.contexts.update(accepted.contexts)
-                stored.rejected.update(accepted.rejected)
-            if stored.contexts:
-                self._remember(document, stored.contexts)
-            return stored
-
-        stored_all = (each for _, done in in_order(store_shared, list(by_memory.values())) for each in done)
-        for (key, results), stored in stored_all:
-            if stored is None:
-                # Deleted meanwhile, or recorded again with other chunks (a sync during the run): these
-                # answers no longer fit it. Counted as failed, never asked again (stale); the new record's
-                # chunks stay pending for the next run.
-                failed.extend(rid for rid, _ in results)
-                state.setdefault("stale", []).extend(rid for rid, _ in results)
-                continue
-            for rid, output in results:
-                if output is None or output.error:
-                    failed.append(rid)
-                    continue
-                # Charged as read (``_charge_line``); the floor counts the contexts used.
-                self._floor_output(summary, state["records"][rid]["model"], output.output_tokens)
-            rejected.update(stored.rejected)
-            if stored.contexts:
-                summary.contexts_stored += len(stored.contexts)
-                state["touched"][key] = stored.source
-                for copy in copies.get(key, []):  # each source of the text is ingested again
-                    state["touched"][copy] = state["documents"][copy]["source"]
-        return failed
+        return store(state, record_ids_, outputs, summary, rejected, self)
 
     def _settle(self, state: RunState) -> dict[str, int]:
         return settle(state, self)
@@ -1030,7 +860,3 @@ class Contextualizer:
 def _new_run() -> str:
     # UTC: the name says when it was planned wherever it was (the workflow's stuck alarm reads it).
     return datetime.now(UTC).strftime("%Y%m%d%H%M%S") + uuid.uuid4().hex[:6]
-
-
-def _spans_hash(document: PendingDocument) -> str:
-    return hashlib.sha256(json.dumps(document.spans).encode()).hexdigest()[:16]

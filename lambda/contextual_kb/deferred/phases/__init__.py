@@ -1,5 +1,7 @@
-"""The phases of a deferred run, one module each, a function over the run's ``RunState`` and the services
-it needs (each module names them as a Protocol; ``contextualize.Contextualizer`` holds them and calls the
+"""The phases of a deferred run, one module each, functions over the run's ``RunState`` and the services
+they need (each module names them as a Protocol; ``contextualize.Contextualizer`` holds them and calls the
 phases). A package of its own, below ``contextualize.py`` and ``shards.py``: both sequence these phases, and
-neither is imported here. Moved so far (issue 54): ``submit``, ``settle`` (with what follows the
-re-ingestion), ``reingest``; plan, follow and store are still ``Contextualizer``'s methods."""
+neither is imported here. A phase calls another's work through the services (``work._store``, not
+``store.store``): a test, or a sharded run, replaces it there. Moved so far (issue 54): ``submit``,
+``follow``, ``store``, ``settle`` (with what follows the re-ingestion), ``reingest``; list, plan and the
+sequencing of a run in one piece are still ``Contextualizer``'s methods."""
