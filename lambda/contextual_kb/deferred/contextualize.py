@@ -37,7 +37,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import closing, suppress
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -57,19 +57,15 @@ from contextual_kb.deferred.options import (
     Summary,
 )
 from contextual_kb.deferred.phases.follow import checkpoint, follow, follow_job, job_outputs, still_fitting
+from contextual_kb.deferred.phases.plan import build_records, jobs_of, new_state, plan, usable
 from contextual_kb.deferred.phases.reingest import reingest as reingest_phase
 from contextual_kb.deferred.phases.settle import after_reingestion, settle
 from contextual_kb.deferred.phases.settle import parse_pending as _parse_pending
-from contextual_kb.deferred.phases.store import spans_hash as _spans_hash
 from contextual_kb.deferred.phases.store import store
 from contextual_kb.deferred.phases.submit import submit
 from contextual_kb.deferred.records import (
     Output,
     Planned,
-    build,
-    count_tokens,
-    record_ids,
-    split_jobs,
 )
 from contextual_kb.deferred.reingest import Reingested
 from contextual_kb.deferred.spool import Spool, Spooled
@@ -80,21 +76,9 @@ from contextual_kb.runtime.pending import PendingDocument
 
 # On-demand answers are kept in S3 this many records at a time: an interrupted run loses at most one slice.
 ON_DEMAND_SLICE = 50
-# A pending record deleted, or rewritten unreadable, between the plan's two passes.
-GONE, BROKEN = "gone", "broken"
 # When nothing is known of a document's context length, an output's estimate (dry run): measured on the
 # codebase corpus, 74 output tokens a chunk (docs/BENCHMARKS.md, "Contextualizing with Claude").
 ESTIMATED_OUTPUT_TOKENS_PER_CHUNK = 74
-
-
-@dataclass(frozen=True, slots=True)
-class _Glance:
-    key: str
-    source: str
-    recorded_at: str
-    text: tuple[
-        str, str
-    ]  # the remembered-contexts key and the spans' hash: records of one text, chunked alike
 
 
 __all__ = [
@@ -349,45 +333,7 @@ class Contextualizer:
 
     # --- plan ---
     def _plan(self, run: str, leave_out: set[str] | None = None) -> RunState:
-        """Two passes over the pending records, several at a time: the first picks the usable ones (keeping
-        their keys alone), the second reads each again and spools its records to disk; no document's text
-        stays in memory after its records are built. ``leave_out``: pending record keys not planned."""
-        options = self.options
-        summary = Summary(run=run, estimated=options.dry_run)
-        usable, dropped = self._usable(leave_out or set())
-        with Spool() as spool:
-            documents, known = self._build(usable, spool, summary, dropped)
-            planned = spool.records
-            summary.dropped = dict(dropped)
-            summary.records = len(planned)
-            on_demand, jobs = self._jobs(planned)
-            summary.jobs = len(jobs)
-            summary.on_demand_records = len(on_demand)
-            if on_demand:
-                summary.notes.append(
-                    f"{len(on_demand)} record(s) below a job's minimum of {options.limits.min_records}: run "
-                    "on demand instead"
-                )
-            summary.floor_usd = self._floor(planned, documents)
-            if options.dry_run:
-                self._estimate(summary, planned, on_demand)
-            elif self.confirm is not None and planned:
-                quote = replace(summary, estimated=True, notes=list(summary.notes), priced_on_demand=[])
-                self._estimate(quote, planned, on_demand)
-                self.confirm(quote)
-            if not options.dry_run:
-                # Still this run's (a prompt may have waited past the lease), before anything is uploaded.
-                self.claim.renew(force=True)
-            if summary.awaiting_reingestion:
-                summary.notes.append(
-                    f"{summary.awaiting_reingestion} document(s) with contexts made by an earlier run await "
-                    "re-ingestion: marked again at the end (no model cost)"
-                )
-            state = self._new_state(run, summary, spool, jobs, on_demand)
-        state["documents"] = known
-        # Re-ingested at the end whatever this run gives them: their earlier contexts are not in the index.
-        state["touched"].update({key: info["source"] for key, info in known.items() if info["awaiting"]})
-        return state
+        return plan(run, self, leave_out)
 
     def _build(
         self,
@@ -397,167 +343,17 @@ class Contextualizer:
         dropped: Counter[str],
         ids: Iterator[str] | None = None,
     ) -> tuple[dict[str, int], dict[str, dict[str, Any]]]:
-        """The second pass: each group of records of one text read again, and records built (spooled) for
-        the chunks any of them still wants, from the first; every record of the group known to the run
-        (each source is re-ingested, each record settled). Returns (pending record key -> its document's
-        tokens, for the records built from; pending record key -> what the run must know of it)."""
-        options = self.options
-        ids = ids or record_ids()  # a shard's own (``shards.py``): unique across the run's shards
-        documents: dict[str, int] = {}
-        known: dict[str, dict[str, Any]] = {}
-        group_of = {key: n for n, keys in enumerate(usable) for key in keys}
-        first: PendingDocument | None = None  # the group's first record, to build from
-        members: list[tuple[str, dict[str, Any], list[int]]] = []
-
-        def plan_group() -> None:
-            wanted = sorted({i for _, _, asked in members for i in asked})
-            if first is None or not wanted:
-                for key, info, _ in members:
-                    if info["awaiting"]:  # its contexts are made: it is only to be re-ingested
-                        known[key] = info
-                        summary.awaiting_reingestion += 1
-                    else:
-                        dropped["resolved"] += 1
-                        self._drop(key)
-                return
-            builder = members[0][0]
-            for record in build(builder, first, wanted, options.group_size, ids):
-                spool.add(record)
-            documents[builder] = count_tokens(first.text)
-            for key, info, asked in members:
-                known[key] = {**info, **({"copy_of": builder} if key != builder else {})}
-                summary.documents += 1
-                summary.chunks += info["chunks"]
-                summary.pending_before += len(asked)
-                summary.awaiting_reingestion += info["awaiting"]
-            summary.same_text += len(members) - 1
-
-        ordered = (key for keys in usable for key in keys)
-        for key, (document, wanted) in in_order(self._with_wanted, ordered):
-            if not options.dry_run:
-                self.claim.renew()  # a quarter of the lease gone: a long plan keeps the run
-            if members and group_of[members[0][0]] != group_of[key]:
-                plan_group()
-                first, members = None, []
-            if isinstance(document, str):  # changed since the first pass read it
-                if document == BROKEN:  # a deleted one (another run settled it) needs nothing more
-                    dropped["corrupt"] += 1
-                    self._drop(key)
-                continue
-            info = {
-                "source": document.source,
-                "chunks": len(document.spans),
-                "with_text": sum(1 for i in range(len(document.spans)) if document.chunk(i).strip()),
-                "spans": _spans_hash(document),  # a record rewritten with other chunks is not stored into
-                "memory": document.memory_key,
-                "awaiting": bool(document.awaiting_reingestion),
-            }
-            if members and info["spans"] != members[0][1]["spans"]:
-                continue  # recorded again since the first pass, chunked otherwise: left to the next run
-            if first is None:
-                first = document
-            members.append((key, info, wanted))
-        if members:
-            plan_group()
-        return documents, known
+        return build_records(usable, spool, summary, dropped, self, ids)
 
     def _usable(
         self, leave_out: set[str], among: Iterable[str] | None = None
     ) -> tuple[list[list[str]], Counter[str]]:
-        """The keys of the pending records worth contextualizing, newest per source, in groups of one text
-        (the same remembered contexts and chunks); the others dropped (deleted, unless a dry run) and
-        counted by reason. ``among``: these keys only (a shard's), instead of every pending record."""
-        dropped: Counter[str] = Counter()
-        newest: dict[str, _Glance] = {}
-        listed = self._pending_keys() if among is None else among
-        keys = (key for key in listed if key not in leave_out)
-        for key, glance in in_order(self._glance, keys):
-            if glance is None:
-                dropped["corrupt"] += 1
-                self._drop(key)
-                continue
-            previous = newest.get(glance.source)
-            if previous is None:
-                newest[glance.source] = glance
-                continue
-            older, newer = sorted([previous, glance], key=lambda g: g.recorded_at)
-            dropped["superseded"] += 1  # a newer ingestion of that source recorded its own
-            self._drop(older.key)
-            newest[glance.source] = newer
-        chosen = sorted(newest.values(), key=lambda g: g.key)
-        by_text: dict[tuple[str, str], list[str]] = {}
-        for glance, state in in_order(lambda g: self.source_state(g.source, g.recorded_at), chosen):
-            if state in {"deleted", "changed"}:
-                dropped[state] += 1  # never written under another text's key: that one is ingested anew
-                self._drop(glance.key)
-            else:
-                by_text.setdefault(glance.text, []).append(glance.key)
-        # Each source of one text has its record (a copied file): asked once, stored once, each re-ingested.
-        return list(by_text.values()), dropped
-
-    def _glance(self, key: str) -> _Glance | None:
-        """What choosing among the records needs of one (None: gone, or its text no longer hashes)."""
-        document = self._read(key)
-        if document is None or not document.intact():
-            return None
-        return _Glance(
-            key, document.source, document.recorded_at, (document.memory_key, _spans_hash(document))
-        )
-
-    def _with_wanted(self, key: str) -> tuple[PendingDocument | str, list[int]]:
-        """The record and its chunks still wanted; ``GONE`` or ``BROKEN`` in its place."""
-        got = self._get_versioned(key)
-        if got is None:
-            return GONE, []
-        document = _parse_pending(got[0])
-        if document is None or not document.intact():
-            return BROKEN, []
-        return document, self._still_wanted(document)
+        return usable(leave_out, self, among)
 
     def _new_state(
-        self,
-        run: str,
-        summary: Summary,
-        spool: Spool,
-        jobs: list[list[int]],
-        on_demand: list[int],
+        self, run: str, summary: Summary, spool: Spool, jobs: list[list[int]], on_demand: list[int]
     ) -> RunState:
-        """The run's state; unless a dry run, each job's JSONL input written now (the state holds none)."""
-        prefix = f"{self.options.batch_prefix}{run}/"
-        planned = [spooled.record for spooled in spool.records]
-        records = {
-            p.record_id: {
-                "document": p.document,
-                "unit": p.unit,
-                "chunks": list(p.chunks),
-                "model": p.model_id,
-            }
-            for p in planned
-        }
-        state = RunState(
-            run,
-            "planned",
-            records=records,
-            jobs=[],
-            on_demand={
-                "input": f"{prefix}input/on-demand.jsonl",
-                "records": [planned[i].record_id for i in on_demand],
-            },
-            touched={},  # pending record key -> source URI, of documents given contexts
-            summary=asdict(summary),
-        )
-        for n, job in enumerate(jobs, 1):
-            name = f"ckb-{run}-{n}"
-            records_of = [planned[i].record_id for i in job]
-            entry = {"name": name, "input": f"{prefix}input/{name}.jsonl", "records": records_of}
-            state["jobs"].append({**entry, "arn": "", "status": "", "stored": False, "message": ""})
-        if not self.options.dry_run:
-            bucket = self.options.bucket
-            for job, indices in zip(state["jobs"], jobs, strict=True):
-                spool.upload(self.s3, bucket, job["input"], indices)
-            if on_demand:
-                spool.upload(self.s3, bucket, state["on_demand"]["input"], on_demand)
-        return state
+        return new_state(run, summary, spool, jobs, on_demand, self)
 
     def _still_wanted(self, document: PendingDocument) -> list[int]:
         """The recorded chunks still without a remembered context (a later sync may have made some)."""
@@ -574,22 +370,7 @@ class Contextualizer:
         return out
 
     def _jobs(self, planned: Sequence[Spooled]) -> tuple[list[int], list[list[int]]]:
-        """(records to run on demand, jobs): per model, split within the limits; too few for a job, on
-        demand."""
-        limits = self.options.limits
-        by_model: dict[str, list[int]] = {}
-        for index, spooled in enumerate(planned):
-            by_model.setdefault(spooled.record.model_id, []).append(index)
-        on_demand: list[int] = []
-        jobs: list[list[int]] = []
-        for indices in by_model.values():
-            for job in split_jobs([planned[i].size for i in indices], limits):
-                chosen = [indices[i] for i in job]
-                if len(chosen) >= limits.min_records:
-                    jobs.append(chosen)
-                else:
-                    on_demand.extend(chosen)
-        return on_demand, jobs
+        return jobs_of(planned, self)
 
     def _floor(self, planned: Sequence[Spooled], documents: dict[str, int]) -> float:
         """Each document read once at the on-demand input price (its contexts at the on-demand output price
