@@ -2,6 +2,6 @@
 they need (each module names them as a Protocol; ``contextualize.Contextualizer`` holds them and calls the
 phases). A package of its own, below ``contextualize.py`` and ``shards.py``: both sequence these phases, and
 neither is imported here. A phase calls another's work through the services (``work._store``, not
-``store.store``): a test, or a sharded run, replaces it there. Moved so far (issue 54): ``submit``,
-``follow``, ``store``, ``settle`` (with what follows the re-ingestion), ``reingest``; list, plan and the
-sequencing of a run in one piece are still ``Contextualizer``'s methods."""
+``store.store``): a test, or a sharded run, replaces it there. The modules: ``plan`` (the listing, the
+records built, the cut into jobs), ``submit``, ``follow``, ``store``, ``settle`` (with what follows the
+re-ingestion), ``reingest``; the sequencing of a run in one piece is still ``Contextualizer._run``'s."""

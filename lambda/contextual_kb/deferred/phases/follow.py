@@ -57,9 +57,9 @@ def follow(state: RunState, work: Following) -> int:
     whose on-demand answers were kept in S3 a slice at a time (a resume asks again at most the slice
     it stopped in). Returns the jobs still running when not followed to the end (``Options.follow``),
     nothing after them done yet; 0 once every job is stored."""
-    summary = Summary(**state["summary"])
+    summary = Summary(**state.summary)
     rejected: Counter[str] = Counter(summary.answers_rejected)
-    on_demand = state["on_demand"]
+    on_demand = state.on_demand
     if on_demand["records"] and not on_demand.get("stored"):
         outputs = work._on_demand_outputs(
             state, on_demand["records"], "on-demand", work._charge_line(state, summary, batch=False)
@@ -67,22 +67,22 @@ def follow(state: RunState, work: Following) -> int:
         on_demand["failed"] = work._store(state, on_demand["records"], outputs, summary, rejected)
         on_demand["stored"] = True
         checkpoint(state, summary, rejected, work)
-    pending_jobs = [job for job in state["jobs"] if job["arn"] and not job["stored"]]
+    pending_jobs = [job for job in state.jobs if job["arn"] and not job["stored"]]
     while pending_jobs:
         for job in pending_jobs:
             follow_job(state, job, summary, rejected, work)
-        pending_jobs = [job for job in state["jobs"] if job["arn"] and not job["stored"]]
+        pending_jobs = [job for job in state.jobs if job["arn"] and not job["stored"]]
         if pending_jobs and not work.options.follow:
             return len(pending_jobs)
         if pending_jobs:
             work.claim.renew()
             work.sleep(work.options.poll_seconds)
-    for job in state["jobs"]:  # never created: their chunks stay pending, counted
+    for job in state.jobs:  # never created: their chunks stay pending, counted
         if job.get("status") == "NotCreated" and not job["stored"]:
             job["failed"] = list(job["records"])
             summary.jobs_failed += 1
             job["stored"] = True
-    failed = [rid for job in state["jobs"] for rid in job.get("failed", [])]
+    failed = [rid for job in state.jobs for rid in job.get("failed", [])]
     retry = state.setdefault("retry", {"records": [], "failed": [], "stored": False})
     if failed and work.options.on_demand_retry and work.on_demand is not None and not retry["stored"]:
         if "planned" not in retry:  # chosen once and saved: a resume asks for the same records
@@ -113,7 +113,7 @@ def follow_job(
     if job["status"] not in ENDED:
         return
     if job["status"] in USABLE:
-        model = state["records"][job["records"][0]]["model"]
+        model = state.records[job["records"][0]]["model"]
         outputs = job_outputs(described, work._charge_line(state, summary, batch=True, model=model), work)
     else:
         job["message"] = str(described.get("message", ""))
@@ -129,20 +129,20 @@ def follow_job(
 def still_fitting(state: RunState, record_ids_: list[str], work: Following) -> list[str]:
     """The records whose document is still recorded as it was planned: answers for one recorded again
     during the run (a sync) would not fit it, so none of its records is worth asking again."""
-    stale = {state["records"][rid]["document"] for rid in state.get("stale", [])}
+    stale = {state.records[rid]["document"] for rid in state.get("stale", [])}
 
     def fits(key: str) -> bool:
         document = work._read(key)
-        return document is not None and spans_hash(document) == state["documents"][key].get("spans")
+        return document is not None and spans_hash(document) == state.documents[key].get("spans")
 
-    keys = sorted({state["records"][rid]["document"] for rid in record_ids_} - stale)
+    keys = sorted({state.records[rid]["document"] for rid in record_ids_} - stale)
     fitting = {key: ok for key, ok in in_order(fits, keys)}
-    return [rid for rid in record_ids_ if fitting.get(state["records"][rid]["document"], False)]
+    return [rid for rid in record_ids_ if fitting.get(state.records[rid]["document"], False)]
 
 
 def checkpoint(state: RunState, summary: Summary, rejected: Counter[str], work: Following) -> None:
     summary.answers_rejected = dict(rejected)
-    state["summary"] = asdict(summary)
+    state.summary = asdict(summary)
     work._save(state)
 
 

@@ -104,9 +104,9 @@ def plan(run: str, work: Planning, leave_out: set[str] | None = None) -> RunStat
                 "re-ingestion: marked again at the end (no model cost)"
             )
         state = work._new_state(run, summary, spool, jobs, on_demand)
-    state["documents"] = known
+    state.documents = known
     # Re-ingested at the end whatever this run gives them: their earlier contexts are not in the index.
-    state["touched"].update({key: info["source"] for key, info in known.items() if info["awaiting"]})
+    state.touched.update({key: info["source"] for key, info in known.items() if info["awaiting"]})
     return state
 
 
@@ -273,13 +273,13 @@ def new_state(
         name = f"ckb-{run}-{n}"
         records_of = [planned[i].record_id for i in job]
         entry = {"name": name, "input": f"{prefix}input/{name}.jsonl", "records": records_of}
-        state["jobs"].append({**entry, "arn": "", "status": "", "stored": False, "message": ""})
+        state.jobs.append({**entry, "arn": "", "status": "", "stored": False, "message": ""})
     if not work.options.dry_run:
         bucket = work.options.bucket
-        for job, indices in zip(state["jobs"], jobs, strict=True):
+        for job, indices in zip(state.jobs, jobs, strict=True):
             spool.upload(work.s3, bucket, job["input"], indices)
         if on_demand:
-            spool.upload(work.s3, bucket, state["on_demand"]["input"], on_demand)
+            spool.upload(work.s3, bucket, state.on_demand["input"], on_demand)
     return state
 
 

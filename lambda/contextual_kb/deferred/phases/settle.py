@@ -42,7 +42,7 @@ def settle(state: RunState, work: Settling) -> dict[str, int]:
     the version read (S3 conditional requests): a record the function wrote again meanwhile (a sync)
     stands as it is. Returns, per record of this run, its chunks still without a remembered context."""
     still: dict[str, int] = {}
-    touched = state["touched"]
+    touched = state.touched
 
     def settle_one(key: str) -> int:
         got = work._get_versioned(key)
@@ -64,7 +64,7 @@ def settle(state: RunState, work: Settling) -> dict[str, int]:
                 raise
         return len(wanted)
 
-    for key, left in in_order(settle_one, list(state["documents"])):
+    for key, left in in_order(settle_one, list(state.documents)):
         if left:
             still[key] = left
     return still
@@ -75,7 +75,7 @@ def after_reingestion(state: RunState, reingested: Reingested, summary: Summary,
     is left to ask); a deleted source's record is dropped (the Knowledge Base removes the document);
     any other stays, counted, with why it was not marked."""
     marked, missing = set(reingested.marked), set(reingested.missing)
-    touched = state["touched"]
+    touched = state.touched
 
     def after_one(key: str) -> str:
         got = work._get_versioned(key)

@@ -58,15 +58,15 @@ def store(
     failed: list[str] = []
     by_document: dict[str, list[tuple[str, Output | None]]] = {}
     for rid in record_ids_:
-        by_document.setdefault(state["records"][rid]["document"], []).append((rid, outputs.get(rid)))
+        by_document.setdefault(state.records[rid]["document"], []).append((rid, outputs.get(rid)))
     # Documents that share remembered contexts (one text, chunked otherwise) are stored one after the
     # other: each merge reads and writes the same object.
     by_memory: dict[str, list[tuple[str, list[tuple[str, Output | None]]]]] = {}
     for key, results in by_document.items():
-        memory = state["documents"].get(key, {}).get("memory", key)
+        memory = state.documents.get(key, {}).get("memory", key)
         by_memory.setdefault(memory, []).append((key, results))
     copies: dict[str, list[str]] = {}
-    for key, info in state["documents"].items():
+    for key, info in state.documents.items():
         if info.get("copy_of"):
             copies.setdefault(info["copy_of"], []).append(key)
 
@@ -79,14 +79,14 @@ def store(
         """One document's accepted contexts, remembered (None: the answers no longer fit it)."""
         key, results = item
         document = work._read(key)
-        if document is None or spans_hash(document) != state["documents"].get(key, {}).get("spans"):
+        if document is None or spans_hash(document) != state.documents.get(key, {}).get("spans"):
             return None
         units = {number: normalize(text) for number, _, text in unit_texts(document)}
         stored = Stored(document.source)
         for rid, output in results:
             if output is None or output.error:
                 continue
-            planned = state["records"][rid]
+            planned = state.records[rid]
             accepted: Accepted = accept(document, units[planned["unit"]], planned["chunks"], output)
             stored.contexts.update(accepted.contexts)
             stored.rejected.update(accepted.rejected)
@@ -108,11 +108,11 @@ def store(
                 failed.append(rid)
                 continue
             # Charged as read (``_charge_line``); the floor counts the contexts used.
-            work._floor_output(summary, state["records"][rid]["model"], output.output_tokens)
+            work._floor_output(summary, state.records[rid]["model"], output.output_tokens)
         rejected.update(stored.rejected)
         if stored.contexts:
             summary.contexts_stored += len(stored.contexts)
-            state["touched"][key] = stored.source
+            state.touched[key] = stored.source
             for copy in copies.get(key, []):  # each source of the text is ingested again
-                state["touched"][copy] = state["documents"][copy]["source"]
+                state.touched[copy] = state.documents[copy]["source"]
     return failed

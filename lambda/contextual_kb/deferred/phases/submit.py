@@ -26,11 +26,11 @@ class Submitting(Protocol):
 def submit(state: RunState, work: Submitting) -> None:
     options = work.options
     prefix = f"{options.batch_prefix}{state.run}/"
-    for job in state["jobs"]:
+    for job in state.jobs:
         if job["arn"] or job["status"] == "NotCreated":
             continue
         key = job["input"]  # a file, or a folder of files (a sharded run's: ``shards.py``)
-        model_id = job.get("model") or state["records"][job["records"][0]]["model"]
+        model_id = job.get("model") or state.records[job["records"][0]]["model"]
         work.claim.renew(force=True)  # paid: only while this process holds the run
         try:
             created = work.bedrock.create_model_invocation_job(
