@@ -58,6 +58,7 @@ from contextual_kb.deferred.options import (
 )
 from contextual_kb.deferred.phases.follow import checkpoint, follow, follow_job, job_outputs, still_fitting
 from contextual_kb.deferred.phases.plan import build_records, jobs_of, new_state, plan, usable
+from contextual_kb.deferred.phases.reingest import finish
 from contextual_kb.deferred.phases.reingest import reingest as reingest_phase
 from contextual_kb.deferred.phases.settle import after_reingestion, settle
 from contextual_kb.deferred.phases.settle import parse_pending as _parse_pending
@@ -236,30 +237,7 @@ class Contextualizer:
             state["phase"] = "settled"
             self._save(state)
         if state["phase"] == "settled":
-            sources = sorted(set(state["touched"].values()))
-            summary.awaiting_reingestion, summary.not_reingested = 0, {}  # the plan's count, counted again
-            # Without a re-ingestion (--no-reingest) the caller ingests them again: settled as if marked.
-            reingested = Reingested(marked=sources)
-            if reingest is not None and sources:
-                reingested = self._reingest(reingest, sources)
-                summary.model_calls_during_reingest = reingested.model_calls
-                summary.reingested_documents = len(reingested.marked)
-            elif sources:
-                summary.notes.append(
-                    f"{len(sources)} document(s) got contexts and were not re-ingested (--no-reingest): "
-                    "ingest them again yourself (ckb sync --reprocess)"
-                )
-            self._after_reingestion(state, reingested, summary)
-            summary.pending_after = self._pending_chunks()
-            # Every chunk with text of these documents has a model context, but those still pending.
-            still = state["still"]
-            summary.model_contexts = sum(
-                info["with_text"] - still.get(key, 0) for key, info in state["documents"].items()
-            )
-            state["summary"] = asdict(summary)
-            state["phase"] = "done"
-            self._save(state)
-            self.claim.release(finished=True)
+            finish(state, summary, reingest, self)
         return summary
 
     def _reingest(self, reingest: Reingest, sources: list[str]) -> Reingested:

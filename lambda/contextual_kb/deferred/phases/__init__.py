@@ -4,4 +4,5 @@ phases). A package of its own, below ``contextualize.py`` and ``shards.py``: bot
 neither is imported here. A phase calls another's work through the services (``work._store``, not
 ``store.store``): a test, or a sharded run, replaces it there. The modules: ``plan`` (the listing, the
 records built, the cut into jobs), ``submit``, ``follow``, ``store``, ``settle`` (with what follows the
-re-ingestion), ``reingest``; the sequencing of a run in one piece is still ``Contextualizer._run``'s."""
+re-ingestion), ``reingest`` (and ``finish``: a run in one piece done); the order of a run in one piece is
+still ``Contextualizer._run``'s."""
