@@ -51,10 +51,12 @@ $(LUCENE_BUILT): lambda/contextual_kb/evaluation/java/CkbLucene.java lambda/cont
 eval-lucene: lucene  ## ckb eval --local: Lucene's BM25 with the deployed analysis beside the Python figures
 	$(BIN)/ckb eval --local --engine lucene --analyzers index,code-aware
 
+# What `make test` runs: the whole suite by default; .ci/run narrows it for its second Python (TESTS=...).
+TESTS ?= -m "not long and not lifecycle and not ends"
 test: $(STAMP) $(TEST_LUCENE)  ## lint, then the test suite (no AWS, no network)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -m "not long and not lifecycle and not ends" -q
+	$(BIN)/python -m pytest $(TESTS) -q
 
 test-long: $(STAMP)  ## the long tests: a 50 MB document, 10,000 chunks, memory against the number of files, the built wheel
 	$(BIN)/python -m pytest -m long -q

@@ -163,3 +163,65 @@ def test_nag_knows_no_construct_and_the_library_never_imports_cdk_nag() -> None:
         names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
         names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
         assert not [n for n in names if n.startswith("cdk_nag")], module.name
+
+
+def _named(scope: cdk.Stack) -> dict[str, Any]:
+    """Every name the constructs give a resource of ``scope``, by logical ID."""
+    template = Template.from_stack(scope).to_json()
+    return {
+        logical_id: resource["Properties"]["Name"]
+        for logical_id, resource in template["Resources"].items()
+        if "Name" in resource.get("Properties", {})
+    }
+
+
+def _ingestion_logs_of_a_token(unrelated: bool) -> dict[str, Any]:
+    """A user's app whose IngestionLogs is given the Knowledge Base's id as a token (an attribute of their
+    own Knowledge Base), with or without a bucket of its own before it."""
+    from contextual_kb.cdk import IngestionLogs
+
+    stack = cdk.Stack(cdk.App(context=NO_BUNDLING), "User")
+    if unrelated:
+        s3.Bucket(stack, "Unrelated")
+    kb = bedrock.CfnKnowledgeBase(
+        stack,
+        "Kb",
+        name="users-kb",
+        role_arn="arn:aws:iam::123456789012:role/kb",
+        knowledge_base_configuration={"type": "KENDRA"},
+    )
+    IngestionLogs(
+        stack,
+        "IngestionLogs",
+        knowledge_base_arn=kb.attr_knowledge_base_arn,
+        knowledge_base=kb.attr_knowledge_base_id,
+    )
+    return _named(stack)
+
+
+def test_a_token_for_the_knowledge_base_names_the_delivery_source_the_same_after_an_unrelated_change() -> (
+    None
+):
+    """A token's placeholder (``${Token[TOKEN.n]}``) is numbered in the order tokens are made: a name hashed
+    from it changed when an unrelated bucket was added, a replacement of the delivery source for nothing."""
+    before, after = _ingestion_logs_of_a_token(False), _ingestion_logs_of_a_token(True)
+    assert before == after
+    assert all("Token" not in json.dumps(name) for name in before.values())
+
+
+def _nested_knowledge_base(unrelated: bool) -> dict[str, Any]:
+    stack = cdk.Stack(cdk.App(context=NO_BUNDLING), "User")
+    if unrelated:
+        s3.Bucket(stack, "Unrelated")
+    nested = cdk.NestedStack(stack, "Docs")
+    ContextualKnowledgeBase(nested, "Default", settings={"vectorStore": "s3vectors"})
+    return _named(nested)
+
+
+def test_a_knowledge_base_in_a_nested_stack_keeps_its_names_after_an_unrelated_change() -> None:
+    """A NestedStack's name is a token (its AWS::StackName): the names made from its placeholder string
+    ('TokenTOKEN414-kb-...') changed when an unrelated bucket was added, replacing the Knowledge Base."""
+    before, after = _nested_knowledge_base(False), _nested_knowledge_base(True)
+    assert before == after
+    assert all("Token" not in json.dumps(name) for name in before.values())
+    assert {name for name in before.values() if isinstance(name, str) and name.startswith("User-Docs-kb-")}

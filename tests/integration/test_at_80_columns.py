@@ -189,3 +189,35 @@ def test_eval_local_keeps_its_figures_whole_at_80_columns() -> None:
     assert all(len(row.split()[-5:]) == 5 and "…" not in row for row in rows), text
     assert "100.00" in text
     assert all(len(line) <= 80 for line in lines)
+
+
+def _eval_screen(columns: int) -> tuple[list[str], str]:
+    code = (
+        _STUBBED.split("from tests", maxsplit=1)[0]
+        + textwrap.dedent(_EVAL)
+        + "from contextual_kb.cli.main import main\nmain()\n"
+    )
+    lines, status = run(code, columns=columns)
+    text = "\n".join(lines)
+    assert status == 0, text
+    start = next(i for i, line in enumerate(lines) if "gain over raw chunks" in line)
+    start = next(i for i in range(start, len(lines)) if lines[i].endswith("(sign-test p):"))  # prose wraps
+    return lines[start + 1 :], text
+
+
+def test_eval_local_keeps_each_gain_on_its_line_at_80_columns() -> None:
+    """The 'P@k gain' lines were 81 characters: the terminal put each one's '(p 1)' on a line of its own."""
+    gains, text = _eval_screen(80)
+    # Eight rows against raw chunks (two strategies by four analyzers), each whole on one line.
+    assert len(gains) == 8, text
+    assert all(line.startswith("  ") and line.endswith(" down (p 1)") for line in gains), text
+    assert all(len(line) <= 80 for line in gains), text
+
+
+def test_eval_local_gains_too_wide_for_the_terminal_put_each_label_above_its_figures() -> None:
+    gains, text = _eval_screen(60)
+    labels, figures = gains[0::2], gains[1::2]
+    assert len(labels) == len(figures) == 8, text
+    assert labels[-1].strip() == "claude (stand-in), bm25 plain", text
+    assert figures[-1].split() == ["+33.33", "[-32.00,", "+98.67]", "1", "up,", "0", "down", "(p", "1)"], text
+    assert all(len(line) <= 60 for line in gains), text

@@ -836,3 +836,67 @@ def test_doctor_sizes_the_workflows_maps_and_tells_the_deferred_paths_assumption
         assert "docs/DEFERRED.md, Assumptions" in found["batch jobs"]["todo"]
     for stub in aws.stubs.values():
         stub.assert_no_pending_responses()
+
+
+STEP = f"arn:aws:lambda:{REGION}:123456789012:function:ContextualKb-DeferredStep"
+
+
+def machine_invoking_the_step(width: int) -> dict[str, Any]:
+    """A Map whose children invoke the workflow's step, as the deployed one's do (LambdaInvoke with
+    payload_response_only: the function's ARN is the task's Resource)."""
+    definition = {"StartAt": "PlanShards", "States": {
+        "PlanShards": {"Type": "Map", "MaxConcurrency": width, "End": True,
+                       "ItemProcessor": {"StartAt": "S", "States": {
+                           "S": {"Type": "Task", "Resource": STEP, "End": True}}}},
+    }}  # fmt: skip
+    return {**machine(width), "definition": json.dumps(definition)}
+
+
+@pytest.mark.parametrize(
+    ("width", "reserved", "limits", "status", "said", "todo"),
+    [
+        # the children run in the step's reserved pool: the account's unreserved concurrency is not theirs
+        (99, 100, (1000, 150), "ok", "within the step's reserved concurrency of 100", ""),
+        (100, 100, (1000, 900), "fail", "on the step's reserved concurrency of 100", "MapConcurrency=99"),
+        # Lambda keeps 100 unreserved: a reservation that leaves fewer, or none to grow
+        (9, 10, (1000, 95), "fail", "95 unreserved in the account, under the 100", "=5 or less"),
+        (9, 10, (110, 100), "ok", "100 unreserved in the account, Lambda's floor", ""),
+        # without a reservation the children share the account's unreserved concurrency, as before
+        (100, None, (1000, 150), "warn", "150 unreserved", "workflowMapConcurrency=75"),
+    ],
+)
+def test_doctor_sizes_the_maps_against_the_steps_reserved_concurrency_when_it_has_one(
+    aws: Clients,
+    width: int,
+    reserved: int | None,
+    limits: tuple[int, int],
+    status: str,
+    said: str,
+    todo: str,
+) -> None:
+    healthy(
+        aws,
+        stack=lambda: aws.stubs["cloudformation"].add_response(
+            "describe_stacks", stack_outputs(ContextualizeStateMachineArn=MACHINE)
+        ),
+    )
+    aws.stubs["stepfunctions"].add_response(
+        "describe_state_machine", machine_invoking_the_step(width), {"stateMachineArn": MACHINE}
+    )
+    aws.stubs["lambda"].add_response(
+        "get_function_concurrency",
+        {"ReservedConcurrentExecutions": reserved} if reserved is not None else {},
+        {"FunctionName": STEP},
+    )
+    aws.stubs["lambda"].add_response(
+        "get_account_settings",
+        {"AccountLimit": {"ConcurrentExecutions": limits[0], "UnreservedConcurrentExecutions": limits[1]}},
+        {},
+    )
+    _, checks = doctor()
+    found = by_name(checks)["workflow concurrency"]
+    assert found["status"] == status and said in found["detail"], found
+    assert todo in found["todo"], found
+    assert len(found["detail"]) + len(found["todo"]) < 400 and "\n" not in found["detail"]
+    for stub in aws.stubs.values():
+        stub.assert_no_pending_responses()

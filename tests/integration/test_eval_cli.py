@@ -229,3 +229,33 @@ def test_chunker_mistakes_are_one_line(labelled: tuple[Path, Path], extra: list[
     corpus, queries = labelled
     result = runner.invoke(app, ["eval", "--corpus", str(corpus), "--queries", str(queries), *extra])
     assert result.exit_code == 2 and message in result.output, result.output
+
+
+@pytest.mark.parametrize("command", ["eval", "local"])
+def test_a_dense_extra_that_fails_to_import_names_this_installs_pip_line(
+    labelled: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    """Past the extras check (its modules are found) the import can still fail (a broken torch): the line
+    said `pip install -e '.[dense]'`, a checkout's command, to every install; it is cli/extras.py's."""
+    import sys
+
+    from contextual_kb.cli import extras, local
+    from contextual_kb.cli.errors import CliError
+    from contextual_kb.evaluation import dense
+
+    dense._model.cache_clear()
+    monkeypatch.setattr(extras, "MODULES", {**extras.MODULES, "dense": ()})  # the check finds it
+    monkeypatch.setitem(sys.modules, "sentence_transformers", None)  # and its import fails
+    corpus, queries = labelled
+    if command == "eval":
+        args = ["eval", "--local", "--corpus", str(corpus), "--queries", str(queries), "--strategies", "none"]
+        refused = runner.invoke(app, [*args, "--retrieval", "dense"])
+        assert refused.exit_code == 2, refused.output
+        said = " ".join(refused.output.split())
+    else:  # ckb local --dense's stack, as its commands open it
+        with pytest.raises(CliError) as raised, local.running_stack(dense=True):
+            pass
+        said = str(raised.value)
+    dense._model.cache_clear()
+    assert "dense extra (torch, CPU): " in said and " is missing: install it with " in said, said
+    assert extras.install_command(["dense"]) in said and "'.[dense]'" not in said, said

@@ -15,7 +15,7 @@ stack adds a destination and a delivery from that source.
 
 from __future__ import annotations
 
-from aws_cdk import Aws, Duration, Stack
+from aws_cdk import Aws, Duration, Stack, Token
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_logs as logs
 from constructs import Construct
@@ -51,16 +51,20 @@ class IngestionLogs(Construct):
     ) -> None:
         """``knowledge_base``: what names the Knowledge Base at synth (its name, or its id when attached): the
         delivery source's name changes with it, so a replaced Knowledge Base gets a new source beside the
-        old one, not a clash of names. ``existing_source``: the delivery source the Knowledge Base already
-        has for these logs (CloudWatch Logs allows one a resource and log type; the console makes one): no
-        source is made, a delivery from that one is added (a source may have several), and destroy leaves
-        it as it was."""
+        old one, not a clash of names. A token there (an attribute known at deploy only) names the source by
+        this construct's path instead: its placeholder string is numbered in the order tokens are made, and
+        a name hashed from it changed whenever anything unrelated was added to the app (the source's
+        ResourceArn is updated in place when the Knowledge Base is replaced: only its name is create-only).
+        ``existing_source``: the delivery source the Knowledge Base already has for these logs (CloudWatch
+        Logs allows one a resource and log type; the console makes one): no source is made, a delivery from
+        that one is added (a source may have several), and destroy leaves it as it was."""
         super().__init__(scope, construct_id)
-        stack = Stack.of(self)
-        name = f"/aws/vendedlogs/bedrock/knowledge-bases/{stack.stack_name}"
+        stack_name = naming.stack_name_of(Stack.of(self))
+        name = f"/aws/vendedlogs/bedrock/knowledge-bases/{stack_name}"
         self.log_group = month_of_logs(self, "Logs", name=name)
         self.log_group_name = name
-        source_name = existing_source or delivery_source_name(stack.stack_name, knowledge_base)
+        named_by = self.node.path if Token.is_unresolved(knowledge_base) else knowledge_base
+        source_name = existing_source or delivery_source_name(stack_name, named_by)
         self.source_name = source_name
         self.source = (
             None
@@ -78,7 +82,7 @@ class IngestionLogs(Construct):
         self.destination = logs.CfnDeliveryDestination(
             self,
             "Destination",
-            name=naming.delivery_name(stack.stack_name, "-kb-logs"),
+            name=naming.delivery_name(stack_name, "-kb-logs"),
             destination_resource_arn=group_arn,
             output_format="json",
         )

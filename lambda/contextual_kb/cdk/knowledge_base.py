@@ -96,7 +96,7 @@ class KnowledgeBase(Construct):
         self.knowledge_base = bedrock.CfnKnowledgeBase(
             self,
             "KnowledgeBase",
-            name=naming.bedrock_name(stack.stack_name, f"-kb-{naming.short_hash(replaced_by)}"),
+            name=naming.bedrock_name(naming.stack_name_of(stack), f"-kb-{naming.short_hash(replaced_by)}"),
             description="Contextual retrieval: chunks contextualized before embedding and indexing",
             role_arn=role.role_arn,
             knowledge_base_configuration={
@@ -128,7 +128,7 @@ class KnowledgeBase(Construct):
             self,
             "DataSource",
             knowledge_base_id=self.knowledge_base.attr_knowledge_base_id,
-            name=naming.bedrock_name(stack.stack_name, f"-source-{source_of}"),
+            name=naming.bedrock_name(naming.stack_name_of(stack), f"-source-{source_of}"),
             data_source_configuration={"type": "S3", "s3Configuration": {"bucketArn": source.bucket_arn}},
             vector_ingestion_configuration=ingestion,
             server_side_encryption_configuration={"kmsKeyArn": key.key_arn} if key else None,

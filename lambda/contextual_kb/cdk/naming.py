@@ -13,10 +13,26 @@ from __future__ import annotations
 import hashlib
 import re
 
+from aws_cdk import Stack, Token
+
 COLLECTION_MAX = 28
 POLICY_MAX = 32
 BEDROCK_NAME_MAX = 100
 _HASH = 6
+
+
+def stack_name_of(stack: Stack) -> str:
+    """The name the constructs derive their names from: the stack's name, a literal. A NestedStack's name is
+    a token (its AWS::StackName, known at deploy only), and a name made from its placeholder string
+    (``${Token[TOKEN.414]}``, numbered in the order tokens are made) would change when anything unrelated is
+    added to the app, replacing what it names: a nested stack is named by its parent's name and its id."""
+    name = stack.stack_name
+    if not Token.is_unresolved(name):
+        return name
+    parent = stack.nested_stack_parent
+    if parent is None:  # a stack's own name is always a literal in CDK; kept whole rather than guessed at
+        return name
+    return f"{stack_name_of(parent)}-{re.sub(r'[^0-9A-Za-z-]', '', stack.node.id) or 'nested'}"
 
 
 def short_hash(text: str, length: int = _HASH) -> str:

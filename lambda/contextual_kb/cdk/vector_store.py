@@ -71,18 +71,18 @@ class OpenSearchVectorStore(Construct):
         stack = Stack.of(self)
         # Collection names: unique in the account and region; policy names 3-32 characters (naming.py).
         name = naming.collection_name(
-            stack.stack_name, standby_replicas=standby_replicas, customer_key=key is not None
+            naming.stack_name_of(stack), standby_replicas=standby_replicas, customer_key=key is not None
         )
         # The policies cover this stack's collection under each of its names (one replaces the other when
         # standby replicas or the key change; CloudFormation creates the new one before it deletes the old).
-        names = naming.collection_names(stack.stack_name)
+        names = naming.collection_names(naming.stack_name_of(stack))
         resource = [f"collection/{n}" for n in names]
         encryption = {"Rules": [{"ResourceType": "collection", "Resource": resource}]}
         encryption |= {"KmsARN": key.key_arn} if key else {"AWSOwnedKey": True}
         encryption_policy = aoss.CfnSecurityPolicy(
             self,
             "Encryption",
-            name=naming.policy_name(stack.stack_name, "enc"),
+            name=naming.policy_name(naming.stack_name_of(stack), "enc"),
             type="encryption",
             policy=stack.to_json_string(encryption),
         )
@@ -91,7 +91,7 @@ class OpenSearchVectorStore(Construct):
         network_policy = aoss.CfnSecurityPolicy(
             self,
             "Network",
-            name=naming.policy_name(stack.stack_name, "net"),
+            name=naming.policy_name(naming.stack_name_of(stack), "net"),
             type="network",
             policy=json.dumps(
                 [{"Rules": [{"ResourceType": "collection", "Resource": resource}], "AllowFromPublic": True}]
@@ -128,7 +128,7 @@ class OpenSearchVectorStore(Construct):
         self.access = aoss.CfnAccessPolicy(
             self,
             "Access",
-            name=naming.policy_name(stack.stack_name, "access"),
+            name=naming.policy_name(naming.stack_name_of(stack), "access"),
             type="data",
             policy=stack.to_json_string(
                 [

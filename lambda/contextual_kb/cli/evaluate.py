@@ -13,6 +13,7 @@ from rich.table import Table
 
 from contextual_kb.cli.datasets import DATASET_HELP, SHOWN_DATASET, benchmark
 from contextual_kb.cli.errors import CliError, choice, usage
+from contextual_kb.cli.extras import install_command
 from contextual_kb.cli.paid import YES_HELP, confirm, confirm_contexts, corpus_sizes
 from contextual_kb.cli.terminal import console, error_console, status_line, write_json
 from contextual_kb.evaluation.metrics import RRF_K, Difference
@@ -249,7 +250,7 @@ def eval_command(
             if engine == "lucene":
                 rows = _with_lucene(rows, documents, labelled, chosen, cutoffs, bedrock)
         except DenseUnavailableError as exc:
-            raise usage("--retrieval", str(exc)) from None
+            raise usage("--retrieval", f"{exc}: install it with {install_command(['dense'])}") from None
     if as_json:
         gains = versus_raw(rows, compared_cutoff(cutoffs))
         write_json(
@@ -363,9 +364,7 @@ def _compare_chunkers(
             markup=False,
         )
         labels = [_SHOWN.get(row.retrieval, row.retrieval).removeprefix("bm25 ") for row, _ in shown]
-        width = max(map(len, labels))
-        for label, (_, gain) in zip(labels, shown, strict=True):
-            out.print(f"  {label:<{width}}  {_gain(gain)}", markup=False, highlight=False)
+        _print_gains(out, labels, [gain for _, gain in shown])
 
 
 _SHOWN = {
@@ -413,9 +412,7 @@ def print_table(out: Console, rows: list[Row], cutoffs: list[int], *, title: str
         highlight=False,
     )
     labels = [f"{row_label(row)}, {_SHOWN.get(row.retrieval, row.retrieval)}" for row, _ in gains]
-    width = max(map(len, labels))
-    for label, (_, gain) in zip(labels, gains, strict=True):
-        out.print(f"  {label:<{width}}  {_gain(gain)}", markup=False, highlight=False)
+    _print_gains(out, labels, [gain for _, gain in gains])
 
 
 # What each name in the retrieval column means, said under the table only when a row shows it.
@@ -483,11 +480,32 @@ _ENDPOINTS = {
 }
 
 
-def _gain(gain: Difference) -> str:
-    interval = (
-        "" if gain.margin is None else f"[{gain.points - gain.margin:+.2f}, {gain.points + gain.margin:+.2f}]"
-    )
-    return f"{gain.points:+6.2f} {interval:<16}  {gain.better} up, {gain.worse} down (p {gain.p_value:.2g})"
+def _interval(gain: Difference) -> str:
+    if gain.margin is None:
+        return ""
+    return f"[{gain.points - gain.margin:+.2f}, {gain.points + gain.margin:+.2f}]"
+
+
+def _print_gains(out: Console, labels: list[str], gains: list[Difference]) -> None:
+    """One line a gain, its label and figures in columns as wide as the longest of each; when the longest
+    line would not fit the terminal, each label on a line of its own with its figures under it, so no
+    line wraps in the middle of its figures."""
+    points = [f"{gain.points:+.2f}" for gain in gains]
+    intervals = [_interval(gain) for gain in gains]
+    tails = [f"{gain.better} up, {gain.worse} down (p {gain.p_value:.2g})" for gain in gains]
+    wide, across = max(map(len, points)), max(map(len, intervals))
+    figures = [
+        " ".join([f"{point:>{wide}}", *([f"{interval:<{across}}"] if across else []), tail])
+        for point, interval, tail in zip(points, intervals, tails, strict=True)
+    ]
+    width = max(map(len, labels))
+    if 2 + width + 2 + max(map(len, figures)) <= out.width:
+        for label, figure in zip(labels, figures, strict=True):
+            out.print(f"  {label:<{width}}  {figure}", markup=False, highlight=False)
+        return
+    for label, figure in zip(labels, figures, strict=True):
+        out.print(f"  {label}", markup=False, highlight=False)
+        out.print(f"      {figure}", markup=False, highlight=False)
 
 
 def _deployed(

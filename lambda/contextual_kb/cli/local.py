@@ -35,13 +35,14 @@ def running_stack(
     embed = None
     if dense:
         from contextual_kb.cli.errors import usage
+        from contextual_kb.cli.extras import install_command
         from contextual_kb.evaluation.dense import DenseUnavailableError, MiniLm
 
-        embed = MiniLm().embed
-        try:
+        try:  # the model loads when MiniLm is made: a dense extra that fails to import is said now
+            embed = MiniLm().embed
             embed(["a probe, so a missing dense extra is said now"])
         except DenseUnavailableError as exc:
-            raise usage("--dense", str(exc)) from None
+            raise usage("--dense", f"{exc}: install it with {install_command(['dense'])}") from None
     hook = {} if handler is None else {"invoke": invoking(handler)}
     with local_stack(
         analyzer=ANALYZERS["index"], embed=embed, max_tokens=max_tokens, overlap_percentage=overlap, **hook

@@ -31,14 +31,13 @@ caller re-ingests them, and the summary says how many.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import closing, suppress
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -57,53 +56,30 @@ from contextual_kb.deferred.options import (
     SourceState,
     Summary,
 )
+from contextual_kb.deferred.phases.follow import checkpoint, follow, follow_job, job_outputs, still_fitting
+from contextual_kb.deferred.phases.plan import build_records, jobs_of, new_state, plan, usable
+from contextual_kb.deferred.phases.reingest import finish
+from contextual_kb.deferred.phases.reingest import reingest as reingest_phase
+from contextual_kb.deferred.phases.settle import after_reingestion, settle
+from contextual_kb.deferred.phases.settle import parse_pending as _parse_pending
+from contextual_kb.deferred.phases.store import store
+from contextual_kb.deferred.phases.submit import submit
 from contextual_kb.deferred.records import (
-    Accepted,
     Output,
     Planned,
-    accept,
-    build,
-    count_tokens,
-    record_ids,
-    split_jobs,
-    unit_texts,
 )
 from contextual_kb.deferred.reingest import Reingested
 from contextual_kb.deferred.spool import Spool, Spooled
 from contextual_kb.deferred.state import RunState, state_key
-from contextual_kb.runtime.context.claude.answers import normalize
 from contextual_kb.runtime.context.claude.memory import ContextMemory, place_key
 from contextual_kb.runtime.context.claude.pricing import BatchPrices, Prices, batch_prices_for, prices_for
 from contextual_kb.runtime.pending import PendingDocument
 
 # On-demand answers are kept in S3 this many records at a time: an interrupted run loses at most one slice.
 ON_DEMAND_SLICE = 50
-# A conditional write or delete refused: the object changed (412), a concurrent write won (409), or is gone.
-CHANGED_MEANWHILE = {"PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey"}
-# A pending record deleted, or rewritten unreadable, between the plan's two passes.
-GONE, BROKEN = "gone", "broken"
 # When nothing is known of a document's context length, an output's estimate (dry run): measured on the
 # codebase corpus, 74 output tokens a chunk (docs/BENCHMARKS.md, "Contextualizing with Claude").
 ESTIMATED_OUTPUT_TOKENS_PER_CHUNK = 74
-
-
-@dataclass(frozen=True, slots=True)
-class _Glance:
-    key: str
-    source: str
-    recorded_at: str
-    text: tuple[
-        str, str
-    ]  # the remembered-contexts key and the spans' hash: records of one text, chunked alike
-
-
-@dataclass
-class _Stored:
-    """What one document's outputs gave."""
-
-    source: str
-    contexts: dict[int, str] = field(default_factory=dict)
-    rejected: Counter[str] = field(default_factory=Counter)
 
 
 __all__ = [
@@ -261,38 +237,11 @@ class Contextualizer:
             state["phase"] = "settled"
             self._save(state)
         if state["phase"] == "settled":
-            sources = sorted(set(state["touched"].values()))
-            summary.awaiting_reingestion, summary.not_reingested = 0, {}  # the plan's count, counted again
-            # Without a re-ingestion (--no-reingest) the caller ingests them again: settled as if marked.
-            reingested = Reingested(marked=sources)
-            if reingest is not None and sources:
-                reingested = self._reingest(reingest, sources)
-                summary.model_calls_during_reingest = reingested.model_calls
-                summary.reingested_documents = len(reingested.marked)
-            elif sources:
-                summary.notes.append(
-                    f"{len(sources)} document(s) got contexts and were not re-ingested (--no-reingest): "
-                    "ingest them again yourself (ckb sync --reprocess)"
-                )
-            self._after_reingestion(state, reingested, summary)
-            summary.pending_after = self._pending_chunks()
-            # Every chunk with text of these documents has a model context, but those still pending.
-            still = state["still"]
-            summary.model_contexts = sum(
-                info["with_text"] - still.get(key, 0) for key, info in state["documents"].items()
-            )
-            state["summary"] = asdict(summary)
-            state["phase"] = "done"
-            self._save(state)
-            self.claim.release(finished=True)
+            finish(state, summary, reingest, self)
         return summary
 
     def _reingest(self, reingest: Reingest, sources: list[str]) -> Reingested:
-        got = reingest(sources)
-        reingested = got if isinstance(got, Reingested) else Reingested(marked=sources, model_calls=got)
-        if self.start_ingestion is not None and reingested.marked:  # ``reingest`` only marked them
-            reingested.job, reingested.model_calls = self.start_ingestion()
-        return reingested
+        return reingest_phase(sources, reingest, self.start_ingestion)
 
     def _load_or_shard(self, run: str) -> RunState | None:
         """Run ``run``'s state; a new sharded run's when there is none under way and runs are sharded."""
@@ -362,45 +311,7 @@ class Contextualizer:
 
     # --- plan ---
     def _plan(self, run: str, leave_out: set[str] | None = None) -> RunState:
-        """Two passes over the pending records, several at a time: the first picks the usable ones (keeping
-        their keys alone), the second reads each again and spools its records to disk; no document's text
-        stays in memory after its records are built. ``leave_out``: pending record keys not planned."""
-        options = self.options
-        summary = Summary(run=run, estimated=options.dry_run)
-        usable, dropped = self._usable(leave_out or set())
-        with Spool() as spool:
-            documents, known = self._build(usable, spool, summary, dropped)
-            planned = spool.records
-            summary.dropped = dict(dropped)
-            summary.records = len(planned)
-            on_demand, jobs = self._jobs(planned)
-            summary.jobs = len(jobs)
-            summary.on_demand_records = len(on_demand)
-            if on_demand:
-                summary.notes.append(
-                    f"{len(on_demand)} record(s) below a job's minimum of {options.limits.min_records}: run "
-                    "on demand instead"
-                )
-            summary.floor_usd = self._floor(planned, documents)
-            if options.dry_run:
-                self._estimate(summary, planned, on_demand)
-            elif self.confirm is not None and planned:
-                quote = replace(summary, estimated=True, notes=list(summary.notes), priced_on_demand=[])
-                self._estimate(quote, planned, on_demand)
-                self.confirm(quote)
-            if not options.dry_run:
-                # Still this run's (a prompt may have waited past the lease), before anything is uploaded.
-                self.claim.renew(force=True)
-            if summary.awaiting_reingestion:
-                summary.notes.append(
-                    f"{summary.awaiting_reingestion} document(s) with contexts made by an earlier run await "
-                    "re-ingestion: marked again at the end (no model cost)"
-                )
-            state = self._new_state(run, summary, spool, jobs, on_demand)
-        state["documents"] = known
-        # Re-ingested at the end whatever this run gives them: their earlier contexts are not in the index.
-        state["touched"].update({key: info["source"] for key, info in known.items() if info["awaiting"]})
-        return state
+        return plan(run, self, leave_out)
 
     def _build(
         self,
@@ -410,167 +321,17 @@ class Contextualizer:
         dropped: Counter[str],
         ids: Iterator[str] | None = None,
     ) -> tuple[dict[str, int], dict[str, dict[str, Any]]]:
-        """The second pass: each group of records of one text read again, and records built (spooled) for
-        the chunks any of them still wants, from the first; every record of the group known to the run
-        (each source is re-ingested, each record settled). Returns (pending record key -> its document's
-        tokens, for the records built from; pending record key -> what the run must know of it)."""
-        options = self.options
-        ids = ids or record_ids()  # a shard's own (``shards.py``): unique across the run's shards
-        documents: dict[str, int] = {}
-        known: dict[str, dict[str, Any]] = {}
-        group_of = {key: n for n, keys in enumerate(usable) for key in keys}
-        first: PendingDocument | None = None  # the group's first record, to build from
-        members: list[tuple[str, dict[str, Any], list[int]]] = []
-
-        def plan_group() -> None:
-            wanted = sorted({i for _, _, asked in members for i in asked})
-            if first is None or not wanted:
-                for key, info, _ in members:
-                    if info["awaiting"]:  # its contexts are made: it is only to be re-ingested
-                        known[key] = info
-                        summary.awaiting_reingestion += 1
-                    else:
-                        dropped["resolved"] += 1
-                        self._drop(key)
-                return
-            builder = members[0][0]
-            for record in build(builder, first, wanted, options.group_size, ids):
-                spool.add(record)
-            documents[builder] = count_tokens(first.text)
-            for key, info, asked in members:
-                known[key] = {**info, **({"copy_of": builder} if key != builder else {})}
-                summary.documents += 1
-                summary.chunks += info["chunks"]
-                summary.pending_before += len(asked)
-                summary.awaiting_reingestion += info["awaiting"]
-            summary.same_text += len(members) - 1
-
-        ordered = (key for keys in usable for key in keys)
-        for key, (document, wanted) in in_order(self._with_wanted, ordered):
-            if not options.dry_run:
-                self.claim.renew()  # a quarter of the lease gone: a long plan keeps the run
-            if members and group_of[members[0][0]] != group_of[key]:
-                plan_group()
-                first, members = None, []
-            if isinstance(document, str):  # changed since the first pass read it
-                if document == BROKEN:  # a deleted one (another run settled it) needs nothing more
-                    dropped["corrupt"] += 1
-                    self._drop(key)
-                continue
-            info = {
-                "source": document.source,
-                "chunks": len(document.spans),
-                "with_text": sum(1 for i in range(len(document.spans)) if document.chunk(i).strip()),
-                "spans": _spans_hash(document),  # a record rewritten with other chunks is not stored into
-                "memory": document.memory_key,
-                "awaiting": bool(document.awaiting_reingestion),
-            }
-            if members and info["spans"] != members[0][1]["spans"]:
-                continue  # recorded again since the first pass, chunked otherwise: left to the next run
-            if first is None:
-                first = document
-            members.append((key, info, wanted))
-        if members:
-            plan_group()
-        return documents, known
+        return build_records(usable, spool, summary, dropped, self, ids)
 
     def _usable(
         self, leave_out: set[str], among: Iterable[str] | None = None
     ) -> tuple[list[list[str]], Counter[str]]:
-        """The keys of the pending records worth contextualizing, newest per source, in groups of one text
-        (the same remembered contexts and chunks); the others dropped (deleted, unless a dry run) and
-        counted by reason. ``among``: these keys only (a shard's), instead of every pending record."""
-        dropped: Counter[str] = Counter()
-        newest: dict[str, _Glance] = {}
-        listed = self._pending_keys() if among is None else among
-        keys = (key for key in listed if key not in leave_out)
-        for key, glance in in_order(self._glance, keys):
-            if glance is None:
-                dropped["corrupt"] += 1
-                self._drop(key)
-                continue
-            previous = newest.get(glance.source)
-            if previous is None:
-                newest[glance.source] = glance
-                continue
-            older, newer = sorted([previous, glance], key=lambda g: g.recorded_at)
-            dropped["superseded"] += 1  # a newer ingestion of that source recorded its own
-            self._drop(older.key)
-            newest[glance.source] = newer
-        chosen = sorted(newest.values(), key=lambda g: g.key)
-        by_text: dict[tuple[str, str], list[str]] = {}
-        for glance, state in in_order(lambda g: self.source_state(g.source, g.recorded_at), chosen):
-            if state in {"deleted", "changed"}:
-                dropped[state] += 1  # never written under another text's key: that one is ingested anew
-                self._drop(glance.key)
-            else:
-                by_text.setdefault(glance.text, []).append(glance.key)
-        # Each source of one text has its record (a copied file): asked once, stored once, each re-ingested.
-        return list(by_text.values()), dropped
-
-    def _glance(self, key: str) -> _Glance | None:
-        """What choosing among the records needs of one (None: gone, or its text no longer hashes)."""
-        document = self._read(key)
-        if document is None or not document.intact():
-            return None
-        return _Glance(
-            key, document.source, document.recorded_at, (document.memory_key, _spans_hash(document))
-        )
-
-    def _with_wanted(self, key: str) -> tuple[PendingDocument | str, list[int]]:
-        """The record and its chunks still wanted; ``GONE`` or ``BROKEN`` in its place."""
-        got = self._get_versioned(key)
-        if got is None:
-            return GONE, []
-        document = _parse_pending(got[0])
-        if document is None or not document.intact():
-            return BROKEN, []
-        return document, self._still_wanted(document)
+        return usable(leave_out, self, among)
 
     def _new_state(
-        self,
-        run: str,
-        summary: Summary,
-        spool: Spool,
-        jobs: list[list[int]],
-        on_demand: list[int],
+        self, run: str, summary: Summary, spool: Spool, jobs: list[list[int]], on_demand: list[int]
     ) -> RunState:
-        """The run's state; unless a dry run, each job's JSONL input written now (the state holds none)."""
-        prefix = f"{self.options.batch_prefix}{run}/"
-        planned = [spooled.record for spooled in spool.records]
-        records = {
-            p.record_id: {
-                "document": p.document,
-                "unit": p.unit,
-                "chunks": list(p.chunks),
-                "model": p.model_id,
-            }
-            for p in planned
-        }
-        state = RunState(
-            run,
-            "planned",
-            records=records,
-            jobs=[],
-            on_demand={
-                "input": f"{prefix}input/on-demand.jsonl",
-                "records": [planned[i].record_id for i in on_demand],
-            },
-            touched={},  # pending record key -> source URI, of documents given contexts
-            summary=asdict(summary),
-        )
-        for n, job in enumerate(jobs, 1):
-            name = f"ckb-{run}-{n}"
-            records_of = [planned[i].record_id for i in job]
-            entry = {"name": name, "input": f"{prefix}input/{name}.jsonl", "records": records_of}
-            state["jobs"].append({**entry, "arn": "", "status": "", "stored": False, "message": ""})
-        if not self.options.dry_run:
-            bucket = self.options.bucket
-            for job, indices in zip(state["jobs"], jobs, strict=True):
-                spool.upload(self.s3, bucket, job["input"], indices)
-            if on_demand:
-                spool.upload(self.s3, bucket, state["on_demand"]["input"], on_demand)
-        return state
+        return new_state(run, summary, spool, jobs, on_demand, self)
 
     def _still_wanted(self, document: PendingDocument) -> list[int]:
         """The recorded chunks still without a remembered context (a later sync may have made some)."""
@@ -587,22 +348,7 @@ class Contextualizer:
         return out
 
     def _jobs(self, planned: Sequence[Spooled]) -> tuple[list[int], list[list[int]]]:
-        """(records to run on demand, jobs): per model, split within the limits; too few for a job, on
-        demand."""
-        limits = self.options.limits
-        by_model: dict[str, list[int]] = {}
-        for index, spooled in enumerate(planned):
-            by_model.setdefault(spooled.record.model_id, []).append(index)
-        on_demand: list[int] = []
-        jobs: list[list[int]] = []
-        for indices in by_model.values():
-            for job in split_jobs([planned[i].size for i in indices], limits):
-                chosen = [indices[i] for i in job]
-                if len(chosen) >= limits.min_records:
-                    jobs.append(chosen)
-                else:
-                    on_demand.extend(chosen)
-        return on_demand, jobs
+        return jobs_of(planned, self)
 
     def _floor(self, planned: Sequence[Spooled], documents: dict[str, int]) -> float:
         """Each document read once at the on-demand input price (its contexts at the on-demand output price
@@ -648,131 +394,17 @@ class Contextualizer:
 
     # --- submit ---
     def _submit(self, state: RunState) -> None:
-        options = self.options
-        prefix = f"{options.batch_prefix}{state['run']}/"
-        for job in state["jobs"]:
-            if job["arn"] or job["status"] == "NotCreated":
-                continue
-            key = job["input"]  # a file, or a folder of files (a sharded run's: ``shards.py``)
-            model_id = job.get("model") or state["records"][job["records"][0]]["model"]
-            self.claim.renew(force=True)  # paid: only while this process holds the run
-            try:
-                created = self.bedrock.create_model_invocation_job(
-                    jobName=job["name"],
-                    roleArn=options.role_arn,
-                    clientRequestToken=job["name"].replace("-", ""),
-                    modelId=model_id,
-                    inputDataConfig={
-                        "s3InputDataConfig": {
-                            "s3Uri": f"s3://{options.bucket}/{key}",
-                            "s3InputFormat": "JSONL",
-                        }
-                    },
-                    outputDataConfig={
-                        "s3OutputDataConfig": {"s3Uri": f"s3://{options.bucket}/{prefix}output/"}
-                    },
-                    timeoutDurationInHours=options.timeout_hours,
-                )
-            except ClientError as exc:
-                error = exc.response.get("Error", {})
-                job["status"] = "NotCreated"
-                job["message"] = f"{error.get('Code', 'Unknown')}: {error.get('Message', '')}"
-                self.log(f"job {job['name']} not created: {job['message']}; its chunks stay pending")
-                self._save(state)
-                continue
-            job["arn"] = created["jobArn"]
-            job["status"] = "Submitted"
-            count = job.get("count", len(job["records"]))
-            self.log(f"submitted {job['name']}: {count} records, {model_id}")
-            self._save(state)  # resumable: a second run does not submit it again
+        submit(state, self)
 
     # --- collect and store ---
     def _collect_and_store(self, state: RunState) -> int:
-        """Each step's outputs stored, then the state saved with what it stored and what failed: a resume
-        repeats at most the step it stopped in, whose writes are idempotent (remembered contexts merged by
-        place; pending records settled only at the end, from the remembered contexts themselves), and
-        whose on-demand answers were kept in S3 a slice at a time (a resume asks again at most the slice
-        it stopped in). Returns the jobs still running when not followed to the end (``Options.follow``),
-        nothing after them done yet; 0 once every job is stored."""
-        summary = Summary(**state["summary"])
-        rejected: Counter[str] = Counter(summary.answers_rejected)
-        on_demand = state["on_demand"]
-        if on_demand["records"] and not on_demand.get("stored"):
-            outputs = self._on_demand_outputs(
-                state, on_demand["records"], "on-demand", self._charge_line(state, summary, batch=False)
-            )
-            on_demand["failed"] = self._store(state, on_demand["records"], outputs, summary, rejected)
-            on_demand["stored"] = True
-            self._checkpoint(state, summary, rejected)
-        pending_jobs = [job for job in state["jobs"] if job["arn"] and not job["stored"]]
-        while pending_jobs:
-            for job in pending_jobs:
-                self._follow(state, job, summary, rejected)
-            pending_jobs = [job for job in state["jobs"] if job["arn"] and not job["stored"]]
-            if pending_jobs and not self.options.follow:
-                return len(pending_jobs)
-            if pending_jobs:
-                self.claim.renew()
-                self.sleep(self.options.poll_seconds)
-        for job in state["jobs"]:  # never created: their chunks stay pending, counted
-            if job.get("status") == "NotCreated" and not job["stored"]:
-                job["failed"] = list(job["records"])
-                summary.jobs_failed += 1
-                job["stored"] = True
-        failed = [rid for job in state["jobs"] for rid in job.get("failed", [])]
-        retry = state.setdefault("retry", {"records": [], "failed": [], "stored": False})
-        if failed and self.options.on_demand_retry and self.on_demand is not None and not retry["stored"]:
-            if "planned" not in retry:  # chosen once and saved: a resume asks for the same records
-                retry["records"], retry["planned"] = self._still_fitting(state, failed), True
-                self._checkpoint(state, summary, rejected)
-            again = retry["records"]
-            if again:
-                self.log(f"{len(again)} record(s) failed in batch: asked again on demand")
-                outputs = self._on_demand_outputs(
-                    state, again, "retry", self._charge_line(state, summary, batch=False)
-                )
-                retry["failed"] = self._store(state, again, outputs, summary, rejected)
-            retry["stored"] = True
-        # Failed for good: what the retry did not answer (or every failure, without one), and on demand's.
-        final = (
-            set(retry["failed"]) | (set(failed) - set(retry["records"])) | set(on_demand.get("failed", []))
-        )
-        summary.failed_records = len(final)
-        self._checkpoint(state, summary, rejected)
-        return 0
+        return follow(state, self)
 
     def _follow(self, state: RunState, job: dict[str, Any], summary: Summary, rejected: Counter[str]) -> None:
-        """One look at a job; once it has ended, its outputs charged (every line) and stored."""
-        described = self.bedrock.get_model_invocation_job(jobIdentifier=job["arn"])
-        job["status"] = described["status"]
-        self.progress(job["name"], int(described.get("processedRecordCount", 0)), len(job["records"]))
-        if job["status"] not in ENDED:
-            return
-        if job["status"] in USABLE:
-            model = state["records"][job["records"][0]]["model"]
-            outputs = self._outputs(described, self._charge_line(state, summary, batch=True, model=model))
-        else:
-            job["message"] = str(described.get("message", ""))
-            summary.jobs_failed += 1
-            why = job["message"] or "no reason given"
-            self.log(f"job {job['name']} {job['status']}: {why}; its chunks stay pending")
-            outputs = {}
-        job["failed"] = self._store(state, job["records"], outputs, summary, rejected)
-        job["stored"] = True
-        self._checkpoint(state, summary, rejected)
+        follow_job(state, job, summary, rejected, self)
 
     def _still_fitting(self, state: RunState, record_ids_: list[str]) -> list[str]:
-        """The records whose document is still recorded as it was planned: answers for one recorded again
-        during the run (a sync) would not fit it, so none of its records is worth asking again."""
-        stale = {state["records"][rid]["document"] for rid in state.get("stale", [])}
-
-        def fits(key: str) -> bool:
-            document = self._read(key)
-            return document is not None and _spans_hash(document) == state["documents"][key].get("spans")
-
-        keys = sorted({state["records"][rid]["document"] for rid in record_ids_} - stale)
-        fitting = {key: ok for key, ok in in_order(fits, keys)}
-        return [rid for rid in record_ids_ if fitting.get(state["records"][rid]["document"], False)]
+        return still_fitting(state, record_ids_, self)
 
     def _charge_line(
         self, state: RunState, summary: Summary, *, batch: bool, model: str = ""
@@ -787,9 +419,7 @@ class Contextualizer:
         return charge
 
     def _checkpoint(self, state: RunState, summary: Summary, rejected: Counter[str]) -> None:
-        summary.answers_rejected = dict(rejected)
-        state["summary"] = asdict(summary)
-        self._save(state)
+        checkpoint(state, summary, rejected, self)
 
     def _on_demand_outputs(
         self, state: RunState, record_ids_: list[str], name: str, charge: Callable[[Output], None]
@@ -825,20 +455,7 @@ class Contextualizer:
         return outputs
 
     def _outputs(self, described: dict[str, Any], charge: Callable[[Output], None]) -> dict[str, Output]:
-        """Every output record of a job, by record id (the first valid one where one is repeated); every
-        line charged as it is read."""
-        job_id = str(described["jobArn"]).rsplit("/", 1)[-1]
-        uri = described["outputDataConfig"]["s3OutputDataConfig"]["s3Uri"].rstrip("/") + f"/{job_id}/"
-        bucket, _, prefix = uri.removeprefix("s3://").partition("/")
-        found: dict[str, Output] = {}
-        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-            for item in page.get("Contents", []):
-                if not item["Key"].endswith(".jsonl.out"):
-                    continue
-                # Streamed: an output file holds its records' inputs too, as large as the input file.
-                with closing(self.s3.get_object(Bucket=bucket, Key=item["Key"])["Body"]) as body:
-                    parse_outputs(lines(body), into=found, charge=charge)
-        return found
+        return job_outputs(described, charge, self)
 
     def _planned(self, state: RunState, wanted: set[str]) -> dict[str, Planned]:
         """The records' requests, read back (once) from the inputs written at planning."""
@@ -884,149 +501,13 @@ class Contextualizer:
         summary: Summary,
         rejected: Counter[str],
     ) -> list[str]:
-        """Contexts from ``outputs`` merged into the remembered contexts of their documents; the records that
-        failed (or are missing), returned. Pending records are left to ``_settle``."""
-        # Still this run's before contexts are merged (a poll, or a slice of on-demand calls, may have
-        # outlasted the lease): two processes merging into one document's remembered contexts could each
-        # overwrite the other's.
-        self.claim.renew(force=True)
-        failed: list[str] = []
-        by_document: dict[str, list[tuple[str, Output | None]]] = {}
-        for rid in record_ids_:
-            by_document.setdefault(state["records"][rid]["document"], []).append((rid, outputs.get(rid)))
-        # Documents that share remembered contexts (one text, chunked otherwise) are stored one after the
-        # other: each merge reads and writes the same object.
-        by_memory: dict[str, list[tuple[str, list[tuple[str, Output | None]]]]] = {}
-        for key, results in by_document.items():
-            memory = state["documents"].get(key, {}).get("memory", key)
-            by_memory.setdefault(memory, []).append((key, results))
-        copies: dict[str, list[str]] = {}
-        for key, info in state["documents"].items():
-            if info.get("copy_of"):
-                copies.setdefault(info["copy_of"], []).append(key)
-
-        def store_shared(
-            items: list[tuple[str, list[tuple[str, Output | None]]]],
-        ) -> list[tuple[tuple[str, list[tuple[str, Output | None]]], _Stored | None]]:
-            return [(item, store_one(item)) for item in items]
-
-        def store_one(item: tuple[str, list[tuple[str, Output | None]]]) -> _Stored | None:
-            """One document's accepted contexts, remembered (None: the answers no longer fit it)."""
-            key, results = item
-            document = self._read(key)
-            if document is None or _spans_hash(document) != state["documents"].get(key, {}).get("spans"):
-                return None
-            units = {number: normalize(text) for number, _, text in unit_texts(document)}
-            stored = _Stored(document.source)
-            for rid, output in results:
-                if output is None or output.error:
-                    continue
-                planned = state["records"][rid]
-                accepted: Accepted = accept(document, units[planned["unit"]], planned["chunks"], output)
-                stored.contexts.update(accepted.contexts)
-                stored.rejected.update(accepted.rejected)
-            if stored.contexts:
-                self._remember(document, stored.contexts)
-            return stored
-
-        stored_all = (each for _, done in in_order(store_shared, list(by_memory.values())) for each in done)
-        for (key, results), stored in stored_all:
-            if stored is None:
-                # Deleted meanwhile, or recorded again with other chunks (a sync during the run): these
-                # answers no longer fit it. Counted as failed, never asked again (stale); the new record's
-                # chunks stay pending for the next run.
-                failed.extend(rid for rid, _ in results)
-                state.setdefault("stale", []).extend(rid for rid, _ in results)
-                continue
-            for rid, output in results:
-                if output is None or output.error:
-                    failed.append(rid)
-                    continue
-                # Charged as read (``_charge_line``); the floor counts the contexts used.
-                self._floor_output(summary, state["records"][rid]["model"], output.output_tokens)
-            rejected.update(stored.rejected)
-            if stored.contexts:
-                summary.contexts_stored += len(stored.contexts)
-                state["touched"][key] = stored.source
-                for copy in copies.get(key, []):  # each source of the text is ingested again
-                    state["touched"][copy] = state["documents"][copy]["source"]
-        return failed
+        return store(state, record_ids_, outputs, summary, rejected, self)
 
     def _settle(self, state: RunState) -> dict[str, int]:
-        """Each pending record of this run keeps only the chunks still without a remembered context: read
-        from the remembered contexts themselves, so it holds however the run went. A record whose document
-        got contexts (to be re-ingested) is kept, awaiting re-ingestion, until its source is marked
-        (``_after_reingestion``); any other is deleted when nothing is left. Written or deleted only over
-        the version read (S3 conditional requests): a record the function wrote again meanwhile (a sync)
-        stands as it is. Returns, per record of this run, its chunks still without a remembered context."""
-        still: dict[str, int] = {}
-        touched = state["touched"]
-
-        def settle_one(key: str) -> int:
-            got = self._get_versioned(key)
-            document = _parse_pending(got[0]) if got is not None else None
-            if got is None or document is None:
-                return 0
-            etag = got[1]
-            wanted = self._still_wanted(document)
-            update: dict[str, Any] = {"pending": wanted}
-            if key in touched:
-                update["awaiting_reingestion"] = document.awaiting_reingestion or state["run"]
-            try:
-                if not wanted and key not in touched:
-                    self._drop(key, if_match=etag)
-                elif any(getattr(document, name) != value for name, value in update.items()):
-                    self._write(key, document.model_copy(update=update), if_match=etag)
-            except ClientError as exc:  # recorded again since it was read: the newer record stands as it is
-                if exc.response.get("Error", {}).get("Code") not in CHANGED_MEANWHILE:
-                    raise
-            return len(wanted)
-
-        for key, left in in_order(settle_one, list(state["documents"])):
-            if left:
-                still[key] = left
-        return still
+        return settle(state, self)
 
     def _after_reingestion(self, state: RunState, reingested: Reingested, summary: Summary) -> None:
-        """The records awaiting re-ingestion: a marked source's record no longer awaits (deleted when nothing
-        is left to ask); a deleted source's record is dropped (the Knowledge Base removes the document);
-        any other stays, counted, with why it was not marked."""
-        marked, missing = set(reingested.marked), set(reingested.missing)
-        touched = state["touched"]
-
-        def after_one(key: str) -> str:
-            got = self._get_versioned(key)
-            document = _parse_pending(got[0]) if got is not None else None
-            if got is None or document is None or not document.awaiting_reingestion:
-                return ""  # settled, or written again by the function since (a sync): as it stands
-            source = touched[key]
-            try:
-                if source in missing:
-                    self._drop(key, if_match=got[1])
-                    return "missing"
-                if source not in marked:
-                    return "awaiting"
-                if document.pending:
-                    update = {"awaiting_reingestion": ""}
-                    self._write(key, document.model_copy(update=update), if_match=got[1])
-                else:
-                    self._drop(key, if_match=got[1])
-            except ClientError as exc:  # recorded again since it was read: the newer record stands
-                if exc.response.get("Error", {}).get("Code") not in CHANGED_MEANWHILE:
-                    raise
-            return ""
-
-        for key, outcome in in_order(after_one, sorted(touched)):
-            if outcome == "missing":
-                summary.reingest_missing += 1
-            elif outcome == "awaiting":
-                summary.awaiting_reingestion += 1
-                summary.not_reingested[touched[key]] = reingested.skipped.get(touched[key], "not marked")
-        if summary.awaiting_reingestion:
-            summary.notes.append(
-                f"{summary.awaiting_reingestion} document(s) got their contexts but were not re-ingested: "
-                "their records stay pending, awaiting re-ingestion; ckb contextualize marks them again"
-            )
+        after_reingestion(state, reingested, summary, self)
 
     def _remember(self, document: PendingDocument, learned: dict[int, str]) -> None:
         """``learned`` merged into what the document has remembered. A read that fails stops the run (it is
@@ -1138,14 +619,3 @@ class Contextualizer:
 def _new_run() -> str:
     # UTC: the name says when it was planned wherever it was (the workflow's stuck alarm reads it).
     return datetime.now(UTC).strftime("%Y%m%d%H%M%S") + uuid.uuid4().hex[:6]
-
-
-def _parse_pending(body: bytes) -> PendingDocument | None:
-    try:
-        return PendingDocument.parse(body)
-    except (ValueError, TypeError):
-        return None
-
-
-def _spans_hash(document: PendingDocument) -> str:
-    return hashlib.sha256(json.dumps(document.spans).encode()).hexdigest()[:16]

