@@ -233,7 +233,11 @@ def test_a_shared_quota_takes_turns_and_the_quota_throttles_nothing(
     started = time.time()
     items = assert_every_chunk_back(s3, run(event), staged)
     assert all(context_of(i).startswith("This chunk is from") for i in items)
-    assert standin.stats.throttled <= 5  # 31-46 without the table (the test above); 0-1 in six runs here
+    # 31-46 without the table (the test above); 0-1 in six runs on an idle machine, 7 once with another suite
+    # running beside it: a call sent at its turn can still reach the quota late, after the next one, when the
+    # machine delays its thread. What the code controls is asserted below (no attempt without a turn, the
+    # turns on the table's timeline); this bound only says the table cut the refusals to a few.
+    assert standin.stats.throttled <= 10
     lines = output_lines(captured)
     model = next(line for line in lines if line.get("message") == "transformation complete")["model"]
     assert model["chunks_from_model"] == 36 and model["fallbacks"] == {}
