@@ -259,10 +259,14 @@ def test_a_shared_quota_books_what_bedrock_reserves_and_keeps_what_it_keeps(
     monkeypatch.setenv(
         "GLOSSARY", "ledger: a book of accounts. " * 300
     )  # ~2,400 tokens, in the cached prefix
-    standin.configure(tpm=6_000_000)
+    # Output counted 1:1 on both sides: the runtime books max_tokens x burndown where Bedrock reserves
+    # max_tokens alone (Haiku 4.5 is 5x since the model table of 2026-12-06); that is issue 52 item 2's.
+    standin.configure(tpm=6_000_000, output_burndown=1)
     dynamodb = boto3.client("dynamodb", region_name="us-east-1")
     create_quota_table(dynamodb, "ckb-quota")
-    for name, value in {"MODEL_QUOTA_TABLE": "ckb-quota", "MODEL_TOKENS_PER_MINUTE": "6000000"}.items():
+    quota = {"MODEL_QUOTA_TABLE": "ckb-quota", "MODEL_TOKENS_PER_MINUTE": "6000000"}
+    quota["MODEL_OUTPUT_BURNDOWN"] = "1"
+    for name, value in quota.items():
         monkeypatch.setenv(name, value)
     event, staged = stage(s3, {"ledger.md": big_chunks(6)})
     assert_every_chunk_back(s3, run(event), staged)

@@ -409,7 +409,7 @@ def test_a_shared_quota_is_checked_against_the_accounts(aws: Clients) -> None:
     code, checks = doctor()
     check = by_name(checks)["quotas"]
     assert code == 0 and check["status"] == "ok", check
-    assert "the invocations share 900 and 4,000,000 of them, an output token counted as 1" in check["detail"]
+    assert "the invocations share 900 and 4,000,000 of them, an output token counted as 5" in check["detail"]
     healthy(
         aws,
         function=lambda: aws.stubs["lambda"].add_response("get_function_configuration", function(shared)),

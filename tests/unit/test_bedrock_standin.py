@@ -139,7 +139,10 @@ def test_a_request_reserves_its_cache_read_and_max_tokens_and_settles_at_its_end
     """Issue 41, item 14: as Bedrock counts (docs/HOW-IT-WORKS.md), a request reserves input + cache write
     + cache read + max_tokens at its start (a 429 if the quota does not hold that), and at its end keeps
     input + cache write + output x burndown: the cache read and the unused max_tokens come back."""
-    standin = BedrockStandIn(StandInConfig(latency_ms=300, per_token_ms=0, tpm=60_000, burst_seconds=10.0))
+    # output counted 1:1 here so that the arithmetic stays readable (Haiku 4.5's 5x has its own test)
+    standin = BedrockStandIn(
+        StandInConfig(latency_ms=300, per_token_ms=0, tpm=60_000, burst_seconds=10.0, output_burndown=1)
+    )
     question = body(LONG)["messages"][0]["content"][1]["text"]
     reserved = count_tokens("system") + count_tokens(LONG) + count_tokens(question) + 160
     assert 7_000 < reserved < 8_000  # the bucket: 1,000 tokens a second, 10,000 at most
@@ -160,13 +163,14 @@ def test_a_request_reserves_its_cache_read_and_max_tokens_and_settles_at_its_end
 
 
 def test_an_output_token_keeps_the_models_burndown_of_the_quota() -> None:
-    """Opus 4 and Sonnet 4 take 5 quota tokens an output token (MODEL_OUTPUT_BURNDOWN's table)."""
-    standin = BedrockStandIn(StandInConfig(tpm=6_000_000, output_burndown=5))
+    """The setting (MODEL_OUTPUT_BURNDOWN) or the model table's rate: 5x for Haiku 4.5 (AWS's burndown page,
+    "all other Anthropic models version 4.7 and below"; it counted 1 before 2026-12-06)."""
+    standin = BedrockStandIn(StandInConfig(tpm=6_000_000, output_burndown=1))
     answered = usage(standin, body(SHORT), at=0.0)
-    assert standin.stats.quota_tokens == answered["input_tokens"] + 5 * answered["output_tokens"]
-    table = BedrockStandIn(StandInConfig(tpm=6_000_000))  # 0: the model table's, 1 for Haiku 4.5
+    assert standin.stats.quota_tokens == answered["input_tokens"] + answered["output_tokens"]
+    table = BedrockStandIn(StandInConfig(tpm=6_000_000))  # 0: the model table's, 5 for Haiku 4.5
     answered = usage(table, body(SHORT), at=0.0)
-    assert table.stats.quota_tokens == answered["input_tokens"] + answered["output_tokens"]
+    assert table.stats.quota_tokens == answered["input_tokens"] + 5 * answered["output_tokens"]
 
 
 def test_a_throttle_says_which_quota_refused_and_whether_the_call_is_larger_than_its_bucket() -> None:

@@ -112,14 +112,130 @@ def test_a_later_opus_4_is_not_taken_for_opus_4() -> None:
     assert model_label("anthropic.claude-opus-4-20250514-v1:0") == "Claude Opus 4"
 
 
-def test_output_burndown_is_five_where_aws_lists_the_model_else_one_or_the_setting() -> None:
-    from contextual_kb.runtime.context.claude.pricing import output_burndown
+# --- Bedrock's quota facts (bedrock-quotas.md, 2026-12-06) ---
 
-    assert output_burndown("us.anthropic.claude-sonnet-4-20250514-v1:0") == 5
-    assert output_burndown("anthropic.claude-opus-4-20250514-v1:0") == 5
-    assert output_burndown("global.anthropic.claude-haiku-4-5-20251001-v1:0") == 1  # not confirmed here
-    assert output_burndown("anthropic.claude-opus-4-8-v1") == 1  # unknown: not Opus 4's
-    assert output_burndown("global.anthropic.claude-haiku-4-5-20251001-v1:0", override=5) == 5
+# (model id as called, burndown): quotas-token-burndown.html as quoted 2026-09/10: 15x "version 4.8", 10x
+# Sonnet 5 / Opus 5 / Opus 5.5 / Fable 5.1, 5x every other Anthropic model 4.7 and below, 1x other models.
+BURNDOWN = {
+    "global.anthropic.claude-haiku-4-5-20251001-v1:0": 5,
+    "us.anthropic.claude-sonnet-4-5-20250929-v1:0": 5,
+    "global.anthropic.claude-sonnet-4-6": 5,
+    "anthropic.claude-sonnet-4-20250514-v1:0": 5,
+    "anthropic.claude-opus-4-20250514-v1:0": 5,
+    "anthropic.claude-opus-4-1-20250805-v1:0": 5,
+    "anthropic.claude-opus-4-5-20251101-v1:0": 5,
+    "anthropic.claude-opus-4-6-v1": 5,
+    "eu.anthropic.claude-opus-4-7": 5,
+    "anthropic.claude-3-7-sonnet-20250219-v1:0": 5,
+    "anthropic.claude-3-5-haiku-20241022-v1:0": 5,
+    "anthropic.claude-3-haiku-20240307-v1:0": 5,
+    "anthropic.claude-instant-v1": 5,  # names no version: an old one
+    "global.anthropic.claude-opus-4-8-v1": 15,  # no price row: the version decides
+    "anthropic.claude-opus-4-8-20260528-v1:0": 15,
+    "us.anthropic.claude-sonnet-5-v1:0": 10,
+    "anthropic.claude-sonnet-5-20260630-v1:0": 10,  # the date is not a minor version
+    "anthropic.claude-opus-5-v1": 10,
+    "global.anthropic.claude-opus-5-5": 10,
+    "anthropic.claude-fable-5-1-v1:0": 10,
+    "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.anthropic.claude-opus-4-8-v1": 15,
+    "amazon.nova-pro-v1:0": 1,
+    "meta.llama3-70b-instruct-v1:0": 1,
+}
+
+
+@pytest.mark.parametrize("model_id", BURNDOWN)
+def test_output_burndown_follows_aws_burndown_page(model_id: str) -> None:
+    assert pricing.output_burndown(model_id) == BURNDOWN[model_id]
+
+
+def test_output_burndown_setting_overrides_the_table() -> None:
+    assert pricing.output_burndown("global.anthropic.claude-haiku-4-5-20251001-v1:0", override=1) == 1
+    assert pricing.output_burndown("amazon.nova-pro-v1:0", override=5) == 5
+
+
+def test_each_table_row_carries_its_versions_burndown() -> None:
+    # One rule: a row that disagreed with its version's rate would count differently once renamed.
+    for key, facts in MODELS.items():
+        version = pricing.anthropic_version(key)
+        assert version is not None, key
+        assert facts.output_burndown == pricing.burndown_for_version(version), key
+
+
+# Anthropic's model pages (platform.claude.com/docs/en/models/<model>/overview) and Bedrock's model cards.
+MAX_OUTPUT = {
+    "global.anthropic.claude-haiku-4-5-20251001-v1:0": 64_000,
+    "anthropic.claude-sonnet-4-5-20250929-v1:0": 64_000,
+    "global.anthropic.claude-sonnet-4-6": 128_000,  # Anthropic's figure; some copies say 64K
+    "anthropic.claude-opus-4-6-v1": 128_000,
+    "anthropic.claude-opus-4-7": 128_000,
+    "anthropic.claude-opus-4-5-20251101-v1:0": 64_000,
+    "anthropic.claude-opus-4-1-20250805-v1:0": 32_000,
+    "anthropic.claude-3-5-haiku-20241022-v1:0": 8_192,
+    "anthropic.claude-3-haiku-20240307-v1:0": 4_096,
+    "global.anthropic.claude-opus-4-8-v1": 128_000,  # not in the table: 4.6 and later are 128K
+    "us.anthropic.claude-sonnet-5-v1:0": 128_000,
+    "anthropic.claude-fable-5-1-v1:0": 128_000,
+    "amazon.nova-pro-v1:0": 128_000,  # unknown: the table's largest, never a smaller reservation
+}
+
+
+@pytest.mark.parametrize("model_id", MAX_OUTPUT)
+def test_max_output_tokens(model_id: str) -> None:
+    assert pricing.max_output_tokens(model_id) == MAX_OUTPUT[model_id]
+
+
+def test_every_row_has_a_max_output() -> None:
+    assert all(m.max_output_tokens > 0 for m in MODELS.values())
+    assert UNKNOWN_MODEL.max_output_tokens == max(m.max_output_tokens for m in MODELS.values())
+
+
+PROFILE_ARN = "arn:aws:bedrock:us-east-1:123456789012:inference-profile"
+
+
+@pytest.mark.parametrize(
+    ("model_id", "scope"),
+    [
+        ("global.anthropic.claude-haiku-4-5-20251001-v1:0", "global"),
+        ("us.anthropic.claude-haiku-4-5-20251001-v1:0", "geo"),
+        ("eu.anthropic.claude-sonnet-4-6", "geo"),
+        ("apac.anthropic.claude-sonnet-4-6", "geo"),
+        ("us-gov.anthropic.claude-sonnet-4-6", "geo"),
+        ("anthropic.claude-sonnet-4-6", "in-region"),
+        (f"{PROFILE_ARN}/global.anthropic.claude-sonnet-4-6", "global"),
+        (f"{PROFILE_ARN}/us.anthropic.claude-sonnet-4-6", "geo"),
+        ("arn:aws:bedrock:us-east-1::foundation-model/anthropic.claude-sonnet-4-6", "in-region"),
+        ("arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/a1b2c3", "in-region"),
+        ("amazon.nova-pro-v1:0", "in-region"),
+    ],
+)
+def test_profile_scope(model_id: str, scope: str) -> None:
+    assert pricing.profile_scope(model_id) == scope
+
+
+@pytest.mark.parametrize(
+    ("model_id", "rpm", "tpm"),
+    [
+        # General Reference as transcribed 2026-10-07/09 (bedrock-quotas.md sections 3 and 5).
+        ("anthropic.claude-sonnet-4-6", 5_000, 3_000_000),
+        ("us.anthropic.claude-sonnet-4-6", 10_000, 6_000_000),
+        ("global.anthropic.claude-sonnet-4-6", 10_000, 6_000_000),
+        ("global.anthropic.claude-haiku-4-5-20251001-v1:0", 10_000, 5_000_000),
+        ("eu.anthropic.claude-haiku-4-5-20251001-v1:0", 10_000, 5_000_000),
+        ("anthropic.claude-haiku-4-5-20251001-v1:0", None, None),  # no in-Region row
+        ("global.anthropic.claude-sonnet-5-v1:0", None, None),  # Sonnet 5: no RPM row; TPM not in the notes
+        ("global.anthropic.claude-opus-4-8-v1", None, None),
+        ("anthropic.claude-sonnet-4-5-20250929-v1:0", None, None),
+        ("amazon.nova-pro-v1:0", None, None),
+    ],
+)
+def test_listed_rpm_and_default_tpm_per_scope(model_id: str, rpm: int | None, tpm: int | None) -> None:
+    assert pricing.listed_rpm(model_id) == rpm
+    assert pricing.default_tpm(model_id) == tpm
+
+
+def test_daily_quota_default_and_the_rules_date() -> None:
+    assert pricing.DAILY_TOKENS_DEFAULT == 700_000_000
+    assert pricing.QUOTA_RULES_AS_OF == "2026-12-06"
 
 
 def test_the_older_table_views_agree_with_the_models() -> None:

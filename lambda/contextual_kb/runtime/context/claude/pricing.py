@@ -21,13 +21,21 @@ Sources (read 2026-11):
 - https://docs.aws.amazon.com/bedrock/latest/userguide/model-card-anthropic-claude-haiku-4-5.html (4,096)
 - https://docs.aws.amazon.com/bedrock/latest/userguide/model-card-anthropic-claude-opus-4-7.html
 - https://docs.aws.amazon.com/bedrock/latest/userguide/batch-inference-supported.html (batch, ~50% price)
+
+The same table holds what Bedrock's quotas need (one table for the pricing and the quota code alike):
+``output_burndown`` (quota tokens an output token takes at settlement), ``max_output_tokens`` (what Bedrock
+reserves when a request leaves ``max_tokens`` unset), ``listed_rpm`` / ``default_tpm`` (what AWS lists for the
+model at the profile's scope, ``profile_scope``) and ``DAILY_TOKENS_DEFAULT``. Each rule's source and date is
+beside it; the research behind them, with quotes: ../shared/notes/bedrock-quotas.md (2026-12-06).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, fields, replace
+from typing import Literal
 
 from contextual_kb.runtime.errors import TransformationError
 
@@ -52,6 +60,9 @@ class BatchPrices:
     output: float
 
 
+ProfileScope = Literal["in-region", "geo", "global"]
+
+
 @dataclass(frozen=True, slots=True)
 class ModelFacts:
     """What the function needs to know about one model family."""
@@ -61,9 +72,27 @@ class ModelFacts:
     batch: BatchPrices | None  # None: batch inference not documented for it here (give --batch-prices)
     min_cache_tokens: int  # minimum cacheable prefix
     cache_ttl_1h: bool  # the 1-hour cache TTL is documented for it on Bedrock
-    # Quota tokens one output token takes ("burndown rate", Bedrock's "How tokens are counted"): 5 where
-    # that page lists the model, 1 where it is not confirmed here (MODEL_OUTPUT_BURNDOWN overrides).
+    # Quota tokens one output token takes at settlement ("burndown rate"): burndown_for_version's rule,
+    # written out per row (a test checks they agree); MODEL_OUTPUT_BURNDOWN overrides.
     output_burndown: int = 1
+    # The model's maximum output: what Bedrock reserves at admission when max_tokens is unset.
+    max_output_tokens: int = 0
+    # What AWS lists for the model per profile scope (None: no row listed). RPM: requests per minute;
+    # TPM: the default tokens per minute (accounts may have lower ones, and may raise the adjustable ones).
+    rpm: ScopedQuota | None = None
+    tpm: ScopedQuota | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScopedQuota:
+    """One quota as AWS lists it per profile scope; None where no row is listed for that scope."""
+
+    in_region: int | None = None
+    geo: int | None = None
+    global_: int | None = None
+
+    def at(self, scope: ProfileScope) -> int | None:
+        return {"in-region": self.in_region, "geo": self.geo, "global": self.global_}[scope]
 
 
 def _half(prices: Prices) -> BatchPrices:
@@ -88,25 +117,43 @@ _HAIKU_3 = Prices(0.25, 1.25, 0.30, 0.50, 0.03)
 # - Sonnet 4.5 is 1,024 in Anthropic's table and 4,096 in a copy of Bedrock's; Sonnet 4.6 is 1,024 in
 #   Anthropic's, and users report caching only from 2,048. The lower value only costs a serialized first call
 #   when wrong; the response's usage says what really happened (MIN_CACHE_TOKENS overrides).
-# - Output burndown: AWS's page lists Opus 4 and Sonnet 4 at 5x (the rest of its list is not in what the
-#   sources here hold); the others count 1 until confirmed. Under-counting costs 429s the SDK absorbs, as
-#   without a shared quota; over-counting leaves quota unused.
+# - Output burndown: see burndown_for_version (5x for every row here).
+# - Maximum output (Anthropic's model pages, platform.claude.com/docs/en/models/<model>/overview, and
+#   Bedrock's model cards, read 2026-12-06): 128K for Sonnet 4.6 and Opus 4.6/4.7 (and 4.8, Sonnet 5, Opus
+#   5/5.5, Fable 5.1, Haiku 5.5); 64K for Haiku 4.5, Sonnet 4.5, Opus 4.5, Sonnet 4, 3.7 Sonnet; 32K for Opus
+#   4/4.1; 8K Claude 3.5 Haiku; 4K Claude 3 Haiku. Sources disagree on Sonnet 4.6: Anthropic's page says
+#   128K, third-party catalogues (Venice, toolsdock) and AWS's quota-dashboard sample ("For Claude Sonnet,
+#   this is 64,000 tokens", 2025, before 4.6) say 64K. The table keeps 128K: Anthropic's own figure, and
+#   the larger reservation is the one that does not under-count.
+# - RPM and TPM (AWS General Reference, Bedrock quotas, as transcribed 2026-10-07/09, bedrock-quotas.md
+#   section 3 and 5): Sonnet 4.6 RPM 5,000 in-Region / 10,000 cross-Region and global, TPM 3M / 6M / 6M;
+#   Haiku 4.5 RPM 10,000 and TPM 5M cross-Region and global (it has no in-Region on-demand row). No other
+#   row's figures are in the notes; Sonnet 5 and later have no RPM row at all.
 # Lifecycle: Claude 3 Haiku reached end of life on Bedrock on 2026-09-10, Claude 3.5 Haiku on 2026-06-19;
 # kept for old deployments' estimates. Claude 3 Haiku is not in Bedrock's prompt-caching list (2,048 is
 # Anthropic's figure).
+_SONNET_46_RPM = ScopedQuota(in_region=5_000, geo=10_000, global_=10_000)
+_SONNET_46_TPM = ScopedQuota(in_region=3_000_000, geo=6_000_000, global_=6_000_000)
+_HAIKU_45_RPM = ScopedQuota(geo=10_000, global_=10_000)
+_HAIKU_45_TPM = ScopedQuota(geo=5_000_000, global_=5_000_000)
+
 MODELS: dict[str, ModelFacts] = {
-    "claude-haiku-4-5": ModelFacts("Claude Haiku 4.5", _HAIKU_45, _half(_HAIKU_45), 4096, True),
-    "claude-sonnet-4-6": ModelFacts("Claude Sonnet 4.6", _SONNET, None, 1024, False),
-    "claude-sonnet-4-5": ModelFacts("Claude Sonnet 4.5", _SONNET, _half(_SONNET), 1024, True),
-    "claude-sonnet-4-20250514": ModelFacts("Claude Sonnet 4", _SONNET, None, 1024, False, output_burndown=5),
-    "claude-opus-4-7": ModelFacts("Claude Opus 4.7", _OPUS_45, None, 4096, False),
-    "claude-opus-4-6": ModelFacts("Claude Opus 4.6", _OPUS_45, None, 4096, False),
-    "claude-opus-4-5": ModelFacts("Claude Opus 4.5", _OPUS_45, _half(_OPUS_45), 4096, True),
-    "claude-opus-4-1": ModelFacts("Claude Opus 4.1", _OPUS_4, None, 1024, False),
-    "claude-opus-4-20250514": ModelFacts("Claude Opus 4", _OPUS_4, None, 1024, False, output_burndown=5),
-    "claude-3-7-sonnet": ModelFacts("Claude 3.7 Sonnet", _SONNET, None, 1024, False),
-    "claude-3-5-haiku": ModelFacts("Claude 3.5 Haiku", _HAIKU_35, None, 2048, False),
-    "claude-3-haiku": ModelFacts("Claude 3 Haiku", _HAIKU_3, _half(_HAIKU_3), 2048, False),
+    "claude-haiku-4-5": ModelFacts(
+        "Claude Haiku 4.5", _HAIKU_45, _half(_HAIKU_45), 4096, True, 5, 64_000, _HAIKU_45_RPM, _HAIKU_45_TPM
+    ),
+    "claude-sonnet-4-6": ModelFacts(
+        "Claude Sonnet 4.6", _SONNET, None, 1024, False, 5, 128_000, _SONNET_46_RPM, _SONNET_46_TPM
+    ),
+    "claude-sonnet-4-5": ModelFacts("Claude Sonnet 4.5", _SONNET, _half(_SONNET), 1024, True, 5, 64_000),
+    "claude-sonnet-4-20250514": ModelFacts("Claude Sonnet 4", _SONNET, None, 1024, False, 5, 64_000),
+    "claude-opus-4-7": ModelFacts("Claude Opus 4.7", _OPUS_45, None, 4096, False, 5, 128_000),
+    "claude-opus-4-6": ModelFacts("Claude Opus 4.6", _OPUS_45, None, 4096, False, 5, 128_000),
+    "claude-opus-4-5": ModelFacts("Claude Opus 4.5", _OPUS_45, _half(_OPUS_45), 4096, True, 5, 64_000),
+    "claude-opus-4-1": ModelFacts("Claude Opus 4.1", _OPUS_4, None, 1024, False, 5, 32_000),
+    "claude-opus-4-20250514": ModelFacts("Claude Opus 4", _OPUS_4, None, 1024, False, 5, 32_000),
+    "claude-3-7-sonnet": ModelFacts("Claude 3.7 Sonnet", _SONNET, None, 1024, False, 5, 64_000),
+    "claude-3-5-haiku": ModelFacts("Claude 3.5 Haiku", _HAIKU_35, None, 2048, False, 5, 8_192),
+    "claude-3-haiku": ModelFacts("Claude 3 Haiku", _HAIKU_3, _half(_HAIKU_3), 2048, False, 5, 4_096),
 }
 
 # Computed from the table, so they stay the upper bounds as models are added.
@@ -116,7 +163,8 @@ UNKNOWN_MODEL = ModelFacts(
     batch=None,
     min_cache_tokens=max(m.min_cache_tokens for m in MODELS.values()),
     cache_ttl_1h=False,
-    output_burndown=1,  # not the upper bound: see the table's notes
+    output_burndown=1,  # a model that is not Anthropic's; an Anthropic id gets its version's (below)
+    max_output_tokens=max(m.max_output_tokens for m in MODELS.values()),  # the larger reservation
 )
 DEFAULT_MIN_CACHE_TOKENS = UNKNOWN_MODEL.min_cache_tokens
 
@@ -175,12 +223,108 @@ def min_cache_tokens(model_id: str, override: int = 0) -> int:
     return (model_facts(model_id) or UNKNOWN_MODEL).min_cache_tokens
 
 
+# --- Bedrock's quotas (bedrock-runtime, on-demand) ---
+
+QUOTA_RULES_AS_OF = "2026-12-06"  # when the rules below were last checked against their sources
+
+# Per account and Region, across every model: "Cross-Model Max Tokens Per Day", default 700,000,000
+# (General Reference as transcribed 2026-10-07/09; the runtime quotas page lists the row; changed by a
+# support case only). Charged the settled amount, as TPM is. https://docs.aws.amazon.com/general/latest/gr/bedrock.html
+DAILY_TOKENS_DEFAULT = 700_000_000
+
+_ANTHROPIC = re.compile(r"anthropic\.|claude", re.IGNORECASE)
+# claude-<family>-<major>[-<minor>] (claude-sonnet-4-6, claude-opus-4-20250514: the 8-digit date is not a
+# minor) and the older claude-<major>[-<minor>]-<family> (claude-3-7-sonnet, claude-3-haiku).
+_NEW_STYLE = re.compile(r"claude-(?:haiku|sonnet|opus|fable)-(\d{1,2})(?:-(\d{1,2})(?!\d))?", re.IGNORECASE)
+_OLD_STYLE = re.compile(r"claude-(\d{1,2})(?:-(\d{1,2}))?-(?:haiku|sonnet|opus|instant)", re.IGNORECASE)
+_PLAIN = re.compile(r"claude-v?(\d{1,2})(?:[.-](\d{1,2})(?!\d))?", re.IGNORECASE)
+
+
+def anthropic_version(model_id: str) -> tuple[int, int] | None:
+    """The Claude version (major, minor) a model id, profile id or ARN names, or None if none is read."""
+    for pattern in (_NEW_STYLE, _OLD_STYLE, _PLAIN):
+        found = pattern.search(model_id)
+        if found:
+            return int(found.group(1)), int(found.group(2) or 0)
+    return None
+
+
+def burndown_for_version(version: tuple[int, int]) -> int:
+    """Bedrock's output burndown for an Anthropic model of this version.
+
+    "The burndown rate for Anthropic Claude models version 4.8 is 15x for output tokens ... Claude Sonnet 5,
+    Claude Opus 5, and Claude Fable 5.1 is 10x ... For all other Anthropic models version 4.7 and below, the
+    burndown is 5x" (quotas-token-burndown.html, as quoted word for word in 2026-09/10; one Oct-2026 quote
+    adds Opus 5.5 to the 10x list). https://docs.aws.amazon.com/bedrock/latest/userguide/quotas-token-burndown.html
+    Not on the page, and chosen so as not to under-count: a version above 4.7 and below 5 is taken as 4.8
+    (15x), any 5.x not listed (Sonnet 5.5, Haiku 5.5, ...) as the listed 5.x models (10x).
+    """
+    if version <= (4, 7):
+        return 5
+    if version < (5, 0):
+        return 15
+    return 10
+
+
 def output_burndown(model_id: str, override: int = 0) -> int:
-    """Quota tokens an output token of ``model_id`` takes (``override``: MODEL_OUTPUT_BURNDOWN, 0 for the
-    table's)."""
+    """Quota tokens an output token of ``model_id`` takes at settlement (``override``: MODEL_OUTPUT_BURNDOWN,
+    0 for the table's). The table's row; else, for an Anthropic id, its version's rate (a new Opus 4.8 id is
+    15 without a price row); else 1 ("For all other models, the burndown rate is 1:1", same page)."""
     if override:
         return override
-    return (model_facts(model_id) or UNKNOWN_MODEL).output_burndown
+    facts = model_facts(model_id)
+    if facts:
+        return facts.output_burndown
+    if not _ANTHROPIC.search(model_id):
+        return UNKNOWN_MODEL.output_burndown
+    # An Anthropic id naming no version is an old one (claude-instant-v1): "version 4.7 and below".
+    return burndown_for_version(anthropic_version(model_id) or (1, 0))
+
+
+def max_output_tokens(model_id: str) -> int:
+    """The model's maximum output: what Bedrock reserves at admission when a request sets no max_tokens ("If
+    max_tokens is not set, it defaults to the model's maximum output capacity", AWS's quota-dashboard sample,
+    https://github.com/aws-samples/sample-quota-dashboard-for-amazon-bedrock, 2025). An id not in the table:
+    128K for a Claude 4.6 or later (every such model page says 128K), else the table's largest."""
+    facts = model_facts(model_id)
+    if facts:
+        return facts.max_output_tokens
+    version = anthropic_version(model_id) if _ANTHROPIC.search(model_id) else None
+    if version and version >= (4, 6):
+        return 128_000
+    return UNKNOWN_MODEL.max_output_tokens
+
+
+def profile_scope(model_id: str) -> ProfileScope:
+    """Which of Bedrock's quota rows a model id is counted against: ``global`` (a ``global.`` profile),
+    ``geo`` (a geographic cross-Region profile: ``us.``, ``eu.``, ``apac.``, ...) or ``in-region`` (a
+    foundation model id). Each has its own TPM (and RPM, where listed) row (quotas.html, 2026). An ARN is
+    read by its resource id; an application inference profile's ARN does not name what it copies, so it is
+    taken as in-Region (its own quota is the one it was created from: set the quotas by hand)."""
+    resource = model_id.rsplit("/", 1)[-1] if model_id.startswith("arn:") else model_id
+    if resource.startswith("global."):
+        return "global"
+    if resource.startswith(_GEOGRAPHIC_PREFIXES):
+        return "geo"
+    return "in-region"
+
+
+def listed_rpm(model_id: str) -> int | None:
+    """Requests per minute AWS lists for the model at the id's scope; None where it lists none: Bedrock
+    "no longer enforces" RPM for some models since 2026-05-27 and Sonnet 5 and later have no RPM row
+    (quotas-runtime.html; General Reference as transcribed 2026-10-07/09), nor does an unknown model here.
+    https://docs.aws.amazon.com/bedrock/latest/userguide/quotas-runtime.html"""
+    facts = model_facts(model_id)
+    return facts.rpm.at(profile_scope(model_id)) if facts and facts.rpm else None
+
+
+def default_tpm(model_id: str) -> int | None:
+    """The default tokens per minute AWS lists for the model at the id's scope (General Reference, as
+    transcribed 2026-10-07/09: https://docs.aws.amazon.com/general/latest/gr/bedrock.html), None where the
+    notes hold no figure. An account's own value may be lower (quotas.html: "might be lower than the default
+    values") or raised: read it through Service Quotas where possible."""
+    facts = model_facts(model_id)
+    return facts.tpm.at(profile_scope(model_id)) if facts and facts.tpm else None
 
 
 def cache_ttl_1h(model_id: str) -> bool:
