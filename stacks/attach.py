@@ -231,6 +231,8 @@ class AttachStack(Stack):
             ingestion=self.ingestion_logs,
             namespace=self.transform.metrics_namespace,
             service=self.transform.service,
+            model_id=config.model_id if config.calls_model else None,
+            tokens_per_minute=config.model_tokens_per_minute,
         )
         # The data source is switched last: a failure of anything else rolls back before it is touched.
         self.attachment.node.add_dependency(self.batch)

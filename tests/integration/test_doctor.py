@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from contextual_kb.cli.main import app
 from contextual_kb.query import aws_clients
-from contextual_kb.query.doctor import quota_family, quota_need
+from contextual_kb.query.doctor import Quota, model_quotas, quota_family, quota_need
 
 REGION = "us-east-1"
 KB, DS = "KBID123456", "DSID123456"
@@ -164,15 +164,29 @@ def available(model_id: str, **changes: Any) -> dict[str, Any]:
     }
 
 
-def quotas(requests: float = 10_000, tokens: float = 5_000_000, daily: float | None = None) -> dict[str, Any]:
+def quotas(
+    requests: float | None = 10_000,
+    tokens: float = 5_000_000,
+    daily: float | None = None,
+    cross_model_daily: float | None = 700_000_000,
+) -> dict[str, Any]:
     listed = [
-        ("Global cross-region model inference requests per minute for Anthropic Claude Haiku 4.5", requests),
         ("Global cross-region model inference tokens per minute for Anthropic Claude Haiku 4.5", tokens),
         ("Cross-region model inference requests per minute for Anthropic Claude Haiku 4.5", 1.0),  # not ours
+        ("Global cross-region model inference tokens per minute for Anthropic Claude Haiku 4.5 1M", 9.0),
         ("On-demand InvokeModel requests per minute for Amazon Titan Text Embeddings V2", 2000.0),
     ]
+    if requests is not None:
+        listed.append(
+            (
+                "Global cross-region model inference requests per minute for Anthropic Claude Haiku 4.5",
+                requests,
+            )
+        )
     if daily is not None:
         listed.append(("Model invocation max tokens per day for Anthropic Claude Haiku 4.5", daily))
+    if cross_model_daily is not None:
+        listed.append(("Cross-Model Max Tokens Per Day", cross_model_daily))
     return {
         "Quotas": [
             {"ServiceCode": "bedrock", "QuotaName": name, "QuotaCode": f"L-{n:08d}", "Value": value}
@@ -243,6 +257,10 @@ def test_a_healthy_stack_passes_every_check(aws: Clients) -> None:
         "model",
         "embedding model",
         "reranker",
+        "tokens per minute",
+        "requests per minute",
+        "tokens per day",
+        "one call",
         "quotas",
         "intermediate bucket",
     ]
@@ -253,7 +271,7 @@ def test_a_healthy_stack_passes_every_check(aws: Clients) -> None:
     text = runner.invoke(app, ["doctor", "--region", REGION])
     assert text.exit_code == 0
     lines = text.stdout.strip().splitlines()
-    assert len(lines) == 9 and all(line.startswith("✔ ") for line in lines), lines
+    assert len(lines) == 13 and all(line.startswith("✔ ") for line in lines), lines
 
 
 def test_a_missing_stack_is_one_failed_check(aws: Clients) -> None:
@@ -427,7 +445,15 @@ def test_a_daily_token_quota_of_zero_fails(aws: Clients) -> None:
         aws, quotas=lambda: aws.stubs["service-quotas"].add_response("list_service_quotas", quotas(daily=0))
     )
     code, checks = doctor()
-    assert code == 1 and "daily token quota" in by_name(checks)["quotas"]["detail"]
+    assert code == 1 and "daily token quota" in by_name(checks)["tokens per day"]["detail"]
+    healthy(
+        aws,
+        quotas=lambda: aws.stubs["service-quotas"].add_response(
+            "list_service_quotas", quotas(cross_model_daily=0)
+        ),
+    )
+    code, checks = doctor()
+    assert code == 1 and "daily token quota" in by_name(checks)["tokens per day"]["detail"]
 
 
 def test_a_lifecycle_that_expires_remembered_contexts_fails(aws: Clients) -> None:
@@ -439,6 +465,151 @@ def test_a_lifecycle_that_expires_remembered_contexts_fails(aws: Clients) -> Non
     )
     code, checks = doctor()
     assert code == 1 and "expires the remembered contexts" in by_name(checks)["intermediate bucket"]["detail"]
+
+
+GLOBAL_TPM = "Global cross-region model inference tokens per minute for Anthropic Claude Haiku 4.5"
+GLOBAL_RPM = "Global cross-region model inference requests per minute for Anthropic Claude Haiku 4.5"
+
+
+def test_the_doctor_says_which_quotas_apply_to_the_model_and_its_scope_with_the_accounts_values(
+    aws: Clients,
+) -> None:
+    healthy(
+        aws,
+        quotas=lambda: aws.stubs["service-quotas"].add_response(
+            "list_service_quotas", quotas(tokens=4_000_000), {"ServiceCode": "bedrock"}
+        ),
+    )
+    code, checks = doctor()
+    found = by_name(checks)
+    assert code == 0
+    assert (
+        found["tokens per minute"]["detail"]
+        == f"haiku 4.5, global scope: {GLOBAL_TPM}: 4,000,000 tokens (applied)"
+    )
+    assert found["requests per minute"]["detail"] == (
+        f"haiku 4.5, global scope: {GLOBAL_RPM}: 10,000 requests (applied)"
+    )
+    assert found["tokens per day"]["detail"].startswith(
+        "Cross-Model Max Tokens Per Day: 700,000,000 tokens (applied), every model"
+    )
+    call = found["one call"]["detail"]
+    assert "input + cache write + max_tokens 160 for a chunk's context" in call
+    assert "would reserve 64,000" in call and "output x 5" in call and "cache reads are not settled" in call
+    assert "4,000,000 tokens a minute" in found["quotas"]["detail"] and found["quotas"]["status"] == "ok"
+
+
+def test_a_denied_service_quotas_read_falls_back_to_the_listed_defaults_and_says_why(aws: Clients) -> None:
+    healthy(
+        aws,
+        quotas=lambda: aws.stubs["service-quotas"].add_client_error(
+            "list_service_quotas",
+            "AccessDeniedException",
+            "User: arn:aws:iam::123456789012:user/dev is not authorized to perform: "
+            "servicequotas:ListServiceQuotas",
+            400,
+        ),
+    )
+    code, checks = doctor()
+    found = by_name(checks)
+    assert code == 0, checks  # warnings: the defaults are said, not passed
+    why = "(default, not read: ListServiceQuotas: AccessDeniedException)"
+    assert found["tokens per minute"]["detail"].endswith(f"{GLOBAL_TPM}: 5,000,000 tokens {why}")
+    assert found["requests per minute"]["detail"].endswith(f"{GLOBAL_RPM}: 10,000 requests {why}")
+    assert found["tokens per day"]["detail"].startswith(
+        f"Cross-Model Max Tokens Per Day: 700,000,000 tokens {why}"
+    )
+    for name in ("tokens per minute", "requests per minute", "tokens per day"):
+        assert found[name]["status"] == "warn" and "servicequotas:ListServiceQuotas" in found[name]["todo"]
+    assert found["quotas"]["status"] == "warn" and "listed defaults" in found["quotas"]["detail"]
+
+
+def test_a_quota_the_account_does_not_list_is_the_default_said_so(aws: Clients) -> None:
+    healthy(
+        aws,
+        quotas=lambda: aws.stubs["service-quotas"].add_response(
+            "list_service_quotas", {"Quotas": [{"QuotaName": "Knowledge bases per account", "Value": 100.0}]}
+        ),
+    )
+    code, checks = doctor()
+    found = by_name(checks)
+    assert code == 0
+    why = "(default, not read: no such quota in Service Quotas)"
+    assert found["tokens per minute"]["detail"].endswith(f"5,000,000 tokens {why}")
+    assert found["tokens per day"]["detail"].startswith(
+        f"Cross-Model Max Tokens Per Day: 700,000,000 tokens {why}"
+    )
+    assert found["tokens per minute"]["status"] == "warn" and found["quotas"]["status"] == "warn"
+
+
+def test_the_quota_listing_is_read_to_its_last_page(aws: Clients) -> None:
+    def pages() -> None:
+        first = {"Quotas": [{"QuotaName": "Knowledge bases per account", "Value": 100.0}], "NextToken": "p2"}
+        aws.stubs["service-quotas"].add_response("list_service_quotas", first, {"ServiceCode": "bedrock"})
+        aws.stubs["service-quotas"].add_response(
+            "list_service_quotas", quotas(tokens=7_000_000), {"ServiceCode": "bedrock", "NextToken": "p2"}
+        )
+
+    healthy(aws, quotas=pages)
+    code, checks = doctor()
+    assert code == 0
+    assert by_name(checks)["tokens per minute"]["detail"].endswith("7,000,000 tokens (applied)")
+    aws.stubs["service-quotas"].assert_no_pending_responses()
+
+
+def test_a_model_without_a_request_quota_says_none_listed(aws: Clients) -> None:
+    opus = "global.anthropic.claude-opus-4-7"
+    tpm = "Global cross-region model inference tokens per minute for Anthropic Claude Opus 4.7"
+    healthy(
+        aws,
+        function=lambda: aws.stubs["lambda"].add_response(
+            "get_function_configuration", function({"MODEL_ID": opus})
+        ),
+        model=lambda: aws.stubs["bedrock-runtime"].add_response(
+            "invoke_model",
+            {"body": StreamingBody(io.BytesIO(b"{}"), 2), "contentType": "application/json"},
+            {"modelId": opus, "body": ANY},
+        ),
+        quotas=lambda: aws.stubs["service-quotas"].add_response(
+            "list_service_quotas", {"Quotas": [{"QuotaName": tpm, "Value": 6_000_000.0}]}
+        ),
+    )
+    code, checks = doctor()
+    found = by_name(checks)
+    assert code == 0 and found["requests per minute"]["status"] == "ok"
+    assert (
+        "Opus 4.7: none listed (Bedrock enforces requests per minute only for some models since May 2026)"
+        in (found["requests per minute"]["detail"])
+    )
+    assert found["quotas"]["status"] == "ok" and "requests" not in found["quotas"]["detail"]
+    assert "would reserve 128,000" in found["one call"]["detail"]
+
+
+def test_the_quotas_of_each_scope_are_named_as_service_quotas_names_them() -> None:
+    sonnet = "anthropic.claude-sonnet-4-6"
+    found = model_quotas(sonnet, None, "denied")
+    assert (found.scope, found.tokens.name, found.tokens.value) == (
+        "in-region",
+        "On-demand model inference tokens per minute for Anthropic Claude Sonnet 4.6",
+        3_000_000,
+    )
+    assert found.requests.value == 5_000 and found.requests.unread == "denied"
+    geo = model_quotas(f"us.{sonnet}", [], "")
+    assert (
+        geo.tokens.name.startswith("Cross-region model inference tokens per minute")
+        and geo.tokens.value == 6e6
+    )
+    # "V1" and "InvokeModel" spellings are the same row; Sonnet 4 is not Sonnet 4.5
+    listing = [
+        {
+            "QuotaName": "Cross-region InvokeModel tokens per minute for Anthropic Claude Sonnet 4.5 V1",
+            "Value": 1.0,
+        },
+    ]
+    assert model_quotas("us.anthropic.claude-sonnet-4-5-20250929-v1:0", listing).tokens == Quota(
+        "Cross-region model inference tokens per minute for Anthropic Claude Sonnet 4.5", 1.0
+    )
+    assert model_quotas("us.anthropic.claude-sonnet-4-20250514-v1:0", listing).tokens.value is None
 
 
 def test_the_quota_family_and_need_follow_the_profile_and_the_concurrency() -> None:

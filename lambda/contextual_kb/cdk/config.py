@@ -403,6 +403,11 @@ class StackConfig(BaseModel):
             raise ValueError(f"functionEnvironment: {exc}") from None
 
     @property
+    def calls_model(self) -> bool:
+        """The function calls the model (CONTEXT_STRATEGY claude, the default)."""
+        return self.function_environment.get("CONTEXT_STRATEGY", "claude") == "claude"
+
+    @property
     def model_id(self) -> str:
         from contextual_kb.runtime.settings import DEFAULT_MODEL_ID
 

@@ -153,6 +153,8 @@ class ContextualTransformation(Construct):
             ingestion=ingestion,
             namespace=self.transform.metrics_namespace,
             service=self.transform.service,
+            model_id=self.config.model_id if self.config.calls_model else None,
+            tokens_per_minute=self.config.model_tokens_per_minute,
         )
         return self.monitoring
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -28,9 +29,16 @@ from botocore.exceptions import BotoCoreError, ClientError
 from contextual_kb.query.deployment import Deployment
 from contextual_kb.query.retrieval import DEFAULT_RERANKER, RERANKERS
 from contextual_kb.runtime.context.claude.pricing import (
+    DAILY_TOKENS_DEFAULT,
+    ProfileScope,
+    default_tpm,
     known_model,
+    listed_rpm,
+    max_output_tokens,
+    model_facts,
     model_label,
     output_burndown,
+    profile_scope,
     unknown_model_defaults,
 )
 from contextual_kb.runtime.context.claude.prompts import BEDROCK_ANTHROPIC_VERSION
@@ -96,8 +104,10 @@ def run(deployment: Deployment, clients: Clients) -> Iterator[Check]:
         yield _guarded(_knowledge_base_role, deployment, clients, environment, settings, unread)
         yield _data_source_key(deployment)
     yield _guarded(_chunking, deployment, clients, data_source, settings, unread)
-    for check in (_model, _embedding, _reranker, _quotas, _lifecycle):
+    for check in (_model, _embedding, _reranker):
         yield _guarded(check, deployment, clients, environment, settings, unread)
+    yield from _quotas(deployment, clients, environment, settings, unread)  # reads fall back, said so
+    yield _guarded(_lifecycle, deployment, clients, environment, settings, unread)
     if deployment.alarm_topic_arn:  # stacks from before alarms had a topic have none to check
         yield _guarded(_alarms, deployment, clients)
     if deployment.ingestion_log_group or deployment.ingestion_logs_check:
@@ -421,13 +431,24 @@ def _reranker(deployment: Deployment, clients: Clients, *_: Any) -> Check:
     return Check("reranker", "ok", f"{DEFAULT_RERANKER} is available")
 
 
+# How Service Quotas names a model's on-demand quotas at each profile scope (General Reference, Amazon
+# Bedrock quotas; its tables and older pages say "InvokeModel" where Service Quotas says "model inference":
+# both are read). https://docs.aws.amazon.com/general/latest/gr/bedrock.html
+QUOTA_PREFIXES: dict[ProfileScope, str] = {
+    "in-region": "On-demand model inference",
+    "geo": "Cross-region model inference",
+    "global": "Global cross-region model inference",
+}
+# Per account and Region, across every model, charged what a call settles (quotas-runtime.html, 2026).
+DAILY_QUOTA = "Cross-Model Max Tokens Per Day"
+QUOTA_PAGES = 50  # ListServiceQuotas pages read at most (Bedrock lists some hundreds of quotas)
+READ_TODO = "allow the caller servicequotas:ListServiceQuotas to read the account's values"
+_VERSION_SUFFIX = re.compile(r" v\d+$")  # "Anthropic Claude Sonnet 4.5 V1" is Sonnet 4.5's row
+
+
 def quota_family(model_id: str) -> str:
     """The Service Quotas family a model id draws on: global cross-region, cross-region or on-demand."""
-    if model_id.startswith("global."):
-        return "global cross-region model inference"
-    if model_id.split(".", 1)[0] in {"us", "eu", "apac", "jp", "au", "ca", "us-gov"}:
-        return "cross-region model inference"
-    return "on-demand model inference"
+    return QUOTA_PREFIXES[profile_scope(model_id)].lower()
 
 
 def quota_need(concurrency: int) -> tuple[int, int]:
@@ -436,74 +457,203 @@ def quota_need(concurrency: int) -> tuple[int, int]:
     return requests, requests * TOKENS_PER_CALL
 
 
+@dataclass(frozen=True)
+class Quota:
+    """One of the model's quotas: its Service Quotas name, the value that applies (None: none listed), and
+    why the account's own value was not read ("" when it was)."""
+
+    name: str
+    value: float | None
+    unread: str = ""
+
+    def said(self, unit: str) -> str:
+        if self.value is None:
+            how = f"; not read: {self.unread}" if self.unread else ""
+            return f"{self.name}: none listed{how}"
+        how = f"default, not read: {self.unread}" if self.unread else "applied"
+        return f"{self.name}: {self.value:,.0f} {unit} ({how})"
+
+
+@dataclass(frozen=True)
+class ModelQuotas:
+    scope: ProfileScope
+    tokens: Quota  # tokens per minute at the scope
+    requests: Quota  # requests per minute at the scope (none listed for many models since May 2026)
+    daily: Quota  # the cross-model tokens per day
+    model_daily: float | None = None  # an older per-model daily quota, when the account still lists one
+
+
+def _normal(name: str) -> str:
+    words = " ".join(name.lower().replace("invokemodel", "model inference").split())
+    return _VERSION_SUFFIX.sub("", words)
+
+
+def _listed(listing: list[dict[str, Any]], name: str) -> float | None:
+    want = _normal(name)
+    for quota in listing:
+        if _normal(str(quota.get("QuotaName", ""))) == want:
+            return float(quota.get("Value", 0))
+    return None
+
+
+def model_quotas(model_id: str, listing: list[dict[str, Any]] | None, unread: str = "") -> ModelQuotas:
+    """The quotas that apply to ``model_id`` at its profile scope: the account's values from ``listing``
+    (ListServiceQuotas, ServiceCode bedrock), else the model table's defaults, each saying why it was not
+    read (``unread``: the listing failed). Pure."""
+    scope = profile_scope(model_id)
+    facts = model_facts(model_id)
+    model = f"Anthropic {facts.label}" if facts else model_id
+    prefix = QUOTA_PREFIXES[scope]
+
+    def one(name: str, default: float | None) -> Quota:
+        if listing is None:
+            return Quota(name, default, unread)
+        found = _listed(listing, name)
+        if found is None:
+            return Quota(name, default, "no such quota in Service Quotas" if default is not None else "")
+        return Quota(name, found)
+
+    return ModelQuotas(
+        scope=scope,
+        tokens=one(f"{prefix} tokens per minute for {model}", default_tpm(model_id)),
+        requests=one(f"{prefix} requests per minute for {model}", listed_rpm(model_id)),
+        daily=one(DAILY_QUOTA, DAILY_TOKENS_DEFAULT),
+        model_daily=_listed(listing or [], f"Model invocation max tokens per day for {model}"),
+    )
+
+
+def _service_quotas(clients: Clients) -> tuple[list[dict[str, Any]] | None, str]:
+    """Every Bedrock quota of the account (ListServiceQuotas, paginated), or None and why not."""
+    listing: list[dict[str, Any]] = []
+    try:
+        pages = clients("service-quotas").get_paginator("list_service_quotas").paginate(ServiceCode="bedrock")
+        for number, page in enumerate(pages):
+            listing += page.get("Quotas") or []
+            if number + 1 >= QUOTA_PAGES:
+                break
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        return None, f"{exc.operation_name}: {error.get('Code', 'Unknown')}"
+    except BotoCoreError as exc:
+        return None, str(exc)
+    return listing, ""
+
+
 def _quotas(
     deployment: Deployment,
     clients: Clients,
     environment: dict[str, str],
     settings: Settings | None,
     unread: str,
-) -> Check:
+) -> Iterator[Check]:
+    """Which of Bedrock's quotas the model counts against at its profile scope, and their values (the
+    account's through Service Quotas, else the listed defaults, said so), what one call reserves and
+    settles; then whether they hold the function's MAX_CONCURRENCY or the shared quota."""
     if settings is None:
-        return _not_checked("quotas", unread)
+        yield _not_checked("quotas", unread)
+        return
     if settings.context_strategy != "claude":
-        return Check("quotas", "ok", "no model: nothing to check")
+        yield Check("quotas", "ok", "no model: nothing to check")
+        return
+    listing, why = _service_quotas(clients)
+    found = model_quotas(settings.model_id, listing, why)
+    todo = READ_TODO if listing is None else ""
     label = model_label(settings.model_id).removeprefix("Claude ").lower()
-    family = quota_family(settings.model_id)
-    found: dict[str, float] = {}
-    daily: float | None = None
-    paginator = clients("service-quotas").get_paginator("list_service_quotas")
-    for page in paginator.paginate(ServiceCode="bedrock"):
-        for quota in page.get("Quotas", []):
-            name = str(quota.get("QuotaName", "")).lower().replace("invokemodel", "model inference")
-            if label not in name:
-                continue
-            if "tokens per day" in name:
-                daily = float(quota.get("Value", 0))
-            elif name.startswith(family) or (
-                family == "cross-region model inference" and name.startswith("cross-region")
-            ):
-                kind = (
-                    "requests"
-                    if "requests per minute" in name
-                    else "tokens"
-                    if "tokens per minute" in name
-                    else ""
-                )
-                if kind:
-                    found[kind] = float(quota.get("Value", 0))
-    if daily == 0:
-        return Check(
-            "quotas",
+    scope = f"{label}, {found.scope} scope"
+    tokens, requests, daily = found.tokens, found.requests, found.daily
+    yield Check(
+        "tokens per minute",
+        "ok" if tokens.value is not None and not tokens.unread else "warn",
+        f"{scope}: {tokens.said('tokens')}" if tokens.value is not None or tokens.unread
+        else f"{scope}: {tokens.name}: not in Service Quotas, and no default listed here",
+        todo or ("" if tokens.value is not None and not tokens.unread
+                 else "look it up in the Service Quotas console (Amazon Bedrock)"),
+    )  # fmt: skip
+    rpm = (
+        requests.said("requests")
+        if requests.value is not None
+        else f"{requests.name}: none listed (Bedrock enforces requests per minute only for some models "
+        "since May 2026)"
+    )
+    yield Check("requests per minute", "warn" if requests.unread else "ok", f"{scope}: {rpm}", todo)
+    if daily.value == 0 or found.model_daily == 0:
+        yield Check(
+            "tokens per day",
             "fail",
             f"the daily token quota for {label} is 0 in this account (new accounts may start so)",
-            "ask AWS for a quota increase (Service Quotas, Amazon Bedrock) before syncing",
+            "ask AWS for a quota increase (AWS Support: the daily quota is raised by a support case) before "
+            "syncing",
         )
-    if not found:
+        return
+    yield Check(
+        "tokens per day",
+        "warn" if daily.unread else "ok",
+        f"{daily.said('tokens')}, every model in the account and Region, charged what each call settles",
+        todo,
+    )
+    yield _per_call(settings)
+    yield _verdict(settings, f"{QUOTA_PREFIXES[found.scope].lower()} for {label}", found)
+
+
+def _per_call(settings: Settings) -> Check:
+    burndown = output_burndown(settings.model_id, settings.model_output_burndown)
+    given = " (MODEL_OUTPUT_BURNDOWN)" if settings.model_output_burndown else ""
+    max_tokens = f"max_tokens {settings.context_max_tokens:,} for a chunk's context"
+    if settings.context_mode != "per_chunk":
+        grouped = (settings.context_max_tokens + 16) * settings.group_size
+        max_tokens += f", {grouped:,} for a group of {settings.group_size}"
+    return Check(
+        "one call",
+        "ok",
+        f"reserves its input + cache write + {max_tokens} (a call without max_tokens would reserve "
+        f"{max_output_tokens(settings.model_id):,}); settles input + cache write + output x {burndown}"
+        f"{given}; cache reads are not settled",
+    )
+
+
+def _verdict(settings: Settings, family: str, found: ModelQuotas) -> Check:
+    if found.tokens.value is None:
         return Check(
             "quotas",
             "warn",
-            f"no {family} quota found for {label} in Service Quotas",
+            f"no {family} tokens-per-minute quota known: MAX_CONCURRENCY {settings.max_concurrency} not "
+            "judged",
             "check it in the Service Quotas console",
         )
-    requests, tokens = found.get("requests", float("inf")), found.get("tokens", float("inf"))
+    requests = found.requests.value if found.requests.value is not None else float("inf")
+    tokens = found.tokens.value
+    defaults = found.tokens.unread or found.requests.unread
     if settings.model_quota_table:
-        return _shared_quota(settings, f"{family} for {label}", requests, tokens)
+        check = _shared_quota(settings, family, requests, tokens)
+    else:
+        check = _concurrency(settings, family, requests, tokens)
+    if defaults and check.status == "ok":  # judged on listed defaults: said, not passed
+        return Check(
+            "quotas",
+            "warn",
+            f"{check.detail} (listed defaults: the account's may be lower)",
+            "run ckb doctor with servicequotas:ListServiceQuotas allowed",
+        )
+    return check
+
+
+def _concurrency(settings: Settings, family: str, requests: float, tokens: float) -> Check:
     need_requests, need_tokens = quota_need(settings.max_concurrency)
+    rpm = f"{requests:,.0f} requests and " if requests != float("inf") else ""
     if requests < need_requests or tokens < need_tokens:
         fits = min(requests * SECONDS_PER_CALL / 60, tokens * SECONDS_PER_CALL / 60 / TOKENS_PER_CALL)
         return Check(
             "quotas",
             "warn",
-            f"{family} for {label}: {requests:,.0f} requests and {tokens:,.0f} tokens a minute; "
-            f"MAX_CONCURRENCY {settings.max_concurrency} asks about {need_requests:,} and {need_tokens:,}: a "
-            "sync will be throttled",
+            f"{family}: {rpm}{tokens:,.0f} tokens a minute; MAX_CONCURRENCY {settings.max_concurrency} asks "
+            f"about {need_requests:,} requests and {need_tokens:,} tokens: a sync will be throttled",
             f"set MAX_CONCURRENCY to {max(1, int(fits))} in functionEnvironment, or ask for a quota increase",
         )
     return Check(
         "quotas",
         "ok",
-        f"{family} for {label}: {requests:,.0f} requests and {tokens:,.0f} tokens a minute, enough for "
-        f"MAX_CONCURRENCY {settings.max_concurrency}",
+        f"{family}: {rpm}{tokens:,.0f} tokens a minute, enough for MAX_CONCURRENCY "
+        f"{settings.max_concurrency}",
     )
 
 
@@ -523,12 +673,19 @@ def _shared_quota(settings: Settings, quota: str, requests: float, tokens: float
             f"set model{kind.title()}PerMinute to {int(0.9 * account[kind]):,} or less (90%), and deploy",
         )
     burndown = output_burndown(settings.model_id, settings.model_output_burndown)
+    if requests == float("inf"):  # no request quota listed: only the tokens are shared against one
+        return Check(
+            "quotas",
+            "ok",
+            f"{quota}: {tokens:,.0f} tokens a minute; the invocations share "
+            f"{settings.model_tokens_per_minute:,} of them, an output token counted as {burndown}",
+        )
     return Check(
         "quotas",
         "ok",
         f"{quota}: {requests:,.0f} requests and {tokens:,.0f} tokens a minute; the invocations share "
         f"{settings.model_requests_per_minute:,} and {settings.model_tokens_per_minute:,} of them, an output "
-        f"token counted as {burndown} (MODEL_OUTPUT_BURNDOWN)",
+        f"token counted as {burndown}",
     )
 
 
