@@ -585,6 +585,19 @@ def test_a_model_without_a_request_quota_says_none_listed(aws: Clients) -> None:
     assert "would reserve 128,000" in found["one call"]["detail"]
 
 
+def test_an_unread_request_quota_the_table_lacks_is_not_called_none_listed() -> None:
+    found = model_quotas("global.anthropic.claude-opus-4-7", None, "ListServiceQuotas: AccessDeniedException")
+    assert found.requests.value is None and found.requests.unread  # not known: the doctor says so
+    assert found.tokens == Quota(
+        "Global cross-region model inference tokens per minute for Anthropic Claude Opus 4.7",
+        None,
+        "ListServiceQuotas: AccessDeniedException",
+    )
+    assert found.tokens.said("tokens").endswith(
+        "none listed; not read: ListServiceQuotas: AccessDeniedException"
+    )
+
+
 def test_the_quotas_of_each_scope_are_named_as_service_quotas_names_them() -> None:
     sonnet = "anthropic.claude-sonnet-4-6"
     found = model_quotas(sonnet, None, "denied")

@@ -569,12 +569,15 @@ def _quotas(
         todo or ("" if tokens.value is not None and not tokens.unread
                  else "look it up in the Service Quotas console (Amazon Bedrock)"),
     )  # fmt: skip
-    rpm = (
-        requests.said("requests")
-        if requests.value is not None
-        else f"{requests.name}: none listed (Bedrock enforces requests per minute only for some models "
-        "since May 2026)"
-    )
+    if requests.value is not None:
+        rpm = requests.said("requests")
+    elif requests.unread:  # the account not read, and the model table lists none: not known
+        rpm = f"{requests.name}: none in the model table (not read: {requests.unread})"
+    else:
+        rpm = (
+            f"{requests.name}: none listed (Bedrock enforces requests per minute only for some models since "
+            "May 2026)"
+        )
     yield Check("requests per minute", "warn" if requests.unread else "ok", f"{scope}: {rpm}", todo)
     if daily.value == 0 or found.model_daily == 0:
         yield Check(
