@@ -55,7 +55,7 @@ VARIANTS: dict[str, tuple[list[str], str, bool, bool, bool]] = {
         False,
     ),
 }
-ALARMS = {"Errors", "DurationNearTimeout", "Throttles", "Fallbacks", "ModelThrottles"}
+ALARMS = {"Errors", "DurationNearTimeout", "Throttles", "Fallbacks", "ModelThrottles", "ModelTokensNearQuota"}
 
 
 def _synth(args: list[str], out: Path) -> subprocess.CompletedProcess[str]:

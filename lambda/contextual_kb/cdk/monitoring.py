@@ -54,7 +54,6 @@ def quota_usage(model_id: str) -> cw.Metric:
         dimensions_map={"ModelId": model_id},
         statistic="Sum",
         period=Duration.minutes(1),
-        label=f"{QUOTA_USAGE_METRIC} ({model_id})",
     )
 
 
@@ -209,11 +208,12 @@ class Monitoring(Construct):
 
     def _quota_usage(self, model_id: str, tokens_per_minute: int | None) -> cw.IWidget:
         """The graph of Bedrock's estimate beside the quota, and the alarm near it (appended to alarms)."""
-        usage = quota_usage(model_id)
+        usage = quota_usage(model_id)  # unlabelled for the alarm: a label makes it a metric-math alarm
+        graphed = usage.with_(label=f"{QUOTA_USAGE_METRIC} ({model_id})")
         quota, what = token_quota(model_id, tokens_per_minute)
         title = "Model quota: tokens a minute (Bedrock's estimate, settled calls)"
         if quota is None:  # nothing to set it against: the usage alone
-            return cw.GraphWidget(title=title, left=[usage], width=24)
+            return cw.GraphWidget(title=title, left=[graphed], width=24)
         threshold = QUOTA_ALARM_SHARE * quota
         self.alarms.append(
             cw.Alarm(
@@ -234,7 +234,7 @@ class Monitoring(Construct):
         )
         return cw.GraphWidget(
             title=title,
-            left=[usage],
+            left=[graphed],
             left_annotations=[
                 cw.HorizontalAnnotation(value=quota, label=f"quota {quota:,} ({what})"),
                 cw.HorizontalAnnotation(value=threshold, label=f"alarm at {QUOTA_ALARM_SHARE:.0%}"),
