@@ -578,7 +578,8 @@ def _quotas(
             f"{requests.name}: none listed (Bedrock enforces requests per minute only for some models since "
             "May 2026)"
         )
-    yield Check("requests per minute", "warn" if requests.unread else "ok", f"{scope}: {rpm}", todo)
+    # the read's todo said once, on the tokens' line; the lines below give its reason
+    yield Check("requests per minute", "warn" if requests.unread else "ok", f"{scope}: {rpm}")
     if daily.value == 0 or found.model_daily == 0:
         yield Check(
             "tokens per day",
@@ -592,7 +593,6 @@ def _quotas(
         "tokens per day",
         "warn" if daily.unread else "ok",
         f"{daily.said('tokens')}, every model in the account and Region, charged what each call settles",
-        todo,
     )
     yield _per_call(settings)
     yield _verdict(settings, f"{QUOTA_PREFIXES[found.scope].lower()} for {label}", found)
