@@ -108,7 +108,7 @@ def _custom_alarms(template: dict[str, Any]) -> list[dict[str, Any]]:
     return [
         a["Properties"]
         for a in resources(template, "AWS::CloudWatch::Alarm").values()
-        if a["Properties"].get("Namespace") != "AWS/Lambda"
+        if a["Properties"].get("Namespace") not in {"AWS/Lambda", "AWS/Bedrock"}
         and a["Properties"]["MetricName"] != "IngestionDocumentsFailed"
     ]
 

@@ -236,6 +236,7 @@ def test_alarms_watch_errors_time_throttles_fallbacks_and_model_throttles(
         ("ContextualKB", "ContextFallbacks"): ("Sum", 1),
         ("ContextualKB", "ModelThrottles"): ("Sum", 100),
         ("ContextualKB", "IngestionDocumentsFailed"): ("Sum", 1),  # the Knowledge Base's logs, filtered
+        ("AWS/Bedrock", "EstimatedTPMQuotaUsage"): ("Sum", 0.8 * 5_000_000),  # Haiku 4.5's global default
     }
     ours = [
         a

@@ -197,7 +197,7 @@ def test_outputs_alarms_and_dashboard(synthesized: dict[str, Any], store: str) -
     alarms = {
         a["Properties"]["AlarmDescription"] for a in resources(template, "AWS::CloudWatch::Alarm").values()
     }
-    assert len(alarms) == 6
+    assert len(alarms) == 7  # with the model's quota usage (ModelTokensNearQuota: test_quota_usage.py)
     assert len(resources(template, "AWS::CloudWatch::Dashboard")) == 1
 
 

@@ -157,7 +157,7 @@ def _alarms_reach_the_topic(ministack: Ministack, outputs: dict[str, str]) -> No
     topic = outputs["AlarmTopicArn"]
     alarms = ministack.client("cloudwatch").describe_alarms()["MetricAlarms"]
     ours = [a for a in alarms if a["AlarmName"].startswith(f"{STACK}-")]
-    assert len(ours) == 6, [a["AlarmName"] for a in alarms]
+    assert len(ours) == 7, [a["AlarmName"] for a in alarms]  # ModelTokensNearQuota too
     assert all(a["AlarmActions"] == [topic] and a["OKActions"] == [topic] for a in ours)
     subscriptions = ministack.client("sns").list_subscriptions_by_topic(TopicArn=topic)["Subscriptions"]
     assert [(s["Protocol"], s["Endpoint"]) for s in subscriptions] == [("email", EMAIL)]
@@ -343,7 +343,7 @@ def test_attach_mode_switches_the_data_source_and_puts_it_back(engine: dict[str,
     assert variables["VECTOR_STORE"] == "s3vectors" and variables["CHUNKING"] == "kb"  # from the inspection
     alarms = ministack.client("cloudwatch").describe_alarms()["MetricAlarms"]
     ours = [a for a in alarms if a["AlarmName"].startswith(f"{stack}-")]
-    assert len(ours) == 6 and all(a["AlarmActions"] == a["OKActions"] == [team_topic] for a in ours)
+    assert len(ours) == 7 and all(a["AlarmActions"] == a["OKActions"] == [team_topic] for a in ours)
     assert not [t for t in sns.list_topics()["Topics"] if t["TopicArn"] != team_topic]  # no topic of ours
     groups = {g["logGroupName"] for g in ministack.client("logs").describe_log_groups()["logGroups"]}
     assert f"/aws/vendedlogs/bedrock/knowledge-bases/{stack}" in groups
