@@ -1,6 +1,7 @@
 """The deferred loop as the stack's workflow runs it (``-c autoContextualize=...``,
 ``contextual_kb/cdk/deferred_workflow.py``): the Lambda step of an AWS Step Functions execution, running ``ckb
-contextualize``'s own code (``Contextualizer``), never a copy of it.
+contextualize``'s own phases (``sequence.py``), never a copy of them: ``look`` is the workflow's sequencer
+of them, as ``sequence.run`` is the CLI's.
 
 One execution is one look: the run the claim names is resumed (or, started with ``mode: start``, a new one
 planned when none is under way), its jobs submitted, looked at once, and those ended stored; once every job
@@ -33,6 +34,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from contextual_kb.deferred import sequence
 from contextual_kb.deferred.claim import BusyError, TakenOverError
 from contextual_kb.deferred.contextualize import NOTHING_PENDING, Contextualizer, Options, Reingest, Summary
 from contextual_kb.deferred.records import Limits
@@ -95,9 +97,9 @@ def step(
     mode = str(event.get("mode") or "resume")
     if mode not in MODES:
         raise ValueError(f"mode {mode!r} is not one of {', '.join(MODES)}")
-    unfinished = contextualizer.unfinished()
+    unfinished = sequence.unfinished(contextualizer)
     if unfinished is None and mode == "resume":
-        return _result("idle", Summary(notes=["no run under way: nothing to resume"]))
+        return _result("idle", Summary(notes=[sequence.NO_RUN]))
     if unfinished is None:
         job = ingestion_running()
         if job:
@@ -106,7 +108,7 @@ def step(
                 Summary(notes=[f"ingestion job {job} is running: planned at the next look, once it ends"]),
             )
     try:
-        summary = contextualizer.run(reingest=reingest, plan=mode == "start")
+        summary = look(contextualizer, reingest, plan=mode == "start")
     except BusyError as exc:
         return _result("busy", Summary(notes=[str(exc)]))
     if summary.fan_out:  # the state machine's Distributed Map runs the shards, then looks again
@@ -129,6 +131,16 @@ def step(
     started = (unfinished or {}).get("run") or summary.run
     result["run_age_seconds"] = run_age_seconds(started, clock) if outcome == "waiting" else 0.0
     return result
+
+
+def look(work: Contextualizer, reingest: Reingest | None, *, plan: bool) -> Summary:
+    """The workflow's sequencer: under the claim, the run the claim names begun (or, with ``plan``, a new
+    one planned when none is under way), then its phases one after the other (``sequence.advance``) until
+    one stops: its jobs still run (Step Functions waits, not the function: ``Options.follow`` false), its
+    shards are to be planned or stored by a Map (``Options.fan_out``), or the run is done."""
+    if not plan and sequence.unfinished(work) is None:  # finished since the step looked
+        return Summary(notes=[sequence.NO_RUN])
+    return sequence.claimed(work, lambda run: sequence.until_stopped(work, run, reingest))
 
 
 def shard(
