@@ -152,7 +152,7 @@ def dry_run(work: Running) -> Summary:
     held = " (under way in another ckb contextualize)" if live else ""
     documents, records = set(state.documents), len(state.records)
     if state.sharded:  # its records are its shards': those listed, and what the shards planned
-        documents = sharded.Shards(work).listed(state)
+        documents = sharded.listed(state, work)
         records = int(state.summary.get("records", 0))
     summary = Summary(**work._plan(new_run(), leave_out=documents).summary)
     summary.notes.append(
@@ -209,17 +209,16 @@ ONE_PIECE: dict[str, Step] = {
 def sharded_plan(state: RunState, work: Running, _reingest: Reingest | None) -> Summary | None:
     """Listed (once), each shard planned (here, or by the workflow's Map: ``Options.fan_out``), the shards'
     files cut into jobs, quoted and confirmed."""
-    shards = sharded.Shards(work)
     if not state.listed:
-        shards.list(state)
+        sharded.list_shards(state, work)
         state.listed = True
         work._save(state)
-    missing = [n for n, got in shards._each(state, "summary.json") if got is None]
+    missing = [n for n, got in sharded.each(state, "summary.json", work) if got is None]
     if missing and work.options.fan_out:
         return Summary(run=state.run, fan_out=sharded.PLAN, shards=state.shards or 0)
     for n in missing:
-        shards.plan(state.run, n)
-    shards.cut(state)
+        sharded.plan_shard(state.run, n, work)
+    sharded.cut(state, work)
     planned = Summary(**state.summary)
     if not planned.records and not planned.awaiting_reingestion:
         planned.notes.append(NOTHING_PENDING)
@@ -246,9 +245,8 @@ def sharded_submit(state: RunState, work: Running, _reingest: Reingest | None) -
 
 def sharded_collect(state: RunState, work: Running, _reingest: Reingest | None) -> Summary | None:
     """Each job looked at until all ended (once, when not followed: ``Options.follow``)."""
-    shards = sharded.Shards(work)
     while True:
-        running = shards.collect(state)
+        running = sharded.collect(state, work)
         work._save(state)
         if not running:
             state.phase = sharded.COLLECTED
@@ -265,13 +263,12 @@ def sharded_collect(state: RunState, work: Running, _reingest: Reingest | None) 
 def sharded_store(state: RunState, work: Running, reingest: Reingest | None) -> Summary | None:
     """Each shard stored (here, or by the workflow's Map), their results added up, one ingestion started
     when any document was marked, the run done."""
-    shards = sharded.Shards(work)
-    missing = [n for n, got in shards._each(state, "result.json") if got is None]
+    missing = [n for n, got in sharded.each(state, "result.json", work) if got is None]
     if missing and work.options.fan_out:
         return Summary(run=state.run, fan_out=sharded.STORE, shards=state.shards or 0)
     for n in missing:
-        shards.store(state.run, n, reingest)
-    summary = shards.finish(state, work.start_ingestion)
+        sharded.store_shard(state.run, n, reingest, work)
+    summary = sharded.finish(state, work.start_ingestion, work)
     summary.shards = state.shards or 0
     state.summary, state.phase = asdict(summary), sharded.DONE
     work._save(state)

@@ -35,11 +35,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from contextual_kb.deferred import sequence
+from contextual_kb.deferred import shards as sharded
 from contextual_kb.deferred.claim import BusyError, TakenOverError
 from contextual_kb.deferred.contextualize import NOTHING_PENDING, Contextualizer, Options, Reingest, Summary
 from contextual_kb.deferred.records import Limits
 from contextual_kb.deferred.reingest import Reingested, reingest_s3
-from contextual_kb.deferred.shards import PLAN, SHARD_DOCUMENTS, STORE, Shards
+from contextual_kb.deferred.shards import PLAN, SHARD_DOCUMENTS, STORE
 
 NAMESPACE = "ContextualKB"
 SERVICE = "contextual-kb-deferred"
@@ -114,7 +115,7 @@ def step(
     if summary.fan_out:  # the state machine's Distributed Map runs the shards, then looks again
         result = _result(summary.fan_out, summary)
         result["bucket"] = contextualizer.options.bucket
-        result["manifest"] = Shards(contextualizer).manifest_key(summary.run)
+        result["manifest"] = sharded.manifest_key(summary.run, contextualizer)
         # The claim's owner, for the Map's children to join: in the look's own result, so the Map's item
         # selector reads it from its input ($), not from a context object ($$), of which AWS's pages do not
         # say whose execution it names inside a Distributed Map.
@@ -159,8 +160,10 @@ def shard(
     run, number = str(event["run"]), int(event["shard"])
     try:
         contextualizer.claim.join(run)
-        shards = Shards(contextualizer)
-        done = shards.plan(run, number) if ACTIONS[action] == PLAN else shards.store(run, number, reingest)
+        if ACTIONS[action] == PLAN:
+            done = sharded.plan_shard(run, number, contextualizer)
+        else:
+            done = sharded.store_shard(run, number, reingest, contextualizer)
     except TakenOverError as exc:
         if (
             exc.run == run
