@@ -17,37 +17,18 @@ from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import asdict, replace
 from datetime import UTC, datetime
-from typing import Protocol
 
 from contextual_kb.deferred import shards as sharded
-from contextual_kb.deferred.claim import LEASE_SECONDS, Claim
-from contextual_kb.deferred.options import NOTHING_PENDING, Options, Reingest, Summary
-from contextual_kb.deferred.phases.follow import Following
-from contextual_kb.deferred.phases.plan import Planning
-from contextual_kb.deferred.phases.reingest import Reingesting, finish
-from contextual_kb.deferred.phases.settle import Settling
-from contextual_kb.deferred.phases.submit import Submitting
+from contextual_kb.deferred.claim import LEASE_SECONDS
+from contextual_kb.deferred.options import NOTHING_PENDING, Reingest, Summary
+from contextual_kb.deferred.phases.reingest import finish
+from contextual_kb.deferred.phases.work import RunWork
 from contextual_kb.deferred.state import RunState
 
 NO_RUN = "no run under way: nothing to resume"
 
 
-class Running(Planning, Submitting, Following, Settling, Reingesting, sharded.RunWork, Protocol):
-    """What a run needs: every phase's services (``contextualize.Contextualizer`` holds them)."""
-
-    options: Options
-    claim: Claim
-    log: Callable[[str], None]
-    sleep: Callable[[float], None]
-    start_ingestion: Callable[[], tuple[str, int | None]] | None
-
-    def _plan(self, run: str, leave_out: set[str] | None = None) -> RunState: ...
-    def _load(self, run: str) -> RunState | None: ...
-    def _submit(self, state: RunState) -> None: ...
-    def _collect_and_store(self, state: RunState) -> int: ...
-
-
-Step = Callable[[RunState, Running, Reingest | None], Summary | None]
+Step = Callable[[RunState, RunWork, Reingest | None], Summary | None]
 
 
 # --- the sequencers' common parts ---
@@ -56,14 +37,14 @@ def new_run() -> str:
     return datetime.now(UTC).strftime("%Y%m%d%H%M%S") + uuid.uuid4().hex[:6]
 
 
-def unfinished(work: Running) -> RunState | None:
+def unfinished(work: RunWork) -> RunState | None:
     """The state of the run the claim names, when it is unfinished; None when no run is under way."""
     seen = work.claim.peek()
     state = work._load(seen[0]["run"]) if seen is not None else None
     return state if state is not None and state.phase != "done" else None
 
 
-def claimed(work: Running, body: Callable[[str], Summary]) -> Summary:
+def claimed(work: RunWork, body: Callable[[str], Summary]) -> Summary:
     """``body`` over the run the claim gives (``claim.py``: a new one, or one to resume), so that two at once
     never plan the same pending chunks. Not followed to the end, the claim is released (the next look, by
     any process, resumes it); stopped for its shards to run elsewhere, kept for them to join
@@ -81,7 +62,7 @@ def claimed(work: Running, body: Callable[[str], Summary]) -> Summary:
         raise
 
 
-def begin(work: Running, run: str) -> RunState | Summary:
+def begin(work: RunWork, run: str) -> RunState | Summary:
     """Run ``run``'s state to go on from; a new run's when it has none or is done: listed when runs are
     sharded, planned otherwise (its summary, when nothing is pending: the run is then over)."""
     state = work._load(run)
@@ -109,13 +90,13 @@ def begin(work: Running, run: str) -> RunState | Summary:
     return state
 
 
-def advance(state: RunState, work: Running, reingest: Reingest | None) -> Summary | None:
+def advance(state: RunState, work: RunWork, reingest: Reingest | None) -> Summary | None:
     """The phase ``state`` is in, done (see the module's docstring)."""
     steps = SHARDED if state.sharded else ONE_PIECE
     return steps[state.phase](state, work, reingest)
 
 
-def until_stopped(work: Running, run: str, reingest: Reingest | None) -> Summary:
+def until_stopped(work: RunWork, run: str, reingest: Reingest | None) -> Summary:
     """Run ``run`` begun, then its phases one after the other until one stops."""
     state = begin(work, run)
     while isinstance(state, RunState):
@@ -124,7 +105,7 @@ def until_stopped(work: Running, run: str, reingest: Reingest | None) -> Summary
 
 
 # --- the CLI's sequencer ---
-def run(work: Running, reingest: Reingest | None = None, *, plan: bool = True) -> Summary:
+def run(work: RunWork, reingest: Reingest | None = None, *, plan: bool = True) -> Summary:
     """``ckb contextualize``: the run to its end (claimed: ``claimed``); an unfinished one whose process
     stopped is resumed. A dry run claims nothing and writes nothing. ``plan`` false: only an unfinished run
     is resumed, none planned."""
@@ -135,7 +116,7 @@ def run(work: Running, reingest: Reingest | None = None, *, plan: bool = True) -
     return claimed(work, lambda run: until_stopped(work, run, reingest))
 
 
-def dry_run(work: Running) -> Summary:
+def dry_run(work: RunWork) -> Summary:
     """The plan's quote; an unfinished run's documents are left out of it (resuming it pays for them), and
     said so."""
     seen = work.claim.peek()
@@ -163,14 +144,14 @@ def dry_run(work: Running) -> Summary:
 
 
 # --- a run in one piece ---
-def submitted(state: RunState, work: Running, _reingest: Reingest | None) -> Summary | None:
+def submitted(state: RunState, work: RunWork, _reingest: Reingest | None) -> Summary | None:
     work._submit(state)
     state.phase = "submitted"
     work._save(state)
     return None
 
 
-def followed(state: RunState, work: Running, _reingest: Reingest | None) -> Summary | None:
+def followed(state: RunState, work: RunWork, _reingest: Reingest | None) -> Summary | None:
     running = work._collect_and_store(state)
     if running:
         summary = Summary(**state.summary)
@@ -181,7 +162,7 @@ def followed(state: RunState, work: Running, _reingest: Reingest | None) -> Summ
     return None
 
 
-def settled(state: RunState, work: Running, _reingest: Reingest | None) -> Summary | None:
+def settled(state: RunState, work: RunWork, _reingest: Reingest | None) -> Summary | None:
     # Records keep what is still wanted, and those given contexts are kept, awaiting re-ingestion, until
     # their source is marked: a run stopped from here re-ingests them when resumed.
     state.still = work._settle(state)
@@ -190,7 +171,7 @@ def settled(state: RunState, work: Running, _reingest: Reingest | None) -> Summa
     return None
 
 
-def finished(state: RunState, work: Running, reingest: Reingest | None) -> Summary | None:
+def finished(state: RunState, work: RunWork, reingest: Reingest | None) -> Summary | None:
     summary = Summary(**state.summary)
     finish(state, summary, reingest, work)
     return summary
@@ -206,7 +187,7 @@ ONE_PIECE: dict[str, Step] = {
 
 
 # --- a run in shards (``shards.py``) ---
-def sharded_plan(state: RunState, work: Running, _reingest: Reingest | None) -> Summary | None:
+def sharded_plan(state: RunState, work: RunWork, _reingest: Reingest | None) -> Summary | None:
     """Listed (once), each shard planned (here, or by the workflow's Map: ``Options.fan_out``), the shards'
     files cut into jobs, quoted and confirmed."""
     if not state.listed:
@@ -236,14 +217,14 @@ def sharded_plan(state: RunState, work: Running, _reingest: Reingest | None) -> 
     return None
 
 
-def sharded_submit(state: RunState, work: Running, _reingest: Reingest | None) -> Summary | None:
+def sharded_submit(state: RunState, work: RunWork, _reingest: Reingest | None) -> Summary | None:
     work._submit(state)
     state.phase = sharded.SUBMITTED
     work._save(state)
     return None
 
 
-def sharded_collect(state: RunState, work: Running, _reingest: Reingest | None) -> Summary | None:
+def sharded_collect(state: RunState, work: RunWork, _reingest: Reingest | None) -> Summary | None:
     """Each job looked at until all ended (once, when not followed: ``Options.follow``)."""
     while True:
         running = sharded.collect(state, work)
@@ -260,7 +241,7 @@ def sharded_collect(state: RunState, work: Running, _reingest: Reingest | None) 
         work.sleep(work.options.poll_seconds)
 
 
-def sharded_store(state: RunState, work: Running, reingest: Reingest | None) -> Summary | None:
+def sharded_store(state: RunState, work: RunWork, reingest: Reingest | None) -> Summary | None:
     """Each shard stored (here, or by the workflow's Map), their results added up, one ingestion started
     when any document was marked, the run done."""
     missing = [n for n, got in sharded.each(state, "result.json", work) if got is None]

@@ -37,18 +37,19 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import closing
 from dataclasses import asdict, fields
-from typing import Any, Protocol
+from typing import Any
 
 from contextual_kb.deferred.batch_files import ENDED, USABLE, lines, parse_outputs
-from contextual_kb.deferred.claim import Claim, ContextualizeError
+from contextual_kb.deferred.claim import ContextualizeError
 from contextual_kb.deferred.concurrency import in_order
-from contextual_kb.deferred.options import OnDemand, Options, Reingest, Summary
+from contextual_kb.deferred.options import Reingest, Summary
+from contextual_kb.deferred.phases.work import RunWork
 from contextual_kb.deferred.records import RECORD_ID_LENGTH, Limits, Output, split_jobs
 from contextual_kb.deferred.reingest import Reingested
-from contextual_kb.deferred.spool import Spool, Spooled
+from contextual_kb.deferred.spool import Spool
 from contextual_kb.deferred.state import STATE_FILE, RunState
 
 # Records (pending documents) a shard plans and stores: measured at 13 ms (plan) and 23 ms (store) a
@@ -83,53 +84,6 @@ def new_state(run: str) -> RunState:
         on_demand={"input": "", "records": [], "pieces": []},
         summary=asdict(Summary(run=run)),
     )
-
-
-class RunWork(Protocol):
-    """What a shard needs of the run it belongs to: its services (S3, Bedrock, the claim, the callbacks) and
-    the per-document work that a run in one piece does too (``contextualize.Contextualizer`` is one)."""
-
-    s3: Any
-    bedrock: Any
-    options: Options
-    claim: Claim
-    on_demand: OnDemand | None
-    log: Callable[[str], None]
-    progress: Callable[[str, int, int], None]
-
-    def _get(self, key: str) -> bytes | None: ...
-    def _put(self, key: str, body: bytes) -> None: ...
-    def _load(self, run: str) -> RunState | None: ...
-    def _usable(
-        self, leave_out: set[str], among: Iterable[str] | None = None
-    ) -> tuple[list[list[str]], Counter[str]]: ...
-    def _build(
-        self,
-        usable: list[list[str]],
-        spool: Spool,
-        summary: Summary,
-        dropped: Counter[str],
-        ids: Iterator[str] | None = None,
-    ) -> tuple[dict[str, int], dict[str, dict[str, Any]]]: ...
-    def _floor(self, planned: Sequence[Spooled], documents: dict[str, int]) -> float: ...
-    def _estimate(self, summary: Summary, planned: Sequence[Spooled], on_demand: list[int]) -> None: ...
-    def _charge_line(
-        self, state: RunState, summary: Summary, *, batch: bool, model: str = ""
-    ) -> Callable[[Output], None]: ...
-    def _on_demand_outputs(
-        self, state: RunState, record_ids_: list[str], name: str, charge: Callable[[Output], None]
-    ) -> dict[str, Output]: ...
-    def _store(
-        self,
-        state: RunState,
-        record_ids_: list[str],
-        outputs: dict[str, Output],
-        summary: Summary,
-        rejected: Counter[str],
-    ) -> list[str]: ...
-    def _still_fitting(self, state: RunState, record_ids_: list[str]) -> list[str]: ...
-    def _settle(self, state: RunState) -> dict[str, int]: ...
-    def _after_reingestion(self, state: RunState, reingested: Reingested, summary: Summary) -> None: ...
 
 
 # --- where ---

@@ -13,41 +13,16 @@ from dataclasses import asdict
 from typing import Any, Protocol
 
 from contextual_kb.deferred.batch_files import ENDED, USABLE, lines, parse_outputs
-from contextual_kb.deferred.claim import Claim
 from contextual_kb.deferred.concurrency import in_order
-from contextual_kb.deferred.options import OnDemand, Options, Summary
+from contextual_kb.deferred.options import Summary
 from contextual_kb.deferred.phases.store import spans_hash
+from contextual_kb.deferred.phases.work import AnswerWork, Callbacks, Clients, Costs, Objects
 from contextual_kb.deferred.records import Output
 from contextual_kb.deferred.state import RunState
-from contextual_kb.runtime.pending import PendingDocument
 
 
-class Following(Protocol):
-    s3: Any
-    bedrock: Any
-    options: Options
-    claim: Claim
-    on_demand: OnDemand | None
-    log: Callable[[str], None]
-    progress: Callable[[str, int, int], None]
-    sleep: Callable[[float], None]
-
-    def _read(self, key: str) -> PendingDocument | None: ...
-    def _save(self, state: RunState) -> None: ...
-    def _charge_line(
-        self, state: RunState, summary: Summary, *, batch: bool, model: str = ""
-    ) -> Callable[[Output], None]: ...
-    def _on_demand_outputs(
-        self, state: RunState, record_ids_: list[str], name: str, charge: Callable[[Output], None]
-    ) -> dict[str, Output]: ...
-    def _store(
-        self,
-        state: RunState,
-        record_ids_: list[str],
-        outputs: dict[str, Output],
-        summary: Summary,
-        rejected: Counter[str],
-    ) -> list[str]: ...
+class Following(Clients, Callbacks, Objects, Costs, AnswerWork, Protocol):
+    """Following's services."""
 
 
 def follow(state: RunState, work: Following) -> int:
