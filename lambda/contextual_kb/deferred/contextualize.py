@@ -248,7 +248,7 @@ class Contextualizer:
 
         def charge(output: Output) -> None:
             if output.input_tokens or output.output_tokens:
-                asked = state["records"].get(output.record_id, {}).get("model") or model
+                asked = state.records.get(output.record_id, {}).get("model") or model
                 self._charge(summary, asked, output.input_tokens, output.output_tokens, batch=batch)
 
         return charge
@@ -263,7 +263,7 @@ class Contextualizer:
         each) as they come: a resume reads back the slices answered and asks only for the others (a slice
         answered but not yet kept when the run stopped is asked again). Every answer is charged, read back
         or new: the step's summary is saved with the step, so none is counted twice."""
-        prefix = f"{self.options.batch_prefix}{state['run']}/output/{name}-"
+        prefix = f"{self.options.batch_prefix}{state.run}/output/{name}-"
         slices = [
             record_ids_[at : at + ON_DEMAND_SLICE] for at in range(0, len(record_ids_), ON_DEMAND_SLICE)
         ]
@@ -296,9 +296,7 @@ class Contextualizer:
         """The records' requests, read back (once) from the inputs written at planning."""
         wanted = set(wanted)
         # Only the input files that hold some of them (a job's input can be a gigabyte).
-        inputs = [
-            step["input"] for step in (state["on_demand"], *state["jobs"]) if wanted & set(step["records"])
-        ]
+        inputs = [step["input"] for step in (state.on_demand, *state.jobs) if wanted & set(step["records"])]
         planned: dict[str, Planned] = {}
         for key in inputs:
             if not wanted:
@@ -314,7 +312,7 @@ class Contextualizer:
                     if rid not in wanted:
                         continue
                     wanted.discard(rid)
-                    info = state["records"][rid]
+                    info = state.records[rid]
                     planned[rid] = Planned(
                         rid,
                         info["document"],

@@ -114,11 +114,18 @@ def put_json(key: str, value: Any, work: RunWork) -> None:
     )
 
 
+def shard_of(state: RunState) -> int:
+    """A shard's number, from its state (a run's state has none)."""
+    if state.shard is None:
+        raise ContextualizeError(f"run {state.run}'s state is not a shard's")
+    return state.shard
+
+
 def save_shard(state: RunState, work: RunWork) -> None:
     work.claim.renew(force=True)  # never over a run another process took over
     work.s3.put_object(
         Bucket=work.options.bucket,
-        Key=shard_folder(state.run, state["shard"], work) + STATE_FILE,
+        Key=shard_folder(state.run, shard_of(state), work) + STATE_FILE,
         Body=state.to_json(),
         ContentType="application/json",
     )
@@ -134,7 +141,7 @@ def list_shards(state: RunState, work: RunWork) -> int:
     """The pending records' keys cut into shards (never between two records of one text: the keys of
     one text's records share their folder), each shard's keys written; the manifest last. Returns the
     count."""
-    run, size = state["run"], work.options.shard_documents or SHARD_DOCUMENTS
+    run, size = state.run, work.options.shard_documents or SHARD_DOCUMENTS
     count = 0
     waiting: list[tuple[int, list[str]]] = []
 
@@ -169,7 +176,7 @@ def list_shards(state: RunState, work: RunWork) -> int:
         )
     flush()
     put_json(manifest_key(run, work), [{"run": run, "shard": n} for n in range(count)], work)
-    state["shards"] = count
+    state.shards = count
     return count
 
 
@@ -211,13 +218,13 @@ def pending_keys(work: RunWork) -> Iterator[str]:
 
 def listed(state: RunState, work: RunWork) -> set[str]:
     """The pending records' keys the run's shards were given (a dry run leaves them out of its quote)."""
-    run = state["run"]
+    run = state.run
 
     def keys(shard: int) -> list[str]:
         body = work._get(shard_folder(run, shard, work) + "keys.txt")
         return [key for key in (body or b"").decode("utf-8").split("\n") if key]
 
-    return {key for _, got in in_order(keys, range(state.get("shards", 0))) for key in got}
+    return {key for _, got in in_order(keys, range(state.shards or 0)) for key in got}
 
 
 # --- 2. plan a shard ---
@@ -307,7 +314,7 @@ def plan_shard(run: str, shard: int, work: RunWork) -> dict[str, Any]:
 def cut(state: RunState, work: RunWork) -> None:
     """The shards' input files packed whole into jobs (each job a folder of copies), the run's plan
     figures added up; records too few for a job of their model go on demand."""
-    run = state["run"]
+    run = state.run
     limits = work.options.limits
     summaries = each(state, "summary.json", work)
     missing = [n for n, got in summaries if got is None]
@@ -317,10 +324,10 @@ def cut(state: RunState, work: RunWork) -> None:
         )
     total = Summary(run=run)
     by_model: dict[str, list[dict[str, Any]]] = {}
-    state["quote_usd"] = 0.0
+    quote_usd = 0.0
     for shard, got in summaries:
         _add(total, Summary(**got["summary"]))
-        state["quote_usd"] += got.get("quote_usd", 0.0)
+        quote_usd += got.get("quote_usd", 0.0)
         for piece in got["pieces"]:
             by_model.setdefault(piece["model"], []).append({**piece, "shard": shard})
     jobs: list[dict[str, Any]] = []
@@ -366,12 +373,10 @@ def cut(state: RunState, work: RunWork) -> None:
             f"{total.on_demand_records} record(s) below a job's minimum of {limits.min_records}: run on "
             "demand instead"
         )
-    state["jobs"] = jobs
-    state["on_demand"]["pieces"] = [
-        {"shard": p["shard"], "name": p["name"], "key": p["key"]} for p in on_demand
-    ]
-    state["summary"] = asdict(total)
-    state["phase"] = PLANNED
+    state.jobs, state.quote_usd = jobs, quote_usd
+    state.on_demand["pieces"] = [{"shard": p["shard"], "name": p["name"], "key": p["key"]} for p in on_demand]
+    state.summary = asdict(total)
+    state.phase = PLANNED
 
 
 def copy_piece(item: tuple[str, str], work: RunWork) -> None:
@@ -385,15 +390,17 @@ def copy_piece(item: tuple[str, str], work: RunWork) -> None:
 
 
 def each(state: RunState, name: str, work: RunWork) -> list[tuple[int, Any]]:
-    run = state["run"]
-    return list(in_order(lambda n: get_json(shard_folder(run, n, work) + name, work), range(state["shards"])))
+    run = state.run
+    return list(
+        in_order(lambda n: get_json(shard_folder(run, n, work) + name, work), range(state.shards or 0))
+    )
 
 
 # --- 4. collect ---
 def collect(state: RunState, work: RunWork) -> int:
     """One look at each job not ended; returns how many still run. A job never created counts as ended."""
     running = 0
-    for job in state["jobs"]:
+    for job in state.jobs:
         if not job["arn"] or job["status"] in ENDED:
             continue
         described = work.bedrock.get_model_invocation_job(jobIdentifier=job["arn"])
@@ -421,21 +428,21 @@ def store_shard(run: str, shard: int, reingest: Reingest | None, work: RunWork) 
     shard_state = load_shard(run, shard, work)
     if state is None or shard_state is None:
         raise ContextualizeError(f"run {run} or its shard {shard} has no state: nothing to store")
-    summary = Summary(**shard_state["summary"])
+    summary = Summary(**shard_state.summary)
     rejected: Counter[str] = Counter(summary.answers_rejected)
-    ids_of = {step["input"]: step["records"] for step in shard_state["jobs"]}
-    stored = set(shard_state["stored_pieces"])
-    failed: list[str] = list(shard_state.get("failed", []))
+    ids_of = {step["input"]: step["records"] for step in shard_state.jobs}
+    stored = set(shard_state.stored_pieces or [])
+    failed: list[str] = list(shard_state.failed or [])
 
     def checkpoint(piece: str, more: list[str]) -> None:
         failed.extend(more)
         stored.add(piece)
-        shard_state["stored_pieces"], shard_state["failed"] = sorted(stored), failed
+        shard_state.stored_pieces, shard_state.failed = sorted(stored), failed
         summary.answers_rejected = dict(rejected)
-        shard_state["summary"] = asdict(summary)
+        shard_state.summary = asdict(summary)
         save_shard(shard_state, work)
 
-    for job in state["jobs"]:
+    for job in state.jobs:
         for piece in (p for p in job["pieces"] if p["shard"] == shard and p["key"] not in stored):
             ids = ids_of[piece["key"]]
             outputs: dict[str, Output] = {}
@@ -443,12 +450,14 @@ def store_shard(run: str, shard: int, reingest: Reingest | None, work: RunWork) 
                 charge = work._charge_line(shard_state, summary, batch=True, model=job["model"])
                 outputs = piece_outputs(run, job, piece["name"], charge, work)
             checkpoint(piece["key"], work._store(shard_state, ids, outputs, summary, rejected))
-    for piece in (p for p in state["on_demand"]["pieces"] if p["shard"] == shard and p["key"] not in stored):
+    for piece in (p for p in state.on_demand["pieces"] if p["shard"] == shard and p["key"] not in stored):
         ids = ids_of[piece["key"]]
         charge = work._charge_line(shard_state, summary, batch=False)
         outputs = work._on_demand_outputs(shard_state, ids, f"on-demand-{shard:05d}", charge)
         checkpoint(piece["key"], work._store(shard_state, ids, outputs, summary, rejected))
-    retry = shard_state.setdefault("retry", {"records": [], "failed": [], "stored": False})
+    if shard_state.retry is None:
+        shard_state.retry = {"records": [], "failed": [], "stored": False}
+    retry = shard_state.retry
     if failed and work.options.on_demand_retry and work.on_demand is not None and not retry["stored"]:
         if "planned" not in retry:
             retry["records"], retry["planned"] = work._still_fitting(shard_state, failed), True
@@ -459,7 +468,7 @@ def store_shard(run: str, shard: int, reingest: Reingest | None, work: RunWork) 
             retry["failed"] = work._store(shard_state, retry["records"], outputs, summary, rejected)
         retry["stored"] = True
         summary.answers_rejected = dict(rejected)
-        shard_state["summary"] = asdict(summary)
+        shard_state.summary = asdict(summary)
         save_shard(shard_state, work)
     final = set(retry["failed"]) | (set(failed) - set(retry["records"]))
     summary.failed_records = len(final)
@@ -472,12 +481,12 @@ def settle_and_mark(
     shard_state: RunState, summary: Summary, reingest: Reingest | None, work: RunWork
 ) -> dict[str, Any]:
     """The shard's pending records settled, its documents marked for re-ingestion; its result."""
-    if shard_state["phase"] == PLANNED:
-        shard_state["still"] = work._settle(shard_state)
-        shard_state["phase"] = "settled"
-        shard_state["summary"] = asdict(summary)
+    if shard_state.phase == PLANNED:
+        shard_state.still = work._settle(shard_state)
+        shard_state.phase = "settled"
+        shard_state.summary = asdict(summary)
         save_shard(shard_state, work)
-    sources = sorted(set(shard_state["touched"].values()))
+    sources = sorted(set(shard_state.touched.values()))
     reingested = Reingested(marked=sources)
     if reingest is not None and sources:
         got = reingest(sources)
@@ -485,13 +494,13 @@ def settle_and_mark(
     summary.reingested_documents = len(reingested.marked)
     summary.awaiting_reingestion, summary.not_reingested = 0, {}
     work._after_reingestion(shard_state, reingested, summary)
-    still = shard_state["still"]
+    still = shard_state.still or {}
     summary.model_contexts = sum(
-        info["with_text"] - still.get(key, 0) for key, info in shard_state["documents"].items()
+        info["with_text"] - still.get(key, 0) for key, info in shard_state.documents.items()
     )
     # The chunks of this run's documents still without a model context (``pending_after``, per shard).
     summary.pending_after = sum(still.values())
-    return {"shard": shard_state["shard"], "marked": len(reingested.marked), "summary": asdict(summary)}
+    return {"shard": shard_of(shard_state), "marked": len(reingested.marked), "summary": asdict(summary)}
 
 
 def piece_outputs(
@@ -518,16 +527,16 @@ def finish(
     missing = [n for n, got in results if got is None]
     if missing:
         raise ContextualizeError(
-            f"run {state['run']}: shard(s) {missing[:10]} not stored: the store goes on at the next look"
+            f"run {state.run}: shard(s) {missing[:10]} not stored: the store goes on at the next look"
         )
-    planned = Summary(**state["summary"])
-    total = Summary(run=state["run"], jobs=planned.jobs, on_demand_records=planned.on_demand_records)
+    planned = Summary(**state.summary)
+    total = Summary(run=state.run, jobs=planned.jobs, on_demand_records=planned.on_demand_records)
     total.notes = list(planned.notes)
     marked = 0
     for _, got in results:
         _add(total, Summary(**got["summary"]))
         marked += got["marked"]
-    total.jobs_failed = sum(1 for job in state["jobs"] if job["status"] not in USABLE)
+    total.jobs_failed = sum(1 for job in state.jobs if job["status"] not in USABLE)
     if marked and start_ingestion is not None:
         job, calls = start_ingestion()
         total.model_calls_during_reingest = calls

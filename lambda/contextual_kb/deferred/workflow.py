@@ -129,7 +129,7 @@ def step(
     else:
         outcome = "done"
     result = _result(outcome, summary)
-    started = (unfinished or {}).get("run") or summary.run
+    started = (unfinished.run if unfinished is not None else "") or summary.run
     result["run_age_seconds"] = run_age_seconds(started, clock) if outcome == "waiting" else 0.0
     return result
 

@@ -58,7 +58,9 @@ def follow(state: RunState, work: Following) -> int:
             summary.jobs_failed += 1
             job["stored"] = True
     failed = [rid for job in state.jobs for rid in job.get("failed", [])]
-    retry = state.setdefault("retry", {"records": [], "failed": [], "stored": False})
+    if state.retry is None:
+        state.retry = {"records": [], "failed": [], "stored": False}
+    retry = state.retry
     if failed and work.options.on_demand_retry and work.on_demand is not None and not retry["stored"]:
         if "planned" not in retry:  # chosen once and saved: a resume asks for the same records
             retry["records"], retry["planned"] = still_fitting(state, failed, work), True
@@ -104,7 +106,7 @@ def follow_job(
 def still_fitting(state: RunState, record_ids_: list[str], work: Following) -> list[str]:
     """The records whose document is still recorded as it was planned: answers for one recorded again
     during the run (a sync) would not fit it, so none of its records is worth asking again."""
-    stale = {state.records[rid]["document"] for rid in state.get("stale", [])}
+    stale = {state.records[rid]["document"] for rid in state.stale or []}
 
     def fits(key: str) -> bool:
         document = work._read(key)

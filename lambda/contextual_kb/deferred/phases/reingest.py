@@ -51,7 +51,7 @@ def finish(state: RunState, summary: Summary, reingest_: Reingest | None, work: 
     work._after_reingestion(state, reingested, summary)
     summary.pending_after = work._pending_chunks()
     # Every chunk with text of these documents has a model context, but those still pending.
-    still = state["still"]
+    still = state.still or {}
     summary.model_contexts = sum(
         info["with_text"] - still.get(key, 0) for key, info in state.documents.items()
     )

@@ -97,7 +97,7 @@ def store(
             # answers no longer fit it. Counted as failed, never asked again (stale); the new record's
             # chunks stay pending for the next run.
             failed.extend(rid for rid, _ in results)
-            state.setdefault("stale", []).extend(rid for rid, _ in results)
+            state.stale = [*(state.stale or []), *(rid for rid, _ in results)]
             continue
         for rid, output in results:
             if output is None or output.error:
