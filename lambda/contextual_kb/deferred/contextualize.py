@@ -40,7 +40,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from contextual_kb.deferred import sequence
+from contextual_kb.deferred import costs, sequence
 from contextual_kb.deferred.batch_files import ENDED, USABLE, as_output_line, lines, parse_outputs
 from contextual_kb.deferred.claim import Claim, ContextualizeError
 from contextual_kb.deferred.concurrency import in_order
@@ -68,14 +68,10 @@ from contextual_kb.deferred.reingest import Reingested
 from contextual_kb.deferred.spool import Spool, Spooled
 from contextual_kb.deferred.state import RunState, state_key
 from contextual_kb.runtime.context.claude.memory import ContextMemory, place_key
-from contextual_kb.runtime.context.claude.pricing import BatchPrices, Prices, batch_prices_for, prices_for
 from contextual_kb.runtime.pending import PendingDocument
 
 # On-demand answers are kept in S3 this many records at a time: an interrupted run loses at most one slice.
 ON_DEMAND_SLICE = 50
-# When nothing is known of a document's context length, an output's estimate (dry run): measured on the
-# codebase corpus, 74 output tokens a chunk (docs/BENCHMARKS.md, "Contextualizing with Claude").
-ESTIMATED_OUTPUT_TOKENS_PER_CHUNK = 74
 
 
 __all__ = [
@@ -185,47 +181,32 @@ class Contextualizer:
     def _jobs(self, planned: Sequence[Spooled]) -> tuple[list[int], list[list[int]]]:
         return jobs_of(planned, self)
 
+    # --- costs (``costs.py``), at the options' prices ---
     def _floor(self, planned: Sequence[Spooled], documents: dict[str, int]) -> float:
-        """Each document read once at the on-demand input price (its contexts at the on-demand output price
-        are added as the outputs come back: ``_charge``)."""
-        models = {p.record.document: p.record.model_id for p in planned}
-        total = 0.0
-        for key, tokens in documents.items():
-            prices = prices_for(models.get(key, ""), self.options.model_prices)
-            if prices is not None:
-                total += tokens * prices.input / 1e6
-        return total
+        return costs.floor(planned, documents, self.options.model_prices)
 
     def _estimate(self, summary: Summary, planned: Sequence[Spooled], on_demand: list[int]) -> None:
-        asked_on_demand = set(on_demand)
-        for index, spooled in enumerate(planned):
-            record = spooled.record
-            output = ESTIMATED_OUTPUT_TOKENS_PER_CHUNK * len(record.chunks)
-            self._charge(
-                summary, record.model_id, record.input_tokens, output, batch=index not in asked_on_demand
-            )
-            self._floor_output(summary, record.model_id, output)
+        options = self.options
+        costs.estimate(
+            summary, planned, on_demand, batch_prices=options.batch_prices, model_prices=options.model_prices
+        )
 
     def _charge(
         self, summary: Summary, model_id: str, input_tokens: int, output_tokens: int, *, batch: bool
     ) -> None:
-        """What an output line (or, estimating, a record) costs, at batch or on-demand prices. A model
-        without batch prices is charged its on-demand prices (an upper bound, named in the summary)."""
-        summary.input_tokens += input_tokens
-        summary.output_tokens += output_tokens
         options = self.options
-        prices: BatchPrices | Prices | None = None
-        if batch:
-            prices = batch_prices_for(model_id, options.batch_prices)
-            if prices is None and model_id not in summary.priced_on_demand:
-                summary.priced_on_demand.append(model_id)
-        if prices is None:
-            prices = prices_for(model_id, options.model_prices)
-        summary.cost_usd += (input_tokens * prices.input + output_tokens * prices.output) / 1e6
+        costs.charge(
+            summary,
+            model_id,
+            input_tokens,
+            output_tokens,
+            batch=batch,
+            batch_prices=options.batch_prices,
+            model_prices=options.model_prices,
+        )
 
     def _floor_output(self, summary: Summary, model_id: str, output_tokens: int) -> None:
-        """The floor's second part: the contexts used, written at the on-demand output price."""
-        summary.floor_usd += output_tokens * prices_for(model_id, self.options.model_prices).output / 1e6
+        costs.floor_output(summary, model_id, output_tokens, self.options.model_prices)
 
     # --- submit ---
     def _submit(self, state: RunState) -> None:
