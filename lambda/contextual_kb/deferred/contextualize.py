@@ -1,5 +1,6 @@
-"""``ckb contextualize``: the pending documents' missing contexts, made by Bedrock batch inference at half the
-on-demand price, stored where the Lambda reads them, then the documents ingested again.
+"""``ckb contextualize``'s services (``Contextualizer``), and what its run does: the pending documents'
+missing contexts, made by Bedrock batch inference at half the on-demand price, stored where the Lambda
+reads them, then the documents ingested again. The phases are ``phases/``' (their order ``sequence.py``'s).
 
 The run is claimed before it plans (``claim.py``: an S3 conditional write), so two at once never pay for the
 same chunks; its state is an object in the intermediate bucket, and a run whose process stopped is resumed.
@@ -90,6 +91,10 @@ __all__ = [
 
 
 class Contextualizer:
+    """A run's services (``phases/work.py``'s Protocols, every one): its AWS clients, options, claim and
+    callbacks, its S3 reads and writes, and each phase's work as a method through which another phase (or a
+    test replacing it on an instance) reaches it. The phases' order is ``sequence.py``'s."""
+
     def __init__(
         self,
         s3: Any,

@@ -1,13 +1,13 @@
 """The run's order: each phase of a run (in one piece, or in shards) as one step over its ``RunState``, and
 what both sequencers share around them: the claim taken and released, the run begun (resumed, planned or
 listed), the steps done until one stops. The two sequencers are ``run`` (``ckb contextualize``, and the
-offline run: the phases to the end in this process) and ``workflow.step`` (one look of the Step Functions
+offline run: the phases to the end in this process) and ``workflow.look`` (one look of the Step Functions
 workflow: the phases until one waits for its jobs or fans out to the shards).
 
-A step does its phase (``phases/``, through the services: ``work._settle``, not ``settle.settle``, so that a
-test replaces one there), moves the state to the next and saves it; it returns None when the
-run goes on, or the run's ``Summary`` when it stops there (jobs still running and not followed, shards to
-run elsewhere, or the run done). Each can be run alone on a state in its phase (``advance``).
+A step does its phase (``phases/``, ``shards.py``; through the services where a test replaces one:
+``work._settle``, not ``settle.settle``), moves the state to the next phase and saves it; it returns None
+when the run goes on, or the run's ``Summary`` when it stops there (jobs still running and not followed,
+shards to run elsewhere, or the run done). Each can be run alone on a state in its phase (``advance``).
 """
 
 from __future__ import annotations
