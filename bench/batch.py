@@ -570,7 +570,7 @@ def _listing(records: int, shard_documents: int, latency_ms: float) -> None:
 
     from contextual_kb.deferred.contextualize import Contextualizer, Options
     from contextual_kb.deferred.offline import INTERMEDIATE, REGION
-    from contextual_kb.deferred.shards import Shards, new_state
+    from contextual_kb.deferred.shards import list_shards, new_state
 
     with mock_aws():
         s3 = boto3.client("s3", region_name=REGION)
@@ -586,7 +586,7 @@ def _listing(records: int, shard_documents: int, latency_ms: float) -> None:
         run = "20260101000000bench0"
         lister.claim.take(run)
         started = time.perf_counter()
-        count = Shards(lister).list(new_state(run))
+        count = list_shards(new_state(run), lister)
         seconds = time.perf_counter() - started
     print(
         f"\nlisting {records:,} pending records into {count} shards of {shard_documents:,}: {seconds:.1f} s "

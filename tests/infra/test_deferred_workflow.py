@@ -329,11 +329,11 @@ def test_the_grants_name_the_folders_the_step_writes() -> None:
     from contextual_kb.cdk.deferred_workflow import MANIFESTS
     from contextual_kb.cdk.storage import BATCH_PREFIX, PENDING_PREFIX
     from contextual_kb.deferred.contextualize import Contextualizer, Options
-    from contextual_kb.deferred.shards import Shards
+    from contextual_kb.deferred.shards import manifest_key
 
     defaults = {f.name: f.default for f in dataclasses.fields(Options)}
     assert defaults["batch_prefix"] == BATCH_PREFIX and defaults["pending_prefix"] == PENDING_PREFIX
     contextualizer = Contextualizer.__new__(Contextualizer)
     contextualizer.options = Options(bucket="b", role_arn="r")
-    manifest = Shards(contextualizer).manifest_key("run-1")
+    manifest = manifest_key("run-1", contextualizer)
     assert fnmatch.fnmatchcase(manifest, MANIFESTS)

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
+from contextual_kb.deferred import shards as sharded
 from contextual_kb.deferred.claim import BusyError, TakenOverError
 from contextual_kb.deferred.contextualize import Contextualizer
 from contextual_kb.deferred.offline import INTERMEDIATE, LocalWorld
 from contextual_kb.deferred.reingest import Reingested
-from contextual_kb.deferred.shards import Shards
 from contextual_kb.deferred.workflow import shard, step
 from contextual_kb.local.batch_standin import BatchConfig
 from tests.integration.test_contextualize import billed, pending
@@ -266,7 +266,7 @@ def test_a_cli_run_meanwhile_is_refused_and_a_shard_of_a_run_taken_over_stops() 
         summary = cli.run(reingest=cli.mark)  # type: ignore[attr-defined]
         assert summary.run == result["run"] and summary.shards == 4
         assert summary.contexts_stored == 20 and summary.pending_after == 0 and creates(world) == 1
-        assert Shards(cli).manifest_key(summary.run) in keys(world, f"{BATCH}{summary.run}/plan/")
+        assert sharded.manifest_key(summary.run, cli) in keys(world, f"{BATCH}{summary.run}/plan/")
 
 
 def test_a_cli_taking_the_run_over_during_a_map_ends_its_children_quietly() -> None:
@@ -447,7 +447,7 @@ def test_a_shards_input_file_uploaded_in_parts_is_copied_into_its_jobs_folder_re
     with LocalWorld(corpus(documents=1), BatchConfig(min_records=1)) as world:
         body = b'{"recordId": "S0000000001", "modelInput": {}}\n' * 200_000  # 9.4 MB
         world.s3.upload_fileobj(io.BytesIO(body), INTERMEDIATE, "shard.jsonl")
-        Shards(world.contextualizer()).copy(("job/shard.jsonl", "shard.jsonl"))
+        sharded.copy_piece(("job/shard.jsonl", "shard.jsonl"), world.contextualizer())
         assert world.s3.get_object(Bucket=INTERMEDIATE, Key="job/shard.jsonl")["Body"].read() == body
 
 
@@ -482,16 +482,15 @@ def test_the_listing_reads_the_records_folders_side_by_side_and_cuts_only_betwee
         lister = Contextualizer(s3, None, Options(bucket="bucket-x", role_arn="", shard_documents=5))
         run = "20260101000000listed"
         lister.claim.take(run)
-        shards = Shards(lister)
-        count = shards.list({"run": run, "shards": 0})
+        count = sharded.list_shards(sharded.new_state(run), lister)
         listed = [
-            s3.get_object(Bucket="bucket-x", Key=shards.shard_folder(run, n) + "keys.txt")["Body"]
+            s3.get_object(Bucket="bucket-x", Key=sharded.shard_folder(run, n, lister) + "keys.txt")["Body"]
             .read()
             .decode()
             .split("\n")
             for n in range(count)
         ]
-        manifest = s3.get_object(Bucket="bucket-x", Key=shards.manifest_key(run))["Body"].read()
+        manifest = s3.get_object(Bucket="bucket-x", Key=sharded.manifest_key(run, lister))["Body"].read()
     assert [key for shard in listed for key in shard] == sorted(keys)
     assert all(5 <= len(shard) <= 6 for shard in listed[:-1])  # cut at 5, or at 6 not to split a text
     shard_of = {key: n for n, shard in enumerate(listed) for key in shard}

@@ -258,7 +258,7 @@ def test_a_runs_age_is_read_from_its_name_in_utc_whatever_the_operators_zone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A run the CLI planned ten hours west of UTC is not ten hours old to the workflow's stuck alarm."""
-    from contextual_kb.deferred.contextualize import _new_run
+    from contextual_kb.deferred.sequence import new_run as _new_run
 
     monkeypatch.setenv("TZ", "Etc/GMT+10")
     time.tzset()

@@ -263,7 +263,7 @@ def _on_aws(
     shard_documents: int = 0,
 ) -> dict[str, Any]:
     from contextual_kb.cli.paid import confirm
-    from contextual_kb.deferred import services
+    from contextual_kb.deferred import sequence, services
     from contextual_kb.deferred.concurrency import S3_CONNECTIONS
     from contextual_kb.deferred.contextualize import Contextualizer, Options
     from contextual_kb.query import aws_clients
@@ -315,7 +315,7 @@ def _on_aws(
     mark = None
     if reingest:  # marked (shard by shard when sharded), then one ingestion job
         mark, contextualizer.start_ingestion = _mark_and_start(deployment, ingestion, s3, log)
-    summary = contextualizer.run(reingest=mark)
+    summary = sequence.run(contextualizer, mark)  # the phases to the end, here
     return summary.as_dict()
 
 

@@ -1,5 +1,6 @@
-"""``ckb contextualize``: the pending documents' missing contexts, made by Bedrock batch inference at half the
-on-demand price, stored where the Lambda reads them, then the documents ingested again.
+"""``ckb contextualize``'s services (``Contextualizer``), and what its run does: the pending documents'
+missing contexts, made by Bedrock batch inference at half the on-demand price, stored where the Lambda
+reads them, then the documents ingested again. The phases are ``phases/``' (their order ``sequence.py``'s).
 
 The run is claimed before it plans (``claim.py``: an S3 conditional write), so two at once never pay for the
 same chunks; its state is an object in the intermediate bucket, and a run whose process stopped is resumed.
@@ -33,19 +34,16 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import closing, suppress
-from dataclasses import asdict, replace
-from datetime import UTC, datetime
+from contextlib import closing
 from typing import Any
 
 from botocore.exceptions import ClientError
 
-from contextual_kb.deferred import shards as sharded
+from contextual_kb.deferred import costs, sequence
 from contextual_kb.deferred.batch_files import ENDED, USABLE, as_output_line, lines, parse_outputs
-from contextual_kb.deferred.claim import LEASE_SECONDS, Claim, ContextualizeError
+from contextual_kb.deferred.claim import Claim, ContextualizeError
 from contextual_kb.deferred.concurrency import in_order
 from contextual_kb.deferred.options import (
     CURRENT,
@@ -58,7 +56,6 @@ from contextual_kb.deferred.options import (
 )
 from contextual_kb.deferred.phases.follow import checkpoint, follow, follow_job, job_outputs, still_fitting
 from contextual_kb.deferred.phases.plan import build_records, jobs_of, new_state, plan, usable
-from contextual_kb.deferred.phases.reingest import finish
 from contextual_kb.deferred.phases.reingest import reingest as reingest_phase
 from contextual_kb.deferred.phases.settle import after_reingestion, settle
 from contextual_kb.deferred.phases.settle import parse_pending as _parse_pending
@@ -72,14 +69,10 @@ from contextual_kb.deferred.reingest import Reingested
 from contextual_kb.deferred.spool import Spool, Spooled
 from contextual_kb.deferred.state import RunState, state_key
 from contextual_kb.runtime.context.claude.memory import ContextMemory, place_key
-from contextual_kb.runtime.context.claude.pricing import BatchPrices, Prices, batch_prices_for, prices_for
 from contextual_kb.runtime.pending import PendingDocument
 
 # On-demand answers are kept in S3 this many records at a time: an interrupted run loses at most one slice.
 ON_DEMAND_SLICE = 50
-# When nothing is known of a document's context length, an output's estimate (dry run): measured on the
-# codebase corpus, 74 output tokens a chunk (docs/BENCHMARKS.md, "Contextualizing with Claude").
-ESTIMATED_OUTPUT_TOKENS_PER_CHUNK = 74
 
 
 __all__ = [
@@ -98,6 +91,10 @@ __all__ = [
 
 
 class Contextualizer:
+    """A run's services (``phases/work.py``'s Protocols, every one): its AWS clients, options, claim and
+    callbacks, its S3 reads and writes, and each phase's work as a method through which another phase (or a
+    test replacing it on an instance) reaches it. The phases' order is ``sequence.py``'s."""
+
     def __init__(
         self,
         s3: Any,
@@ -141,173 +138,12 @@ class Contextualizer:
             self.claim.s3 = client
             self.memory = ContextMemory(client)
 
-    # --- the run ---
+    # --- the run, for the tests' and callers' convenience: ``sequence.run``, the CLI's sequencer ---
     def run(self, reingest: Reingest | None = None, *, plan: bool = True) -> Summary:
-        """The run: claimed first (``claim.py``), so that two at once never plan the same pending chunks;
-        an unfinished one whose process stopped is resumed. A dry run claims nothing and writes nothing.
-        ``plan`` false: only an unfinished run is resumed, none planned (the workflow's job-end checks)."""
-        if self.options.dry_run:
-            return self._dry_run()
-        if not plan and self.unfinished() is None:
-            return Summary(notes=["no run under way: nothing to resume"])
-        run = self.claim.take(_new_run())
-        try:
-            summary = self._run(run, reingest)
-            # Not followed to the end: the next look (any process) resumes it. Stopped for its shards to run
-            # elsewhere: the claim is kept, for them to join (``Claim.join``).
-            if summary.jobs_running and not summary.fan_out:
-                self.claim.release()
-            return summary
-        except BaseException:
-            # Stopped on an error or an interrupt: the next run resumes at once. A release that fails
-            # hides nothing: the claim then lapses, and the error raised is the run's own.
-            with suppress(Exception):
-                self.claim.release()
-            raise
-
-    def unfinished(self) -> RunState | None:
-        """The state of the run the claim names, when it is unfinished; None when no run is under way."""
-        seen = self.claim.peek()
-        state = self._load(seen[0]["run"]) if seen is not None else None
-        return state if state is not None and state["phase"] != "done" else None
-
-    def _dry_run(self) -> Summary:
-        """The plan's quote; an unfinished run's documents are left out of it (resuming it pays for
-        them), and said so."""
-        seen = self.claim.peek()
-        state = self._load(seen[0]["run"]) if seen is not None else None
-        live = seen is not None and bool(seen[0].get("owner")) and seen[2] < LEASE_SECONDS
-        if state is None or state["phase"] == "done":
-            summary = Summary(**self._plan(_new_run())["summary"])
-            if live and state is None:
-                summary.notes.append(
-                    "another ckb contextualize is planning a run (a confirmation may be waiting): what it "
-                    "plans is quoted here too"
-                )
-            return summary
-        held = " (under way in another ckb contextualize)" if live else ""
-        documents, records = set(state["documents"]), len(state["records"])
-        if state.get("sharded"):  # its records are its shards': those listed, and what the shards planned
-            documents = sharded.Shards(self).listed(state)
-            records = int(state["summary"].get("records", 0))
-        summary = Summary(**self._plan(_new_run(), leave_out=documents)["summary"])
-        summary.notes.append(
-            f"run {state['run']} is unfinished{held}: its {len(documents)} document(s) and "
-            f"{records} record(s) are not quoted here; ckb contextualize resumes it"
-        )
-        return summary
-
-    def _run(self, run: str, reingest: Reingest | None) -> Summary:
-        state = self._load_or_shard(run)
-        if state is not None and state.get("sharded"):
-            return self._run_sharded(state, reingest)
-        if state is None or state["phase"] == "done":
-            # A claim whose run never saved a plan (stopped while planning) or finished: planned anew, under
-            # a run of its own (what that one may have uploaded is never read).
-            run = _new_run()
-            self.claim.renew(run=run)
-            state = self._plan(run)
-            if not state["records"] and not state["touched"]:
-                summary = Summary(**state["summary"])
-                summary.notes.append(NOTHING_PENDING)
-                self.claim.release(finished=True)
-                return summary
-            if not state["records"]:  # only documents awaiting re-ingestion: nothing to ask
-                state["phase"] = "stored"
-            self._save(state)
-        else:
-            self.log(f"resuming run {state['run']} ({state['phase']})")
-        if state["phase"] == "planned":
-            self._submit(state)
-            state["phase"] = "submitted"
-            self._save(state)
-        if state["phase"] == "submitted":
-            running = self._collect_and_store(state)
-            if running:
-                summary = Summary(**state["summary"])
-                summary.jobs_running = running
-                return summary
-            state["phase"] = "stored"
-            self._save(state)
-        summary = Summary(**state["summary"])
-        if state["phase"] == "stored":
-            # Records keep what is still wanted, and those given contexts are kept, awaiting re-ingestion,
-            # until their source is marked: a run stopped from here re-ingests them when resumed.
-            state["still"] = self._settle(state)
-            state["phase"] = "settled"
-            self._save(state)
-        if state["phase"] == "settled":
-            finish(state, summary, reingest, self)
-        return summary
+        return sequence.run(self, reingest, plan=plan)
 
     def _reingest(self, reingest: Reingest, sources: list[str]) -> Reingested:
         return reingest_phase(sources, reingest, self.start_ingestion)
-
-    def _load_or_shard(self, run: str) -> RunState | None:
-        """Run ``run``'s state; a new sharded run's when there is none under way and runs are sharded."""
-        state = self._load(run)
-        if (state is None or state["phase"] == "done") and self.options.shard_documents:
-            run = _new_run()
-            self.claim.renew(run=run)
-            state = sharded.new_state(run)
-            self._save(state)
-        return state
-
-    def _run_sharded(self, state: RunState, reingest: Reingest | None) -> Summary:
-        """A run in shards (``shards.py``), from whatever phase its state says."""
-        shards = sharded.Shards(self)
-        run = state["run"]
-        if state["phase"] == sharded.LISTED:
-            if not state.get("listed"):
-                shards.list(state)
-                state["listed"] = True
-                self._save(state)
-            missing = [n for n, got in shards._each(state, "summary.json") if got is None]
-            if missing and self.options.fan_out:
-                return Summary(run=run, fan_out=sharded.PLAN, shards=state["shards"])
-            for n in missing:
-                shards.plan(run, n)
-            shards.cut(state)
-            planned = Summary(**state["summary"])
-            if not planned.records and not planned.awaiting_reingestion:
-                planned.notes.append(NOTHING_PENDING)
-                planned.shards = state["shards"]
-                state["summary"], state["phase"] = asdict(planned), "done"
-                self._save(state)
-                self.claim.release(finished=True)
-                return planned
-            if self.confirm is not None and planned.records:
-                quote = replace(planned, estimated=True, notes=list(planned.notes), priced_on_demand=[])
-                quote.cost_usd = state.get("quote_usd", 0.0)
-                self.confirm(quote)
-                self.claim.renew(force=True)  # still this run's after the prompt, before anything is paid
-            self._save(state)
-        if state["phase"] == sharded.PLANNED:
-            self._submit(state)
-            state["phase"] = sharded.SUBMITTED
-            self._save(state)
-        while state["phase"] == sharded.SUBMITTED:
-            running = shards.collect(state)
-            self._save(state)
-            if not running:
-                state["phase"] = sharded.COLLECTED
-                self._save(state)
-            elif not self.options.follow:
-                return Summary(run=run, jobs=len(state["jobs"]), jobs_running=running, shards=state["shards"])
-            else:
-                self.claim.renew()
-                self.sleep(self.options.poll_seconds)
-        missing = [n for n, got in shards._each(state, "result.json") if got is None]
-        if missing and self.options.fan_out:
-            return Summary(run=run, fan_out=sharded.STORE, shards=state["shards"])
-        for n in missing:
-            shards.store(run, n, reingest)
-        summary = shards.finish(state, self.start_ingestion)
-        summary.shards = state["shards"]
-        state["summary"], state["phase"] = asdict(summary), "done"
-        self._save(state)
-        self.claim.release(finished=True)
-        return summary
 
     # --- plan ---
     def _plan(self, run: str, leave_out: set[str] | None = None) -> RunState:
@@ -350,47 +186,32 @@ class Contextualizer:
     def _jobs(self, planned: Sequence[Spooled]) -> tuple[list[int], list[list[int]]]:
         return jobs_of(planned, self)
 
+    # --- costs (``costs.py``), at the options' prices ---
     def _floor(self, planned: Sequence[Spooled], documents: dict[str, int]) -> float:
-        """Each document read once at the on-demand input price (its contexts at the on-demand output price
-        are added as the outputs come back: ``_charge``)."""
-        models = {p.record.document: p.record.model_id for p in planned}
-        total = 0.0
-        for key, tokens in documents.items():
-            prices = prices_for(models.get(key, ""), self.options.model_prices)
-            if prices is not None:
-                total += tokens * prices.input / 1e6
-        return total
+        return costs.floor(planned, documents, self.options.model_prices)
 
     def _estimate(self, summary: Summary, planned: Sequence[Spooled], on_demand: list[int]) -> None:
-        asked_on_demand = set(on_demand)
-        for index, spooled in enumerate(planned):
-            record = spooled.record
-            output = ESTIMATED_OUTPUT_TOKENS_PER_CHUNK * len(record.chunks)
-            self._charge(
-                summary, record.model_id, record.input_tokens, output, batch=index not in asked_on_demand
-            )
-            self._floor_output(summary, record.model_id, output)
+        options = self.options
+        costs.estimate(
+            summary, planned, on_demand, batch_prices=options.batch_prices, model_prices=options.model_prices
+        )
 
     def _charge(
         self, summary: Summary, model_id: str, input_tokens: int, output_tokens: int, *, batch: bool
     ) -> None:
-        """What an output line (or, estimating, a record) costs, at batch or on-demand prices. A model
-        without batch prices is charged its on-demand prices (an upper bound, named in the summary)."""
-        summary.input_tokens += input_tokens
-        summary.output_tokens += output_tokens
         options = self.options
-        prices: BatchPrices | Prices | None = None
-        if batch:
-            prices = batch_prices_for(model_id, options.batch_prices)
-            if prices is None and model_id not in summary.priced_on_demand:
-                summary.priced_on_demand.append(model_id)
-        if prices is None:
-            prices = prices_for(model_id, options.model_prices)
-        summary.cost_usd += (input_tokens * prices.input + output_tokens * prices.output) / 1e6
+        costs.charge(
+            summary,
+            model_id,
+            input_tokens,
+            output_tokens,
+            batch=batch,
+            batch_prices=options.batch_prices,
+            model_prices=options.model_prices,
+        )
 
     def _floor_output(self, summary: Summary, model_id: str, output_tokens: int) -> None:
-        """The floor's second part: the contexts used, written at the on-demand output price."""
-        summary.floor_usd += output_tokens * prices_for(model_id, self.options.model_prices).output / 1e6
+        costs.floor_output(summary, model_id, output_tokens, self.options.model_prices)
 
     # --- submit ---
     def _submit(self, state: RunState) -> None:
@@ -413,7 +234,7 @@ class Contextualizer:
 
         def charge(output: Output) -> None:
             if output.input_tokens or output.output_tokens:
-                asked = state["records"].get(output.record_id, {}).get("model") or model
+                asked = state.records.get(output.record_id, {}).get("model") or model
                 self._charge(summary, asked, output.input_tokens, output.output_tokens, batch=batch)
 
         return charge
@@ -428,7 +249,7 @@ class Contextualizer:
         each) as they come: a resume reads back the slices answered and asks only for the others (a slice
         answered but not yet kept when the run stopped is asked again). Every answer is charged, read back
         or new: the step's summary is saved with the step, so none is counted twice."""
-        prefix = f"{self.options.batch_prefix}{state['run']}/output/{name}-"
+        prefix = f"{self.options.batch_prefix}{state.run}/output/{name}-"
         slices = [
             record_ids_[at : at + ON_DEMAND_SLICE] for at in range(0, len(record_ids_), ON_DEMAND_SLICE)
         ]
@@ -461,9 +282,7 @@ class Contextualizer:
         """The records' requests, read back (once) from the inputs written at planning."""
         wanted = set(wanted)
         # Only the input files that hold some of them (a job's input can be a gigabyte).
-        inputs = [
-            step["input"] for step in (state["on_demand"], *state["jobs"]) if wanted & set(step["records"])
-        ]
+        inputs = [step["input"] for step in (state.on_demand, *state.jobs) if wanted & set(step["records"])]
         planned: dict[str, Planned] = {}
         for key in inputs:
             if not wanted:
@@ -479,7 +298,7 @@ class Contextualizer:
                     if rid not in wanted:
                         continue
                     wanted.discard(rid)
-                    info = state["records"][rid]
+                    info = state.records[rid]
                     planned[rid] = Planned(
                         rid,
                         info["document"],
@@ -614,8 +433,3 @@ class Contextualizer:
         self.claim.renew(force=True)  # never a state over the run of a process that took it over
         key = state_key(self.options.batch_prefix, state.run)
         self.s3.put_object(Bucket=self.options.bucket, Key=key, Body=state.to_json())
-
-
-def _new_run() -> str:
-    # UTC: the name says when it was planned wherever it was (the workflow's stuck alarm reads it).
-    return datetime.now(UTC).strftime("%Y%m%d%H%M%S") + uuid.uuid4().hex[:6]

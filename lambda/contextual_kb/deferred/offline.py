@@ -15,6 +15,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
+from contextual_kb.deferred import sequence
 from contextual_kb.deferred.contextualize import Contextualizer, Options, Summary
 from contextual_kb.deferred.records import Limits
 from contextual_kb.deferred.reingest import Reingested
@@ -161,7 +162,7 @@ def run_local(
             return "local", calls
 
         contextualizer.start_ingestion = start_ingestion
-        summary = contextualizer.run(reingest=reingest)
+        summary = sequence.run(contextualizer, reingest)
     run = LocalRun(summary, first.seconds, first_ingestion=first.summary())
     if "result" in again:
         run.reingest_seconds = again["result"].seconds

@@ -113,5 +113,5 @@ _FIELDS = {f.name for f in fields(RunState)} - {"extra", "version"}
 
 
 def state_key(batch_prefix: str, run: str) -> str:
-    """Where run ``run``'s state is (a shard's is in its own folder: ``shards.Shards.shard_folder``)."""
+    """Where run ``run``'s state is (a shard's is in its own folder: ``shards.shard_folder``)."""
     return f"{batch_prefix}{run}/{STATE_FILE}"

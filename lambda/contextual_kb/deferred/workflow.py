@@ -1,6 +1,7 @@
 """The deferred loop as the stack's workflow runs it (``-c autoContextualize=...``,
 ``contextual_kb/cdk/deferred_workflow.py``): the Lambda step of an AWS Step Functions execution, running ``ckb
-contextualize``'s own code (``Contextualizer``), never a copy of it.
+contextualize``'s own phases (``sequence.py``), never a copy of them: ``look`` is the workflow's sequencer
+of them, as ``sequence.run`` is the CLI's.
 
 One execution is one look: the run the claim names is resumed (or, started with ``mode: start``, a new one
 planned when none is under way), its jobs submitted, looked at once, and those ended stored; once every job
@@ -33,11 +34,13 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from contextual_kb.deferred import sequence
+from contextual_kb.deferred import shards as sharded
 from contextual_kb.deferred.claim import BusyError, TakenOverError
 from contextual_kb.deferred.contextualize import NOTHING_PENDING, Contextualizer, Options, Reingest, Summary
 from contextual_kb.deferred.records import Limits
 from contextual_kb.deferred.reingest import Reingested, reingest_s3
-from contextual_kb.deferred.shards import PLAN, SHARD_DOCUMENTS, STORE, Shards
+from contextual_kb.deferred.shards import PLAN, SHARD_DOCUMENTS, STORE
 
 NAMESPACE = "ContextualKB"
 SERVICE = "contextual-kb-deferred"
@@ -95,9 +98,9 @@ def step(
     mode = str(event.get("mode") or "resume")
     if mode not in MODES:
         raise ValueError(f"mode {mode!r} is not one of {', '.join(MODES)}")
-    unfinished = contextualizer.unfinished()
+    unfinished = sequence.unfinished(contextualizer)
     if unfinished is None and mode == "resume":
-        return _result("idle", Summary(notes=["no run under way: nothing to resume"]))
+        return _result("idle", Summary(notes=[sequence.NO_RUN]))
     if unfinished is None:
         job = ingestion_running()
         if job:
@@ -106,13 +109,13 @@ def step(
                 Summary(notes=[f"ingestion job {job} is running: planned at the next look, once it ends"]),
             )
     try:
-        summary = contextualizer.run(reingest=reingest, plan=mode == "start")
+        summary = look(contextualizer, reingest, plan=mode == "start")
     except BusyError as exc:
         return _result("busy", Summary(notes=[str(exc)]))
     if summary.fan_out:  # the state machine's Distributed Map runs the shards, then looks again
         result = _result(summary.fan_out, summary)
         result["bucket"] = contextualizer.options.bucket
-        result["manifest"] = Shards(contextualizer).manifest_key(summary.run)
+        result["manifest"] = sharded.manifest_key(summary.run, contextualizer)
         # The claim's owner, for the Map's children to join: in the look's own result, so the Map's item
         # selector reads it from its input ($), not from a context object ($$), of which AWS's pages do not
         # say whose execution it names inside a Distributed Map.
@@ -126,9 +129,19 @@ def step(
     else:
         outcome = "done"
     result = _result(outcome, summary)
-    started = (unfinished or {}).get("run") or summary.run
+    started = (unfinished.run if unfinished is not None else "") or summary.run
     result["run_age_seconds"] = run_age_seconds(started, clock) if outcome == "waiting" else 0.0
     return result
+
+
+def look(work: Contextualizer, reingest: Reingest | None, *, plan: bool) -> Summary:
+    """The workflow's sequencer: under the claim, the run the claim names begun (or, with ``plan``, a new
+    one planned when none is under way), then its phases one after the other (``sequence.advance``) until
+    one stops: its jobs still run (Step Functions waits, not the function: ``Options.follow`` false), its
+    shards are to be planned or stored by a Map (``Options.fan_out``), or the run is done."""
+    if not plan and sequence.unfinished(work) is None:  # finished since the step looked
+        return Summary(notes=[sequence.NO_RUN])
+    return sequence.claimed(work, lambda run: sequence.until_stopped(work, run, reingest))
 
 
 def shard(
@@ -147,8 +160,10 @@ def shard(
     run, number = str(event["run"]), int(event["shard"])
     try:
         contextualizer.claim.join(run)
-        shards = Shards(contextualizer)
-        done = shards.plan(run, number) if ACTIONS[action] == PLAN else shards.store(run, number, reingest)
+        if ACTIONS[action] == PLAN:
+            done = sharded.plan_shard(run, number, contextualizer)
+        else:
+            done = sharded.store_shard(run, number, reingest, contextualizer)
     except TakenOverError as exc:
         if (
             exc.run == run

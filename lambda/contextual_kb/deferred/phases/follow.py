@@ -13,41 +13,16 @@ from dataclasses import asdict
 from typing import Any, Protocol
 
 from contextual_kb.deferred.batch_files import ENDED, USABLE, lines, parse_outputs
-from contextual_kb.deferred.claim import Claim
 from contextual_kb.deferred.concurrency import in_order
-from contextual_kb.deferred.options import OnDemand, Options, Summary
+from contextual_kb.deferred.options import Summary
 from contextual_kb.deferred.phases.store import spans_hash
+from contextual_kb.deferred.phases.work import AnswerWork, Callbacks, Clients, Costs, Objects
 from contextual_kb.deferred.records import Output
 from contextual_kb.deferred.state import RunState
-from contextual_kb.runtime.pending import PendingDocument
 
 
-class Following(Protocol):
-    s3: Any
-    bedrock: Any
-    options: Options
-    claim: Claim
-    on_demand: OnDemand | None
-    log: Callable[[str], None]
-    progress: Callable[[str, int, int], None]
-    sleep: Callable[[float], None]
-
-    def _read(self, key: str) -> PendingDocument | None: ...
-    def _save(self, state: RunState) -> None: ...
-    def _charge_line(
-        self, state: RunState, summary: Summary, *, batch: bool, model: str = ""
-    ) -> Callable[[Output], None]: ...
-    def _on_demand_outputs(
-        self, state: RunState, record_ids_: list[str], name: str, charge: Callable[[Output], None]
-    ) -> dict[str, Output]: ...
-    def _store(
-        self,
-        state: RunState,
-        record_ids_: list[str],
-        outputs: dict[str, Output],
-        summary: Summary,
-        rejected: Counter[str],
-    ) -> list[str]: ...
+class Following(Clients, Callbacks, Objects, Costs, AnswerWork, Protocol):
+    """Following's services."""
 
 
 def follow(state: RunState, work: Following) -> int:
@@ -83,7 +58,9 @@ def follow(state: RunState, work: Following) -> int:
             summary.jobs_failed += 1
             job["stored"] = True
     failed = [rid for job in state.jobs for rid in job.get("failed", [])]
-    retry = state.setdefault("retry", {"records": [], "failed": [], "stored": False})
+    if state.retry is None:
+        state.retry = {"records": [], "failed": [], "stored": False}
+    retry = state.retry
     if failed and work.options.on_demand_retry and work.on_demand is not None and not retry["stored"]:
         if "planned" not in retry:  # chosen once and saved: a resume asks for the same records
             retry["records"], retry["planned"] = still_fitting(state, failed, work), True
@@ -129,7 +106,7 @@ def follow_job(
 def still_fitting(state: RunState, record_ids_: list[str], work: Following) -> list[str]:
     """The records whose document is still recorded as it was planned: answers for one recorded again
     during the run (a sync) would not fit it, so none of its records is worth asking again."""
-    stale = {state.records[rid]["document"] for rid in state.get("stale", [])}
+    stale = {state.records[rid]["document"] for rid in state.stale or []}
 
     def fits(key: str) -> bool:
         document = work._read(key)

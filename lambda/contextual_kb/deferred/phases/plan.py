@@ -9,15 +9,15 @@ built. A sharded run plans each shard with ``usable`` and ``build_records`` (``s
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
-from contextual_kb.deferred.claim import Claim
 from contextual_kb.deferred.concurrency import in_order
-from contextual_kb.deferred.options import Options, SourceState, Summary
+from contextual_kb.deferred.options import Summary
 from contextual_kb.deferred.phases.settle import parse_pending
 from contextual_kb.deferred.phases.store import spans_hash
+from contextual_kb.deferred.phases.work import Callbacks, Clients, Costs, Objects, PlanWork
 from contextual_kb.deferred.records import build, count_tokens, record_ids, split_jobs
 from contextual_kb.deferred.spool import Spool, Spooled
 from contextual_kb.deferred.state import RunState
@@ -37,35 +37,8 @@ class Glance:
     ]  # the remembered-contexts key and the spans' hash: records of one text, chunked alike
 
 
-class Planning(Protocol):
-    s3: Any
-    options: Options
-    claim: Claim
-    source_state: SourceState
-    confirm: Callable[[Summary], None] | None
-
-    def _pending_keys(self) -> Iterator[str]: ...
-    def _read(self, key: str) -> PendingDocument | None: ...
-    def _get_versioned(self, key: str) -> tuple[bytes, str] | None: ...
-    def _drop(self, key: str, *, if_match: str = "") -> None: ...
-    def _still_wanted(self, document: PendingDocument) -> list[int]: ...
-    def _usable(
-        self, leave_out: set[str], among: Iterable[str] | None = None
-    ) -> tuple[list[list[str]], Counter[str]]: ...
-    def _build(
-        self,
-        usable: list[list[str]],
-        spool: Spool,
-        summary: Summary,
-        dropped: Counter[str],
-        ids: Iterator[str] | None = None,
-    ) -> tuple[dict[str, int], dict[str, dict[str, Any]]]: ...
-    def _jobs(self, planned: Sequence[Spooled]) -> tuple[list[int], list[list[int]]]: ...
-    def _floor(self, planned: Sequence[Spooled], documents: dict[str, int]) -> float: ...
-    def _estimate(self, summary: Summary, planned: Sequence[Spooled], on_demand: list[int]) -> None: ...
-    def _new_state(
-        self, run: str, summary: Summary, spool: Spool, jobs: list[list[int]], on_demand: list[int]
-    ) -> RunState: ...
+class Planning(Clients, Callbacks, Objects, Costs, PlanWork, Protocol):
+    """The plan's services."""
 
 
 def plan(run: str, work: Planning, leave_out: set[str] | None = None) -> RunState:

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Protocol
 
-from contextual_kb.deferred.claim import Claim
 from contextual_kb.deferred.options import Reingest, Summary
+from contextual_kb.deferred.phases.work import Clients, Objects, SettleWork
 from contextual_kb.deferred.reingest import Reingested
 from contextual_kb.deferred.state import RunState
 
@@ -27,13 +27,8 @@ def reingest(
     return reingested
 
 
-class Reingesting(Protocol):
-    claim: Claim
-
-    def _reingest(self, reingest: Reingest, sources: list[str]) -> Reingested: ...
-    def _after_reingestion(self, state: RunState, reingested: Reingested, summary: Summary) -> None: ...
-    def _pending_chunks(self) -> int: ...
-    def _save(self, state: RunState) -> None: ...
+class Reingesting(Clients, Objects, SettleWork, Protocol):
+    """The re-ingestion's services."""
 
 
 def finish(state: RunState, summary: Summary, reingest_: Reingest | None, work: Reingesting) -> None:
@@ -56,7 +51,7 @@ def finish(state: RunState, summary: Summary, reingest_: Reingest | None, work: 
     work._after_reingestion(state, reingested, summary)
     summary.pending_after = work._pending_chunks()
     # Every chunk with text of these documents has a model context, but those still pending.
-    still = state["still"]
+    still = state.still or {}
     summary.model_contexts = sum(
         info["with_text"] - still.get(key, 0) for key, info in state.documents.items()
     )

@@ -11,6 +11,7 @@ from botocore.exceptions import ClientError
 
 from contextual_kb.deferred.concurrency import in_order
 from contextual_kb.deferred.options import Summary
+from contextual_kb.deferred.phases.work import Objects
 from contextual_kb.deferred.reingest import Reingested
 from contextual_kb.deferred.state import RunState
 from contextual_kb.runtime.pending import PendingDocument
@@ -19,11 +20,8 @@ from contextual_kb.runtime.pending import PendingDocument
 CHANGED_MEANWHILE = {"PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey"}
 
 
-class Settling(Protocol):
-    def _get_versioned(self, key: str) -> tuple[bytes, str] | None: ...
-    def _still_wanted(self, document: PendingDocument) -> list[int]: ...
-    def _write(self, key: str, document: PendingDocument, *, if_match: str = "") -> None: ...
-    def _drop(self, key: str, *, if_match: str = "") -> None: ...
+class Settling(Objects, Protocol):
+    """Settling's services."""
 
 
 def parse_pending(body: bytes) -> PendingDocument | None:

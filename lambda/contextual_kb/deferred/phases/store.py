@@ -10,21 +10,17 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from contextual_kb.deferred.claim import Claim
 from contextual_kb.deferred.concurrency import in_order
 from contextual_kb.deferred.options import Summary
+from contextual_kb.deferred.phases.work import Clients, Costs, Objects
 from contextual_kb.deferred.records import Accepted, Output, accept, unit_texts
 from contextual_kb.deferred.state import RunState
 from contextual_kb.runtime.context.claude.answers import normalize
 from contextual_kb.runtime.pending import PendingDocument
 
 
-class Storing(Protocol):
-    claim: Claim
-
-    def _read(self, key: str) -> PendingDocument | None: ...
-    def _remember(self, document: PendingDocument, learned: dict[int, str]) -> None: ...
-    def _floor_output(self, summary: Summary, model_id: str, output_tokens: int) -> None: ...
+class Storing(Clients, Objects, Costs, Protocol):
+    """The store's services."""
 
 
 @dataclass
@@ -101,7 +97,7 @@ def store(
             # answers no longer fit it. Counted as failed, never asked again (stale); the new record's
             # chunks stay pending for the next run.
             failed.extend(rid for rid, _ in results)
-            state.setdefault("stale", []).extend(rid for rid, _ in results)
+            state.stale = [*(state.stale or []), *(rid for rid, _ in results)]
             continue
         for rid, output in results:
             if output is None or output.error:

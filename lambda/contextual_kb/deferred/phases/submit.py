@@ -4,23 +4,16 @@ each, so a resumed run does not pay twice; the client token makes a retried crea
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from botocore.exceptions import ClientError
 
-from contextual_kb.deferred.claim import Claim
-from contextual_kb.deferred.options import Options
+from contextual_kb.deferred.phases.work import Callbacks, Clients, Objects
 from contextual_kb.deferred.state import RunState
 
 
-class Submitting(Protocol):
-    bedrock: Any
-    options: Options
-    claim: Claim
-    log: Callable[[str], None]
-
-    def _save(self, state: RunState) -> None: ...
+class Submitting(Clients, Callbacks, Objects, Protocol):
+    """The submission's services."""
 
 
 def submit(state: RunState, work: Submitting) -> None:
