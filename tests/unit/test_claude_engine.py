@@ -202,3 +202,72 @@ def test_a_remembered_object_that_is_not_ours_is_ignored(s3: Any) -> None:
                 memory.load("memory-bucket", "k.json")
         else:
             assert not memory.load("memory-bucket", "k.json")
+
+
+class BookingClient(FakeClient):
+    """Records what each call books of the shared quota (``quota_tokens``)."""
+
+    def __init__(self, script: Script) -> None:
+        super().__init__(script)
+        self.booked: list[tuple[bool, int]] = []  # (the request marks its document cached, tokens booked)
+
+    def invoke(self, request: dict[str, Any], **quota: Any) -> Reply:  # type: ignore[override]
+        marked = "cache_control" in request["messages"][0]["content"][0]
+        with self._lock:
+            self.booked.append((marked, quota.get("quota_tokens", -1)))
+        return super().invoke(request)
+
+
+def test_a_call_that_reads_its_cached_document_books_no_read() -> None:
+    """Issue 52: Bedrock reserves input + cache write + max_tokens, not a cache read. The first call of a
+    cached document writes it and books it; the others read it and book their question and max_tokens only
+    (before: every call booked the document, which starves per-chunk mode on cached documents)."""
+    from contextual_kb.runtime.context.claude.shared_quota import reserved_tokens
+
+    client = BookingClient(lambda request, n: reply())
+    engine = strategy(
+        client, MODEL_QUOTA_TABLE="quota", MODEL_TOKENS_PER_MINUTE="6000000", MIN_CACHE_TOKENS="200"
+    )
+    chunks = [f"Section {i}. " + "The ledger records every payment twice. " * 20 for i in range(4)]
+    run(engine, [document("ledger.md", chunks)])
+    assert len(client.booked) == 4 and all(marked for marked, _ in client.booked)
+    first, *others = [tokens for _, tokens in client.booked]
+    whole = reserved_tokens(client.requests[0])
+    assert first == whole  # the write: system prompt, document, question, max_tokens
+    for request, tokens in zip(client.requests[1:], others, strict=True):
+        assert tokens == reserved_tokens(request, reads_cache=True) < whole / 3
+
+
+def test_an_rpm_aws_does_not_list_is_ignored_with_one_line_at_cold_start(
+    captured: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 52: MODEL_REQUESTS_PER_MINUTE for a model AWS lists no RPM for (Opus 4.7) is ignored, said once
+    when the strategy is built (the cold start); alone, no quota is shared; a model with one keeps it."""
+    from tests.conftest import output_lines
+
+    client = FakeClient(lambda request, n: reply())
+    opus = {"MODEL_ID": "global.anthropic.claude-opus-4-7", "MODEL_QUOTA_TABLE": "quota"}
+    engine = strategy(client, **opus, MODEL_REQUESTS_PER_MINUTE="500", MODEL_TOKENS_PER_MINUTE="400000")
+    assert engine.quota is not None and engine.quota.rate.requests_per_minute == 0
+    assert engine.quota.rate.tokens_per_minute == 400_000
+    assert strategy(client, **opus, MODEL_REQUESTS_PER_MINUTE="500").quota is None
+    haiku = strategy(client, MODEL_QUOTA_TABLE="quota", MODEL_REQUESTS_PER_MINUTE="500")
+    assert haiku.quota is not None and haiku.quota.rate.requests_per_minute == 500
+    warnings = [line["message"] for line in output_lines(captured) if line.get("level") == "WARNING"]
+    assert warnings == [
+        "MODEL_REQUESTS_PER_MINUTE=500 ignored: AWS lists no requests-per-minute quota for "
+        "global.anthropic.claude-opus-4-7 (Bedrock enforces none for some models since 2026-05-27): remove "
+        "it; the shared quota counts MODEL_TOKENS_PER_MINUTE alone",
+        "MODEL_REQUESTS_PER_MINUTE=500 ignored: AWS lists no requests-per-minute quota for "
+        "global.anthropic.claude-opus-4-7 (Bedrock enforces none for some models since 2026-05-27): remove "
+        "it; without MODEL_TOKENS_PER_MINUTE the shared quota is off",
+    ]
+
+
+def test_the_burndown_goes_to_fifteen() -> None:
+    """Opus 4.8 burns 15 quota tokens an output token (issue 52); more is refused, naming the variable."""
+    from contextual_kb.runtime.settings import ConfigurationError
+
+    assert Settings.from_env({"MODEL_OUTPUT_BURNDOWN": "15"}).model_output_burndown == 15
+    with pytest.raises(ConfigurationError, match="MODEL_OUTPUT_BURNDOWN"):
+        Settings.from_env({"MODEL_OUTPUT_BURNDOWN": "16"})

@@ -63,6 +63,7 @@ from contextual_kb.runtime.context.claude.shared_quota import (
     SharedQuota,
     kept_tokens,
     reserved_tokens,
+    unlisted_rpm,
 )
 from contextual_kb.runtime.context.claude.windows import Unit, estimate_tokens, plan_units
 from contextual_kb.runtime.context.structural import StructuralStrategy
@@ -182,7 +183,18 @@ class ClaudeStrategy(ContextStrategy):
         s = self.settings
         if not s.model_quota_table or self.published:
             return None
-        rate = QuotaRate(s.model_requests_per_minute, s.model_tokens_per_minute, s.model_quota_burst_seconds)
+        requests_per_minute = s.model_requests_per_minute
+        if warning := unlisted_rpm(s.model_id, requests_per_minute):  # once, at the cold start
+            requests_per_minute = 0
+            tokens = s.model_tokens_per_minute
+            logger.warning(
+                warning
+                + ("; the shared quota counts MODEL_TOKENS_PER_MINUTE alone" if tokens else "")
+                + ("" if tokens else "; without MODEL_TOKENS_PER_MINUTE the shared quota is off")
+            )
+            if not tokens:
+                return None
+        rate = QuotaRate(requests_per_minute, s.model_tokens_per_minute, s.model_quota_burst_seconds)
         # No invocation books a turn it could not be sent by: none further ahead than an attempt waits
         # (MODEL_TIMEOUT_SECONDS) plus the largest call (a document just under MAX_DOCUMENT_TOKENS, twice
         # for the prompt around it, and a full group's max_tokens at the burndown). An end beyond: a clock.
@@ -625,8 +637,9 @@ class _Run:
             if self.s.quota is None:
                 calls[pool.submit(client.invoke, request)] = (job, now)
                 continue
-            # Bedrock reserves the whole prompt, a cache read too, and max_tokens; the reply settles it
-            tokens = reserved_tokens(request, output_burndown=self.s.output_burndown)
+            # Bedrock reserves the prompt and max_tokens, not a cache read: the unit's first call writes its
+            # cached prefix (reserved), the others read it (not); the reply settles to what was kept
+            tokens = reserved_tokens(request, reads_cache=self._reads_cache(job))
             future = pool.submit(
                 client.invoke,
                 request,
@@ -635,6 +648,12 @@ class _Run:
                 wait_until=self._wait_until(),
             )
             calls[future] = (job, now)
+
+    def _reads_cache(self, job: Job) -> bool:
+        """The call is expected to read its unit's cached prefix: the unit is cached and this is not the
+        call that writes it (``scheduling``: it runs alone, before the others). A cache that expired or was
+        written again is what the reply's usage says, and settled as such."""
+        return self.open[job.doc].cacheable[job.unit] and not job.first
 
     def _wait_until(self) -> float:
         """Until when (epoch seconds) a call may wait for its turns of the shared quota: while it could
@@ -692,8 +711,8 @@ class _Run:
         acct.attempts += reply.attempts
         acct.throttles += reply.throttles
         acct.add_usage(reply.usage)
-        if self.s.quota is not None and reply.quota_booking is not None:  # Bedrock gives back the cache
-            # read and the unused max_tokens
+        if self.s.quota is not None and reply.quota_booking is not None:  # settled to what Bedrock kept:
+            # the unused max_tokens given back, output at the burndown charged
             usage = reply.usage
             kept = kept_tokens(
                 input_tokens=usage.input_tokens,
