@@ -14,6 +14,7 @@ from contextual_kb.runtime.context.base import Invocation, SourceDocument
 from contextual_kb.runtime.context.claude.accounting import Usage
 from contextual_kb.runtime.context.claude.client import ModelCallError, Reply
 from contextual_kb.runtime.context.claude.engine import ClaudeStrategy
+from contextual_kb.runtime.context.claude.shared_quota import reserved_tokens
 from contextual_kb.runtime.deadline import Deadline
 from contextual_kb.runtime.documents import assemble
 from contextual_kb.runtime.settings import Settings
@@ -222,8 +223,6 @@ def test_a_call_that_reads_its_cached_document_books_no_read() -> None:
     """Issue 52: Bedrock reserves input + cache write + max_tokens, not a cache read. The first call of a
     cached document writes it and books it; the others read it and book their question and max_tokens only
     (before: every call booked the document, which starves per-chunk mode on cached documents)."""
-    from contextual_kb.runtime.context.claude.shared_quota import reserved_tokens
-
     client = BookingClient(lambda request, n: reply())
     engine = strategy(
         client, MODEL_QUOTA_TABLE="quota", MODEL_TOKENS_PER_MINUTE="6000000", MIN_CACHE_TOKENS="200"
@@ -271,3 +270,23 @@ def test_the_burndown_goes_to_fifteen() -> None:
     assert Settings.from_env({"MODEL_OUTPUT_BURNDOWN": "15"}).model_output_burndown == 15
     with pytest.raises(ConfigurationError, match="MODEL_OUTPUT_BURNDOWN"):
         Settings.from_env({"MODEL_OUTPUT_BURNDOWN": "16"})
+
+
+def test_a_unit_whose_read_read_nothing_books_its_prefix_again() -> None:
+    """A document the engine counts as cacheable that Bedrock did not cache (its real minimum above the
+    table's, or the entry evicted): a call expected to read it read nothing, so the calls after it book the
+    prefix, as Bedrock reserves it; a read coming back again stops it."""
+
+    def script(request: dict[str, Any], number: int) -> Reply:
+        read = 0 if number == 2 else 1000  # the second call (the first read) reads nothing
+        return Reply("A context.", Usage(10, 0, read, 5), "end_turn", 0.001, attempts=1, throttles=0)
+
+    client = BookingClient(script)
+    settings = {"MODEL_QUOTA_TABLE": "quota", "MODEL_TOKENS_PER_MINUTE": "6000000", "MIN_CACHE_TOKENS": "200"}
+    engine = strategy(client, MAX_CONCURRENCY="1", **settings)
+    chunks = [f"Section {i}. " + "The ledger records every payment twice. " * 20 for i in range(5)]
+    run(engine, [document("ledger.md", chunks)])
+    booked = [tokens for _, tokens in client.booked]
+    whole = [reserved_tokens(r) for r in client.requests]
+    # written; expected to read (read nothing); booked whole (read again); read; read
+    assert [b == w for b, w in zip(booked, whole, strict=True)] == [True, False, True, False, False]

@@ -260,6 +260,9 @@ class _Open:
     fallback: dict[int, str] = field(default_factory=dict)  # chunk index -> reason
     scheduled: bool = False
     cacheable: list[bool] = field(default_factory=list)
+    # cached units whose last call expected to read the prefix and read none (below Bedrock's real minimum,
+    # or evicted): their next calls book the prefix, as Bedrock will reserve it
+    unread: set[int] = field(default_factory=set)
     _texts: dict[int, str] = field(default_factory=dict)
     _normal: dict[int, str] = field(default_factory=dict)
 
@@ -651,9 +654,11 @@ class _Run:
 
     def _reads_cache(self, job: Job) -> bool:
         """The call is expected to read its unit's cached prefix: the unit is cached and this is not the
-        call that writes it (``scheduling``: it runs alone, before the others). A cache that expired or was
-        written again is what the reply's usage says, and settled as such."""
-        return self.open[job.doc].cacheable[job.unit] and not job.first
+        call that writes it (``scheduling``: it runs alone, before the others), and its last read call did
+        read it. A cache that expired or was written again is what the reply's usage says, settled as
+        such."""
+        opened = self.open[job.doc]
+        return opened.cacheable[job.unit] and not job.first and job.unit not in opened.unread
 
     def _wait_until(self) -> float:
         """Until when (epoch seconds) a call may wait for its turns of the shared quota: while it could
@@ -722,6 +727,7 @@ class _Run:
             )
             self.s.quota.settle(reply.quota_booking, kept)
         acct.latencies.append(reply.seconds)
+        self._note_cache_read(job, reply)
         self.s.limit.on_success()
         self.breaker.on_success()
         opened = self.open[job.doc]
@@ -748,6 +754,17 @@ class _Run:
                 opened.fallback.setdefault(index, "answer_rejected")
             self.planner.finished(job)
         self._release(opened, job.unit)
+
+    def _note_cache_read(self, job: Job, reply: Reply) -> None:
+        """A call of a cached unit after its first that read nothing from the cache: the unit's next calls
+        book the prefix (Bedrock reserves what it does not read), until one reads it again."""
+        opened = self.open[job.doc]
+        if not opened.cacheable[job.unit] or job.first:
+            return
+        if reply.usage.cache_read_tokens:
+            opened.unread.discard(job.unit)
+        else:
+            opened.unread.add(job.unit)
 
     def _release(self, opened: _Open, unit: int) -> None:
         """A unit with nothing left to ask no longer needs its prompt text (a long document has many)."""
