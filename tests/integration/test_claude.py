@@ -201,7 +201,8 @@ def test_throttling_is_absorbed_and_nothing_is_lost(
     s3: Any, standin: BedrockStandIn, monkeypatch: pytest.MonkeyPatch, captured: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("MAX_CONCURRENCY", "16")
-    standin.configure(rpm=1200, burst_seconds=0.25)  # 20 calls a second, 5 at once
+    # the per-second bucket (the stand-in's former default): a clock minute of 1,200 never throttles 36 calls
+    standin.configure(rpm=1200, burst_seconds=0.25, window="bucket")  # 20 calls a second, 5 at once
     event, staged = stage(s3, {f"doc{i}.md": paragraphs(f"topic{i}", 6) for i in range(6)})
     items = assert_every_chunk_back(s3, run(event), staged)
     assert all(context_of(i).startswith("This chunk is from") for i in items)
@@ -220,7 +221,7 @@ def test_a_shared_quota_takes_turns_and_the_quota_throttles_nothing(
     turn): each call waits its turn, the quota refuses almost none, the turns are on the table's
     timeline, and nothing falls back."""
     monkeypatch.setenv("MAX_CONCURRENCY", "16")
-    standin.configure(rpm=1200, burst_seconds=0.25)
+    standin.configure(rpm=1200, burst_seconds=0.25, window="bucket")  # as above
     dynamodb = boto3.client("dynamodb", region_name="us-east-1")  # moto, as S3 is
     create_quota_table(dynamodb, "ckb-quota")
     for name, value in {
@@ -259,9 +260,10 @@ def test_a_shared_quota_books_what_bedrock_reserves_and_keeps_what_it_keeps(
     monkeypatch.setenv(
         "GLOSSARY", "ledger: a book of accounts. " * 300
     )  # ~2,400 tokens, in the cached prefix
-    # Output counted 1:1 on both sides: the runtime books max_tokens x burndown where Bedrock reserves
-    # max_tokens alone (Haiku 4.5 is 5x since the model table of 2026-12-06); that is issue 52 item 2's.
-    standin.configure(tpm=6_000_000, output_burndown=1)
+    # Output counted 1:1 on both sides and the cache read reserved: the runtime books max_tokens x burndown
+    # and the cache read, where the stand-in (issue 52 item 1) reserves max_tokens alone and the cache read
+    # only behind its switch; the runtime's booking is issue 52 item 2's.
+    standin.configure(tpm=6_000_000, output_burndown=1, reserve_cache_reads=True)
     dynamodb = boto3.client("dynamodb", region_name="us-east-1")
     create_quota_table(dynamodb, "ckb-quota")
     quota = {"MODEL_QUOTA_TABLE": "ckb-quota", "MODEL_TOKENS_PER_MINUTE": "6000000"}
