@@ -201,7 +201,8 @@ def test_throttling_is_absorbed_and_nothing_is_lost(
     s3: Any, standin: BedrockStandIn, monkeypatch: pytest.MonkeyPatch, captured: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("MAX_CONCURRENCY", "16")
-    standin.configure(rpm=1200, burst_seconds=0.25)  # 20 calls a second, 5 at once
+    # the per-second bucket (the stand-in's former default): a clock minute of 1,200 never throttles 36 calls
+    standin.configure(rpm=1200, burst_seconds=0.25, window="bucket")  # 20 calls a second, 5 at once
     event, staged = stage(s3, {f"doc{i}.md": paragraphs(f"topic{i}", 6) for i in range(6)})
     items = assert_every_chunk_back(s3, run(event), staged)
     assert all(context_of(i).startswith("This chunk is from") for i in items)
@@ -220,7 +221,7 @@ def test_a_shared_quota_takes_turns_and_the_quota_throttles_nothing(
     turn): each call waits its turn, the quota refuses almost none, the turns are on the table's
     timeline, and nothing falls back."""
     monkeypatch.setenv("MAX_CONCURRENCY", "16")
-    standin.configure(rpm=1200, burst_seconds=0.25)
+    standin.configure(rpm=1200, burst_seconds=0.25, window="bucket")  # as above
     dynamodb = boto3.client("dynamodb", region_name="us-east-1")  # moto, as S3 is
     create_quota_table(dynamodb, "ckb-quota")
     for name, value in {
@@ -280,6 +281,7 @@ def test_a_shared_quota_books_what_bedrock_reserves_and_keeps_what_it_keeps(
     # booked: Bedrock's reservation of the six calls (the estimate counts the request whole: a few over)
     reserved = stats.input_tokens + stats.cache_write_tokens + 6 * 160
     assert booked == pytest.approx(reserved, abs=6 * 4 + 50)
+    assert booked == pytest.approx(stats.reserved_tokens, abs=6 * 4 + 50)  # what the stand-in reserved
     assert booked < stats.cache_read_tokens / 2  # five reads of ~7,000 tokens: none booked
     kept = (model["quota_booked_seconds"] - model["quota_given_back_seconds"]) * per_second
     assert kept == pytest.approx(stats.quota_tokens, abs=50)  # settled to what the replies say was kept
