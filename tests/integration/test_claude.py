@@ -276,12 +276,13 @@ def test_a_shared_quota_books_what_bedrock_reserves_and_keeps_what_it_keeps(
     assert metric(lines, "QuotaBookedSeconds") == model["quota_booked_seconds"] > 0
     assert metric(lines, "QuotaGivenBackSeconds") == model["quota_given_back_seconds"]
     assert metric(lines, "QuotaResets") == model["quota_resets"] == 0
-    per_second = 6_000_000 / 60.5  # a minute of the quota is 60.5 s of the timeline (QuotaRate)
+    per_second = 6_000_000 / 62  # a minute of the quota is 62 s of the timeline (QuotaRate, burst 2 s)
     booked = model["quota_booked_seconds"] * per_second
-    # booked: Bedrock's reservation of the six calls (the estimate counts the request whole: a few over)
+    # booked: Bedrock's reservation of the six calls (the stand-in's), or more where a call is expected to
+    # settle more (its output at 5x: at most max_tokens at 5x over); the estimate counts a few tokens over
     reserved = stats.input_tokens + stats.cache_write_tokens + 6 * 160
-    assert booked == pytest.approx(reserved, abs=6 * 4 + 50)
-    assert booked == pytest.approx(stats.reserved_tokens, abs=6 * 4 + 50)  # what the stand-in reserved
+    assert reserved == pytest.approx(stats.reserved_tokens, abs=6 * 4 + 50)
+    assert stats.reserved_tokens - 74 <= booked <= stats.reserved_tokens + 6 * 4 * 160
     assert booked < stats.cache_read_tokens / 2  # five reads of ~7,000 tokens: none booked
     kept = (model["quota_booked_seconds"] - model["quota_given_back_seconds"]) * per_second
     assert kept == pytest.approx(stats.quota_tokens, abs=50)  # settled to what the replies say was kept

@@ -224,9 +224,9 @@ def test_a_call_that_reads_its_cached_document_books_no_read() -> None:
     cached document writes it and books it; the others read it and book their question and max_tokens only
     (before: every call booked the document, which starves per-chunk mode on cached documents)."""
     client = BookingClient(lambda request, n: reply())
-    engine = strategy(
-        client, MODEL_QUOTA_TABLE="quota", MODEL_TOKENS_PER_MINUTE="6000000", MIN_CACHE_TOKENS="200"
-    )
+    quota = {"MODEL_QUOTA_TABLE": "quota", "MODEL_TOKENS_PER_MINUTE": "6000000", "MIN_CACHE_TOKENS": "200"}
+    # output at 1x: what a call books is what Bedrock reserves (booked_tokens: never less)
+    engine = strategy(client, **quota, MODEL_OUTPUT_BURNDOWN="1")
     chunks = [f"Section {i}. " + "The ledger records every payment twice. " * 20 for i in range(4)]
     run(engine, [document("ledger.md", chunks)])
     assert len(client.booked) == 4 and all(marked for marked, _ in client.booked)
@@ -283,10 +283,29 @@ def test_a_unit_whose_read_read_nothing_books_its_prefix_again() -> None:
 
     client = BookingClient(script)
     settings = {"MODEL_QUOTA_TABLE": "quota", "MODEL_TOKENS_PER_MINUTE": "6000000", "MIN_CACHE_TOKENS": "200"}
-    engine = strategy(client, MAX_CONCURRENCY="1", **settings)
+    engine = strategy(client, MAX_CONCURRENCY="1", MODEL_OUTPUT_BURNDOWN="1", **settings)
     chunks = [f"Section {i}. " + "The ledger records every payment twice. " * 20 for i in range(5)]
     run(engine, [document("ledger.md", chunks)])
     booked = [tokens for _, tokens in client.booked]
     whole = [reserved_tokens(r) for r in client.requests]
     # written; expected to read (read nothing); booked whole (read again); read; read
     assert [b == w for b, w in zip(booked, whole, strict=True)] == [True, False, True, False, False]
+
+
+def test_a_call_books_what_it_is_expected_to_settle_when_more_than_bedrock_reserves() -> None:
+    """At Haiku's 5x a context keeps more than max_tokens reserved: a call books its output as the replies
+    so far used of their max_tokens, at 5x (half of it before any reply), so the timeline is not behind what
+    Bedrock counts while calls run."""
+    client = BookingClient(lambda request, n: reply())  # 5 output tokens a reply
+    quota = {"MODEL_QUOTA_TABLE": "quota", "MODEL_TOKENS_PER_MINUTE": "6000000"}
+    engine = strategy(client, MAX_CONCURRENCY="1", **quota)
+    chunks = [f"Section {i}. short." for i in range(30)]
+    run(engine, [document("notes.md", chunks)])
+    booked = [tokens for _, tokens in client.booked]
+    reserved = [reserved_tokens(r) for r in client.requests]
+    first_output = 5 * 80  # half of the 160 max_tokens at 5x: no reply yet
+    assert booked[0] == reserved[0] - 160 + first_output
+    assert all(b >= r for b, r in zip(booked, reserved, strict=True))
+    # 5 of 160 used by each reply: the estimate falls towards it, and the reservation binds again
+    assert booked[-1] == reserved[-1]
+    assert engine.output_share.value < 0.1

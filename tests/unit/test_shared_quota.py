@@ -13,9 +13,11 @@ from contextual_kb.local.quota_table import create_quota_table
 from contextual_kb.runtime.context.claude.shared_quota import (
     Booking,
     NoTurnError,
+    OutputShare,
     QuotaCounters,
     QuotaRate,
     SharedQuota,
+    booked_tokens,
     kept_tokens,
     reserved_tokens,
     take_turn,
@@ -85,6 +87,23 @@ def test_a_call_books_what_bedrock_reserves() -> None:
     assert reserved_tokens(_request(cached=False), reads_cache=True) == 10 + 1000 + 100 + 160
     # a grouped call's max_tokens is reserved as it is: no burndown at the reservation
     assert reserved_tokens(_request(max_tokens=3520), reads_cache=True) == 100 + 3520
+
+
+def test_a_call_books_the_larger_of_the_reservation_and_the_expected_settlement() -> None:
+    """Bedrock reserves 100 + 160 for a call reading its cache; at 5x, 74 tokens of output settle 100 + 370:
+    the booking is the larger, its output estimated from the replies' share of max_tokens."""
+    request = _request()
+    reserved = reserved_tokens(request, reads_cache=True)
+    assert reserved == 260
+    assert booked_tokens(request, reserved, output_burndown=5, output_share=74 / 160) == 100 + 5 * 74
+    assert booked_tokens(request, reserved, output_burndown=1, output_share=1.0) == 260  # never more at 1x
+    assert booked_tokens(request, reserved, output_burndown=5, output_share=0.1) == 260  # the reservation
+    assert booked_tokens(request, reserved, output_burndown=15, output_share=2.0) == 100 + 15 * 160  # capped
+    share = OutputShare(start=0.5, weight=0.5)
+    share.add(40, 160)
+    assert share.value == pytest.approx(0.375)
+    share.add(10, 0)  # no max_tokens: nothing learned
+    assert share.value == pytest.approx(0.375)
 
 
 def test_a_call_settles_to_what_bedrock_keeps() -> None:

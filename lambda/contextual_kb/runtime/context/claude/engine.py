@@ -59,8 +59,10 @@ from contextual_kb.runtime.context.claude.prompts import (
 )
 from contextual_kb.runtime.context.claude.scheduling import Job, Planner
 from contextual_kb.runtime.context.claude.shared_quota import (
+    OutputShare,
     QuotaRate,
     SharedQuota,
+    booked_tokens,
     kept_tokens,
     reserved_tokens,
     unlisted_rpm,
@@ -148,6 +150,7 @@ class ClaudeStrategy(ContextStrategy):
         # algorithm makes one call at a time, as published. One per environment, as the client.
         self.quota = self._shared_quota()
         self.output_burndown = output_burndown(settings.model_id, settings.model_output_burndown)
+        self.output_share = OutputShare()  # of max_tokens, what replies use: for what a call books
         self.fallback = StructuralStrategy(
             max_chars=settings.structural_max_chars, max_names=settings.structural_max_names
         )
@@ -637,12 +640,21 @@ class _Run:
                 self._fallback_jobs([job], "model_unavailable", str(exc))
                 return
             request = self._request(job)
+            job.max_tokens = int(request.get("max_tokens", 0))
             if self.s.quota is None:
                 calls[pool.submit(client.invoke, request)] = (job, now)
                 continue
             # Bedrock reserves the prompt and max_tokens, not a cache read: the unit's first call writes its
             # cached prefix (reserved), the others read it (not); the reply settles to what was kept
-            tokens = reserved_tokens(request, reads_cache=self._reads_cache(job))
+            reserved = reserved_tokens(request, reads_cache=self._reads_cache(job))
+            # booked: that, or what it is expected to settle if more (a 5x burndown keeps more than it
+            # reserved): the timeline is not behind what Bedrock counts while the call runs
+            tokens = booked_tokens(
+                request,
+                reserved,
+                output_burndown=self.s.output_burndown,
+                output_share=self.s.output_share.value,
+            )
             future = pool.submit(
                 client.invoke,
                 request,
@@ -716,18 +728,8 @@ class _Run:
         acct.attempts += reply.attempts
         acct.throttles += reply.throttles
         acct.add_usage(reply.usage)
-        if self.s.quota is not None and reply.quota_booking is not None:  # settled to what Bedrock kept:
-            # the unused max_tokens given back, output at the burndown charged
-            usage = reply.usage
-            kept = kept_tokens(
-                input_tokens=usage.input_tokens,
-                cache_write_tokens=usage.cache_write_tokens,
-                output_tokens=usage.output_tokens,
-                output_burndown=self.s.output_burndown,
-            )
-            self.s.quota.settle(reply.quota_booking, kept)
+        self._settle(job, reply)
         acct.latencies.append(reply.seconds)
-        self._note_cache_read(job, reply)
         self.s.limit.on_success()
         self.breaker.on_success()
         opened = self.open[job.doc]
@@ -754,6 +756,24 @@ class _Run:
                 opened.fallback.setdefault(index, "answer_rejected")
             self.planner.finished(job)
         self._release(opened, job.unit)
+
+    def _settle(self, job: Job, reply: Reply) -> None:
+        """With a shared quota: the reply settles its booking to what Bedrock kept (the unused max_tokens
+        given back, output at the burndown charged), and says what the next calls book (the output replies
+        use, whether the unit's cache was read)."""
+        if self.s.quota is None:
+            return
+        usage = reply.usage
+        if reply.quota_booking is not None:
+            kept = kept_tokens(
+                input_tokens=usage.input_tokens,
+                cache_write_tokens=usage.cache_write_tokens,
+                output_tokens=usage.output_tokens,
+                output_burndown=self.s.output_burndown,
+            )
+            self.s.quota.settle(reply.quota_booking, kept)
+        self.s.output_share.add(usage.output_tokens, job.max_tokens)
+        self._note_cache_read(job, reply)
 
     def _note_cache_read(self, job: Job, reply: Reply) -> None:
         """A call of a cached unit after its first that read nothing from the cache: the unit's next calls
