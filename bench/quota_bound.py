@@ -280,12 +280,12 @@ def main() -> int:
     if args.window != "bucket":
         over = sum(c.reserved > args.tpm for c in calls)
         print(
-            f"under {args.window} a minute holds the whole quota: {over} calls reserve more than it (never "
+            f"under {args.window} a minute holds the whole quota: {_calls(over)} more than it (never "
             f"let in); nothing spills, so the bound is {100.0 if not over else 0.0:.1f}% of the quota"
         )
         return 0
     print(
-        f"{b.larger_than_bucket} calls reserve more than the {args.burst:g} s bucket holds, their give-backs "
+        f"{_calls(b.larger_than_bucket)} more than the {args.burst:g} s bucket holds, their give-backs "
         f"spilling at least {b.overflow_seconds:.1f} s of quota if each waits for the last to end\n"
     )
     print(
@@ -324,6 +324,10 @@ def main() -> int:
             r = replay(interleaved, **quota, scheduler_burst=front, in_order=True)
             print(f"- the plan of {count} invocations' calls in turn, {label}: {100 * r.binding:.1f}%")
     return 0
+
+
+def _calls(count: int) -> str:
+    return f"{count} call reserves" if count == 1 else f"{count} calls reserve"
 
 
 def fleet_order(
