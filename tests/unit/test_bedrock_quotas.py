@@ -177,6 +177,9 @@ def test_clock_minute_counts_each_wall_clock_minute_afresh() -> None:
     inside = window.take(50, 40.0)
     window.settle(inside, 50, 20, 41.0)  # within its minute: given back
     assert window.used == 50
+    # a request timed before the open minute (requests reach the lock out of order) is counted in it: a
+    # window never reopens
+    assert not window.allows(51, 29.0) and window.take(50, 29.0) == window.index and window.used == 100
 
 
 def test_sliding_minute_counts_the_60_seconds_before_each_admission() -> None:
@@ -212,6 +215,17 @@ def test_the_default_window_is_the_clock_minute() -> None:
     assert model.answer(HAIKU, body(SHORT, cache=False, max_tokens=9_000), 59.5)[0] == 200
     assert model.answer(HAIKU, body(SHORT, cache=False, max_tokens=9_000), 59.6)[0] == 429  # reserved
     assert model.answer(HAIKU, body(SHORT, cache=False, max_tokens=9_000), 60.0)[0] == 200  # a new minute
+
+
+def test_the_clock_may_start_at_the_first_request() -> None:
+    model = BedrockStandIn(
+        StandInConfig(latency_ms=300, per_token_ms=0, tpm=10_000, clock_from_first_request=True)
+    )
+    large = body(SHORT, cache=False, max_tokens=9_000)
+    ok(model, large, 1_000.7)  # minute 0 begins here
+    statuses = [model.answer(HAIKU, large, at)[0] for at in (1_001.5, 1_060.5, 1_060.6, 1_060.7)]
+    assert statuses == [200, 200, 429, 200]  # 1,060.6 in minute 0 (two reserved), 1,060.7 in minute 1
+    assert [start for start, _ in model.stats.as_dict()["estimated_tpm_quota_usage"][HAIKU]] == [0, 60]
 
 
 # --- EstimatedTPMQuotaUsage ---

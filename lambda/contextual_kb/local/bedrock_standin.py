@@ -117,6 +117,10 @@ class StandInConfig:
     # The wall-clock time (seconds) of a request's arrival time (time.monotonic() in the server): the
     # clock-minute window and the day are counted on it. None: the machine's clock.
     wall_clock: Callable[[float], float] | None = None
+    # The clock starts at the first request (its minute 0 begins with it), instead: a benchmark's first
+    # minute is whole without waiting for the machine's next minute (where a minute starts against a run is
+    # chance, on AWS too).
+    clock_from_first_request: bool = False
     fault_rate: float = 0.0  # share of calls answered 500/503
     throttle_rate: float = 0.0  # share of calls answered 429 regardless of quota
     hang_rate: float = 0.0  # share of calls that wait ``hang_seconds`` before answering
@@ -245,7 +249,12 @@ class BedrockStandIn:
 
     def _wall(self, at: float) -> float:
         clock = self.config.wall_clock
-        return clock(at) if clock is not None else at + self._offset
+        if clock is not None:
+            return clock(at)
+        first = self.stats.first_request_at
+        if self.config.clock_from_first_request and first is not None:
+            return at - first
+        return at + self._offset
 
     def _model_quotas(self, model: str) -> tuple[Quota | None, Quota | None]:
         """The model id's own RPM and TPM (scope included: a global. and a us. profile of one model are
@@ -665,6 +674,7 @@ def standin_subprocess(
     window: Window = DEFAULT_WINDOW,
     tpd: int = DAILY_TOKENS_DEFAULT,
     reserve_cache_reads: bool = False,
+    clock_from_first_request: bool = False,
 ) -> Iterator[str]:
     """The stand-in in a child process on 127.0.0.1 (its memory and threads apart from the caller's); yields
     its URL and stops it afterwards."""
@@ -674,6 +684,7 @@ def standin_subprocess(
         "--tpm", str(tpm), "--throttle-rate", str(throttle_rate), "--output-burndown", str(output_burndown),
         "--burst-seconds", str(burst_seconds), "--window", window, "--tpd", str(tpd),
         *(["--reserve-cache-reads"] if reserve_cache_reads else []),
+        *(["--clock-from-first-request"] if clock_from_first_request else []),
         "--until-stdin-closes",
     ]  # fmt: skip
     process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -710,6 +721,11 @@ def main() -> None:
         action="store_true",
         help="reserve a cache read at admission (then give it back)",
     )
+    parser.add_argument(
+        "--clock-from-first-request",
+        action="store_true",
+        help="minute 0 (and day 0) begin with the first request, not the machine's clock",
+    )
     parser.add_argument("--fault-rate", type=float, default=0.0)
     parser.add_argument("--throttle-rate", type=float, default=0.0, help="share of calls answered 429")
     parser.add_argument(
@@ -730,6 +746,7 @@ def main() -> None:
         window=args.window,
         burst_seconds=args.burst_seconds,
         reserve_cache_reads=args.reserve_cache_reads,
+        clock_from_first_request=args.clock_from_first_request,
         fault_rate=args.fault_rate,
         throttle_rate=args.throttle_rate,
         output_burndown=args.output_burndown,
