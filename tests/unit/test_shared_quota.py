@@ -377,11 +377,15 @@ class _SlowTable:
 def test_a_slow_table_is_a_table_failure_not_a_silent_stall(
     dynamodb: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Issue 41, item 12: at 0.9 s a round trip, one booking (a read and a write) takes 1.8 s and the
-    invocation's calls book one at a time: the quota's pace is lost without a trace. A booking slower
-    than the bound counts as a table failure: its turn is used, then calls go without turns a while."""
+    """Issue 41, item 12: at 1.1 s a round trip, one booking (a read and a write) takes 2.2 s, more than
+    the lead it books (2 s): the quota's pace is lost without a trace. A booking slower than the bound
+    counts as a table failure: its turn is used, then calls go without turns a while. (A booking of 1.8 s,
+    under the lead, is not: issue 52, a loaded machine's moto table.)"""
     clock = FakeClock(1_000.0)
-    slow = _SlowTable(dynamodb, clock, 0.9)
+    patient = quota(_SlowTable(dynamodb, clock, 0.9), clock)  # type: ignore[arg-type]
+    patient.wait_turn(100, give_up_at=clock.now + 60)
+    assert patient.counters().table_errors == 0
+    slow = _SlowTable(dynamodb, clock, 1.1)
     ours = quota(slow, clock)  # type: ignore[arg-type]
     ours.wait_turn(100, give_up_at=clock.now + 60)
     assert ours.counters().table_errors == 1
