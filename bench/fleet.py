@@ -1,17 +1,23 @@
 """Many invocations, one model quota: N invocations of the real handler at once, in separate processes, each
-on its own slice of the codebase corpus, against one Bedrock stand-in that enforces one account quota
-(requests and tokens per minute, counted as Bedrock counts them: a request reserves input + cache write +
-cache read + max_tokens at its start and keeps input + cache write + output x burndown at its end).
+on its own slice of the codebase corpus, against one Bedrock stand-in that enforces one account quota for
+the model (tokens per minute, and requests per minute when ``--rpm`` is set, counted as Bedrock counts them,
+local/bedrock_quotas.py: a request reserves input + cache write + max_tokens at its start and settles to
+input + cache write + output x the model's burndown at its end), the minute counted as ``--window`` says.
 
 Each invocation runs as the Lambda would: its own process, its own S3 (moto, in process), the real anthropic
 SDK, its runtime built before the start (a warm environment's); they start together, once every one is
 ready, each on a slice of equal work for both quotas. Reported per N: aggregate chunks/s, the share of the
-quota used (the binding quota's, in 5 s windows; and each quota's over the time the stand-in was busy),
-throttles (429s), the SDK's retries, chunks given the structural fallback, the slowest invocation against
-the fastest, whether any passed its deadline, and whether every chunk came back exactly once with its text.
+quota used (``binding_quota_used``, measured as fits the window: under the minute windows the settled
+charges of each full wall-clock minute of the run against the quota, the stand-in's
+``EstimatedTPMQuotaUsage``-like series, its clock started at the first request so that the run's first
+minute is whole; the last, partial, minute in which the work ran out is not counted; under ``bucket`` the
+binding quota's share in 5 s windows), each quota's share over the time the stand-in was busy, throttles
+(429s), the SDK's retries, chunks given the structural fallback, the slowest invocation against the
+fastest, whether any passed its deadline, and whether every chunk came back exactly once with its text.
 
-    .venv/bin/python bench/fleet.py [--fleet 1,4,16] [--rpm 600] [--tpm 800000] [--mode per_chunk]
-        [--timeout 900] [--throttle-rate 0] [--output-burndown 0] [--shared-quota 1.0] [--json out.json]
+    .venv/bin/python bench/fleet.py [--fleet 1,4,16] [--rpm 0] [--tpm 800000] [--window clock-minute]
+        [--burst-seconds 1.0] [--model ID] [--mode per_chunk] [--timeout 900] [--throttle-rate 0]
+        [--output-burndown 0] [--shared-quota 1.0] [--dataset DIR] [--json out.json]
 """
 
 from __future__ import annotations
@@ -31,24 +37,27 @@ from typing import Any
 
 from corpus import DEFAULT_DATASET, load_documents, offline_environment  # bench/corpus.py
 
+from contextual_kb.local.bedrock_quotas import DEFAULT_WINDOW, WINDOWS
+
 BUCKET = "fleet-intermediate"
 MODEL_ID = "global.anthropic.claude-haiku-4-5-20251001-v1:0"
 
 
-# What one per-chunk call adds to its document in what the quota keeps: the chunk, the instruction and the
-# answer (about 60 tokens; the rest of max_tokens is reserved and given back), about.
-CALL_TOKENS = 200 + 60
+# What one per-chunk call adds to its document in what the quota keeps: the chunk and the instruction, and
+# the answer (about 60 tokens at the model's burndown; the rest of max_tokens is given back), about.
+CALL_TOKENS, ANSWER_TOKENS = 200, 60
 
 
-def quota_demand(document: dict[str, Any]) -> tuple[int, int]:
+def quota_demand(document: dict[str, Any], model: str = MODEL_ID) -> tuple[int, int]:
     """Tokens and requests the quota keeps for a document in per-chunk mode: the document's tokens once when
-    the model caches it (cache reads are given back), else once a chunk; a request a chunk. Pure."""
+    the model caches it (cache reads never count), else once a chunk; a request a chunk. Pure."""
     from contextual_kb.local.bedrock_standin import count_tokens
-    from contextual_kb.runtime.context.claude.pricing import min_cache_tokens
+    from contextual_kb.runtime.context.claude.pricing import min_cache_tokens, output_burndown
 
     tokens, calls = count_tokens(document["content"]), len(document["chunks"])
-    cached = calls > 1 and tokens >= min_cache_tokens(MODEL_ID)
-    return (tokens + calls * CALL_TOKENS if cached else calls * (tokens + CALL_TOKENS)), calls
+    cached = calls > 1 and tokens >= min_cache_tokens(model)
+    call = CALL_TOKENS + ANSWER_TOKENS * output_burndown(model)
+    return (tokens + calls * call if cached else calls * (tokens + call)), calls
 
 
 def quota_seconds(tokens: int, requests: int, rpm: int, tpm: int) -> float:
@@ -56,7 +65,9 @@ def quota_seconds(tokens: int, requests: int, rpm: int, tpm: int) -> float:
     return max(tokens / (tpm / 60) if tpm else 0.0, requests / (rpm / 60) if rpm else 0.0)
 
 
-def slices(documents: list[dict[str, Any]], count: int, rpm: int, tpm: int) -> list[list[dict[str, Any]]]:
+def slices(
+    documents: list[dict[str, Any]], count: int, rpm: int, tpm: int, model: str = MODEL_ID
+) -> list[list[dict[str, Any]]]:
     """``count`` slices of about equal work for the quota in both its counts, tokens and requests: the
     heaviest document first, into the slice it leaves lightest. Equal chunks are not equal slices (an
     uncached document's every call counts it whole), nor are equal tokens (a cached document of many chunks
@@ -72,7 +83,7 @@ def slices(documents: list[dict[str, Any]], count: int, rpm: int, tpm: int) -> l
         )
 
     demands = sorted(
-        ((d, quota_demand(d)) for d in documents), key=lambda pair: -quota_seconds(*pair[1], rpm, tpm)
+        ((d, quota_demand(d, model)) for d in documents), key=lambda pair: -quota_seconds(*pair[1], rpm, tpm)
     )
     for document, demand in demands:
         best = min(range(count), key=lambda i: after(i, demand))
@@ -88,7 +99,7 @@ def worker(args: argparse.Namespace) -> int:
         {
             "CONTEXT_STRATEGY": "claude",
             "ANTHROPIC_BEDROCK_BASE_URL": args.url,
-            "MODEL_ID": MODEL_ID,
+            "MODEL_ID": args.model,
             "CONTEXT_MODE": args.mode,
             "MODEL_OUTPUT_BURNDOWN": str(args.output_burndown),
         }
@@ -102,8 +113,9 @@ def worker(args: argparse.Namespace) -> int:
     from contextual_kb.local.runner import invoke
 
     rpm, tpm = args.rpm, args.tpm
-    documents = slices(load_documents(args.dataset), args.of, rpm, tpm)[args.slice]
-    tokens, chunks = sum(quota_demand(d)[0] for d in documents), sum(len(d["chunks"]) for d in documents)
+    documents = slices(load_documents(args.dataset), args.of, rpm, tpm, args.model)[args.slice]
+    tokens = sum(quota_demand(d, args.model)[0] for d in documents)
+    chunks = sum(len(d["chunks"]) for d in documents)
     with mock_aws():
         s3 = boto3.client("s3")
         s3.create_bucket(Bucket=BUCKET)
@@ -189,7 +201,7 @@ def run_fleet(count: int, args: argparse.Namespace, url: str, quota_table: str =
         sys.executable, __file__, "--worker", "--url", url, "--of", str(count), "--mode", args.mode,
         "--timeout", str(args.timeout), "--dataset", str(args.dataset),
         "--rpm", str(args.rpm), "--tpm", str(args.tpm), "--without", args.without,
-        "--output-burndown", str(args.output_burndown),
+        "--output-burndown", str(args.output_burndown), "--model", args.model,
     ]  # fmt: skip
     env = dict(os.environ)
     if quota_table:  # the quota shared through a table (runtime/context/claude/shared_quota.py)
@@ -199,9 +211,10 @@ def run_fleet(count: int, args: argparse.Namespace, url: str, quota_table: str =
                 "AWS_ENDPOINT_URL_DYNAMODB": os.environ["AWS_ENDPOINT_URL_DYNAMODB"],
                 "MODEL_REQUESTS_PER_MINUTE": str(int(args.rpm * args.shared_quota)),
                 "MODEL_TOKENS_PER_MINUTE": str(int(args.tpm * args.shared_quota)),
-                "MODEL_QUOTA_BURST_SECONDS": str(args.burst_seconds / 2),
             }
         )
+        if args.window == "bucket":  # half the stand-in's bucket; under a minute window the function's own
+            env["MODEL_QUOTA_BURST_SECONDS"] = str(args.burst_seconds / 2)
     processes = [
         subprocess.Popen(
             [*command, "--slice", str(i)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
@@ -236,9 +249,13 @@ def run_fleet(count: int, args: argparse.Namespace, url: str, quota_table: str =
     # the least time the quota lets the fleet's calls through in (what the stand-in counted): no invocation
     # ends before it, and a starved one ends well after it
     ideal = quota_seconds(stats["quota_tokens"], stats["answered"], args.rpm, args.tpm)
-    binding = binding_share(
-        stats["quota_requests_by_second"], stats["quota_tokens_by_second"], args.rpm, args.tpm
-    )
+    minutes = full_minutes(stats["estimated_tpm_quota_usage"].get(args.model, []), stats["busy_seconds"])
+    if args.window == "bucket":
+        binding: float | None = binding_share(
+            stats["quota_requests_by_second"], stats["quota_tokens_by_second"], args.rpm, args.tpm
+        )
+    else:
+        binding = sum(minutes) / (args.tpm * len(minutes)) if minutes and args.tpm else None
     request_share = stats["answered"] / (args.rpm / 60 * busy) if args.rpm else None
     token_share = stats["quota_tokens"] / (args.tpm / 60 * busy) if args.tpm else None
     return {
@@ -250,7 +267,11 @@ def run_fleet(count: int, args: argparse.Namespace, url: str, quota_table: str =
         "quota_requests_used": None if request_share is None else round(request_share, 3),
         "quota_tokens_used": None if token_share is None else round(token_share, 3),
         "quota_used": round(max(s for s in (request_share, token_share, 0.0) if s is not None), 3),
-        "binding_quota_used": round(binding, 3),
+        "binding_quota_used": None if binding is None else round(binding, 3),
+        "window": args.window,
+        "model": args.model,
+        # the settled charges of each full minute, of the token quota
+        "minute_shares": [round(m / args.tpm, 3) for m in minutes] if args.tpm else [],
         "throttles": stats["throttled"],
         # which quota refused them, and how many reserved more than the token bucket holds (they pass only
         # with it full, so any call let in before them makes them wait)
@@ -327,6 +348,14 @@ def binding_share(requests: list[int], tokens: list[int], rpm: int, tpm: int, wi
     return used / len(requests) if requests else 0.0
 
 
+def full_minutes(series: list[list[int]] | list[tuple[int, int]], busy_seconds: float) -> list[int]:
+    """The settled charges of each whole minute of the run, from the stand-in's per-minute series ((minute
+    start, tokens), its clock started at the first request): the minute the last answer fell in is partial
+    and not counted; a whole minute with nothing settled counts as 0. Pure."""
+    charged = {int(start): tokens for start, tokens in series}
+    return [charged.get(start, 0) for start in range(0, int(busy_seconds) - 59, 60)]
+
+
 def _merged(counts: list[dict[str, int]]) -> dict[str, int]:
     total: dict[str, int] = {}
     for count in counts:
@@ -339,8 +368,25 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASET)
     parser.add_argument("--fleet", default="1,4,16", help="numbers of invocations at once")
-    parser.add_argument("--rpm", type=int, default=600, help="the account's requests per minute")
-    parser.add_argument("--tpm", type=int, default=800_000, help="the account's tokens per minute")
+    parser.add_argument(
+        "--rpm",
+        type=int,
+        default=0,
+        help="the account's requests per minute for the model; 0: none (token-bound)",
+    )
+    parser.add_argument(
+        "--tpm", type=int, default=800_000, help="the account's tokens per minute for the model"
+    )
+    parser.add_argument(
+        "--window",
+        choices=WINDOWS,
+        default=DEFAULT_WINDOW,
+        help="how the stand-in counts a minute (AWS does not document it): fixed wall-clock minutes, the "
+        "last 60 s, or the former per-second bucket of --burst-seconds",
+    )
+    parser.add_argument(
+        "--model", default=MODEL_ID, help="the model id the function calls (Haiku 4.5's profile)"
+    )
     parser.add_argument("--mode", default="per_chunk", help="CONTEXT_MODE")
     parser.add_argument("--timeout", type=int, default=900, help="each invocation's Lambda timeout, seconds")
     parser.add_argument("--latency-ms", type=float, default=300.0)
@@ -350,15 +396,15 @@ def main() -> int:
         "--burst-seconds",
         type=float,
         default=1.0,
-        help="the stand-in's buckets, in seconds of quota (Bedrock does not document its own); the shared "
-        "quota's MODEL_QUOTA_BURST_SECONDS is half of it (its default 0.5 against 1.0)",
+        help="--window bucket: the stand-in's buckets, in seconds of quota (Bedrock documents none); the "
+        "shared quota's MODEL_QUOTA_BURST_SECONDS is half of it (its default 0.5 against 1.0)",
     )
     parser.add_argument(
         "--output-burndown",
         type=int,
         default=0,
         help="quota tokens an output token keeps, in the stand-in and the function (MODEL_OUTPUT_BURNDOWN); "
-        "0: the model table's (1 for Haiku 4.5; 5 as Opus 4 and Sonnet 4 count)",
+        "0: the model table's (5 for Haiku 4.5 and Sonnet 4.6, 10 for Sonnet 5, 15 for Opus 4.8)",
     )
     parser.add_argument("--json", type=Path)
     parser.add_argument(
@@ -391,6 +437,7 @@ def main() -> int:
     load_documents(args.dataset)  # a corpus that cannot be read: one line here, not one from every worker
     offline_environment()
     from contextual_kb.local.bedrock_standin import standin_subprocess
+    from contextual_kb.runtime.context.claude.pricing import output_burndown
 
     rows = []
     with contextlib.ExitStack() as stack:
@@ -404,31 +451,42 @@ def main() -> int:
                 args.throttle_rate,
                 args.output_burndown,
                 args.burst_seconds,
+                args.window,
+                clock_from_first_request=True,  # the first minute whole (the module docstring)
             ) as url:  # a fresh quota (and cache) for each fleet
                 result = run_fleet(count, args, url, tables(count) if tables else "")
             rows.append(result)
         print(json.dumps(result), flush=True)
+    burndown = output_burndown(args.model, args.output_burndown)
+    measured = "5 s windows" if args.window == "bucket" else "full minutes, settled"
     print(
-        f"\nquota: {args.rpm} requests/min, {args.tpm:,} tokens/min; CONTEXT_MODE={args.mode}"
+        f"\nmodel {args.model} (output burndown {burndown}); quota: {args.tpm:,} tokens/min"
+        f"{f', {args.rpm} requests/min' if args.rpm else ', no request quota'}; window {args.window}"
+        f"{f' ({args.burst_seconds:g} s)' if args.window == 'bucket' else ''}; CONTEXT_MODE={args.mode}"
         f"{'; without: ' + args.without if args.without else ''}"
-        f"{f'; shared quota: {args.shared_quota:g} of it' if args.shared_quota else ''}"
-        f"{f'; output burndown {args.output_burndown}' if args.output_burndown else ''}"
-        f"; the stand-in's burst {args.burst_seconds:g} s\n"
-        "| N | chunks/s | quota used (binding, 5 s windows) | requests / tokens over the run | throttles "
+        f"{f'; shared quota: {args.shared_quota:g} of it' if args.shared_quota else ''}\n"
+        f"| N | chunks/s | quota used (binding, {measured}) | requests / tokens over the run | throttles "
         "| retries | fallbacks | slowest / fastest | slowest / the quota's least time | deadline passed "
         "| chunks lost |\n|---|---|---|---|---|---|---|---|---|---|---|"
     )
+    holder = "bucket" if args.window == "bucket" else "quota"
     for r in rows:
+        used = "n/a" if r["binding_quota_used"] is None else f"{100 * r['binding_quota_used']:.1f}%"
+        if args.window != "bucket":
+            used += f" ({', '.join(f'{100 * m:.1f}%' for m in r['minute_shares']) or 'no full minute'})"
         print(
-            f"| {r['invocations']} | {r['chunks_per_second']} | {100 * r['binding_quota_used']:.1f}% | "
+            f"| {r['invocations']} | {r['chunks_per_second']} | {used} | "
             f"{_pct(r['quota_requests_used'])} / {_pct(r['quota_tokens_used'])} | {r['throttles']} "
-            f"({r['throttles_over_bucket']} larger than the bucket) | "
+            f"({r['throttles_over_bucket']} larger than the {holder}) | "
             f"{r['retries']} | {r['fallbacks']} ({100 * r['fallback_share']:.2f}%) | "
             f"{r['slowest_vs_fastest']}x ({r['slowest_seconds']} / {r['fastest_seconds']} s) | "
             f"{r['slowest_vs_ideal']}x | {'yes' if r['deadline_passed'] else 'no'} | {r['chunks_lost']} |"
         )
     if args.json:
-        args.json.write_text(json.dumps({"rpm": args.rpm, "tpm": args.tpm, "rows": rows}, indent=2) + "\n")
+        args.json.write_text(
+            json.dumps({"rpm": args.rpm, "tpm": args.tpm, "window": args.window, "rows": rows}, indent=2)
+            + "\n"
+        )
     return 0
 
 

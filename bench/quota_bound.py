@@ -1,13 +1,15 @@
 """How much of a token-bound quota the fleet benchmark's workload can use at all, under the Bedrock stand-in's
-rules (docs/BENCHMARKS.md, "Measured again as Bedrock counts (issue 41)"). Pure arithmetic: no model, no
-clock, no network.
+rules (docs/BENCHMARKS.md, "Many invocations, one model quota"). Pure arithmetic: no model, no clock, no
+network.
 
-The stand-in (lambda/contextual_kb/local/bedrock_standin.py) keeps a token bucket of ``burst`` seconds of the
-quota: a call passes when the bucket holds its reservation (input + cache write + cache read + max_tokens;
-one larger than the bucket needs it full), the reservation is taken at the start, and at the end what the
-call does not keep (the cache read, the unused max_tokens) goes back, the bucket never above full. A request
-bucket of the same ``burst`` runs beside it. From the corpus this derives each call of ``bench/fleet.py``'s
-per-chunk run (reserved, kept, seconds, as the stand-in counts them) and then:
+The stand-in (lambda/contextual_kb/local/bedrock_standin.py, its rules in local/bedrock_quotas.py) reserves
+a call's input + cache write + max_tokens at its start (the cache read too with ``--reserve-cache-reads``)
+and settles it at its end to input + cache write + output x the model's burndown. Under ``--window bucket``
+it keeps a token bucket of ``burst`` seconds of the quota: a call passes when the bucket holds its
+reservation (one larger than the bucket needs it full), and at the end the difference goes back (or, when
+the output at its burndown is more than was reserved, is taken), the bucket never above full; a request
+bucket of the same ``burst`` runs beside it when ``--rpm`` is set. From the corpus this derives each call
+of ``bench/fleet.py``'s per-chunk run (reserved, kept, seconds, as the stand-in counts them) and then:
 
 - the arithmetic bounds: the least time the quota needs for what is kept (the fleet's "least time"), and what
   a call larger than the bucket costs;
@@ -20,7 +22,12 @@ per-chunk run (reserved, kept, seconds, as the stand-in counts them) and then:
   In any order it is one schedule an oracle reaches, not the best. ``--scheduler-burst`` puts the shared
   quota's own smaller bucket in front, to see what that costs.
 
-    .venv/bin/python bench/quota_bound.py [--tpm 800000] [--rpm 600] [--burst 1.0] [--scheduler-burst 0.5]
+Under the minute windows (``--window clock-minute`` or ``sliding-minute``) nothing spills: a minute holds
+the whole quota, so the bound is the arithmetic alone (the least time for what is kept; a call reserving
+more than the whole minute's quota never passes), printed without a replay.
+
+    .venv/bin/python bench/quota_bound.py [--tpm 800000] [--rpm 0] [--burst 1.0] [--scheduler-burst 0.5]
+        [--window bucket] [--model ID] [--reserve-cache-reads]
 """
 
 from __future__ import annotations
@@ -39,7 +46,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fleet import MODEL_ID, binding_share, slices  # bench/fleet.py
 
-from contextual_kb.local.bedrock_standin import TokenBucket  # the stand-in's own bucket
+from contextual_kb.local.bedrock_quotas import (
+    TokenBucket,
+    reservation,
+    settled_charge,
+)  # the stand-in's rules
 
 LATENCY_SECONDS = 0.3  # the stand-in's defaults (bench/fleet.py passes them): 300 ms + 2 ms a token
 PER_TOKEN_SECONDS = 0.002
@@ -55,16 +66,19 @@ class Call:
     reads: bool = False
 
 
-def workload(documents: Sequence[dict[str, Any]]) -> list[Call]:
+def workload(
+    documents: Sequence[dict[str, Any]], *, model: str = MODEL_ID, reserve_cache_reads: bool = False
+) -> list[Call]:
     """The calls of a per-chunk run of ``documents``, as the stand-in counts them: the real prompts
-    (prompts.chunk_request), the stand-in's token count, answers and latency. Pure."""
+    (prompts.chunk_request), the stand-in's token count, answers, latency and rules. Pure."""
     from contextual_kb.local.bedrock_standin import _contexts, count_tokens
-    from contextual_kb.runtime.context.claude.pricing import min_cache_tokens
+    from contextual_kb.runtime.context.claude.pricing import min_cache_tokens, output_burndown
     from contextual_kb.runtime.context.claude.prompts import PromptSettings, chunk_request
     from contextual_kb.runtime.context.claude.windows import estimate_tokens
 
-    prompt = PromptSettings(model_id=MODEL_ID)
-    minimum = min_cache_tokens(MODEL_ID)
+    prompt = PromptSettings(model_id=model)
+    minimum = min_cache_tokens(model)
+    burndown = output_burndown(model)
     calls: list[Call] = []
     for number, document in enumerate(documents):
         text, chunks = document["content"], document["chunks"]
@@ -78,14 +92,16 @@ def workload(documents: Sequence[dict[str, Any]]) -> list[Call]:
             prefix = count_tokens(system) + count_tokens(block)
             cacheable = cached and prefix >= minimum  # the stand-in's own rule
             output = min(count_tokens(_contexts(block, question)), request["max_tokens"])
-            kept = total - (prefix if cacheable and index else 0) + output
-            seconds = LATENCY_SECONDS + PER_TOKEN_SECONDS * output
-            calls.append(
-                Call(
-                    number, total + request["max_tokens"], kept, seconds, cacheable and not index,
-                    cacheable and bool(index),
-                )
+            read = prefix if cacheable and index else 0
+            written = prefix if cacheable and not index else 0
+            uncached = total - read - written
+            reserved = reservation(
+                uncached=uncached, cache_write=written, cache_read=read, max_tokens=request["max_tokens"],
+                cache_reads=reserve_cache_reads,
             )  # fmt: skip
+            kept = settled_charge(uncached=uncached, cache_write=written, output=output, burndown=burndown)
+            seconds = LATENCY_SECONDS + PER_TOKEN_SECONDS * output
+            calls.append(Call(number, reserved, kept, seconds, bool(written), bool(read)))
     return calls
 
 
@@ -110,8 +126,10 @@ def replay(
     """Every call sent the moment the stand-in's buckets (and, with ``scheduler_burst``, a bucket of that
     many seconds in front, as the shared quota keeps) hold it; a cached document's reads once its write has
     started (the stand-in's rule). ``in_order``: strictly in the plan's order (a call waits for the one
-    before it, as turns do); else any call that fits goes (small ones pass a large one waiting). Pure."""
-    tokens, requests = TokenBucket(tpm, burst), TokenBucket(rpm, burst)
+    before it, as turns do); else any call that fits goes (small ones pass a large one waiting); ``rpm`` 0:
+    no request quota. Pure."""
+    tokens = TokenBucket(tpm, burst)
+    requests = TokenBucket(rpm or 10**9, burst)  # no request quota: one that never binds
     front = TokenBucket(tpm, scheduler_burst) if scheduler_burst else None
     buckets = [b for b in (tokens, requests, front) if b is not None]
     for bucket in buckets:
@@ -169,14 +187,14 @@ def replay(
         at, back, _ = heapq.heappop(ends)
         tokens.give_back(back, at)
     tokens.to(last_end)
-    return _scored(admitted, last_end, tokens, requests, rpm=rpm, tpm=tpm)
+    return _scored(admitted, last_end, tokens, requests if rpm else None, rpm=rpm, tpm=tpm)
 
 
 def _scored(
     admitted: list[tuple[float, int]],
     last_end: float,
     tokens: TokenBucket,
-    requests: TokenBucket,
+    requests: TokenBucket | None,
     *,
     rpm: int,
     tpm: int,
@@ -196,7 +214,7 @@ def _scored(
         seconds=last_end,
         binding=binding_share(by_second_requests, by_second_tokens, rpm, tpm),
         tokens_share=kept_total / (tokens.rate * last_end),
-        requests_share=len(admitted) / (requests.rate * last_end),
+        requests_share=len(admitted) / (requests.rate * last_end) if requests is not None else 0.0,
         lost_seconds=tokens.lost / tokens.rate,
     )
 
@@ -223,7 +241,7 @@ def bounds(calls: Sequence[Call], *, rpm: int, tpm: int, burst: float = 1.0) -> 
         calls=len(calls),
         reserved=sum(c.reserved for c in calls),
         kept=kept,
-        least_seconds=max(kept / rate, len(calls) / (rpm / 60)),
+        least_seconds=max(kept / rate, len(calls) / (rpm / 60) if rpm else 0.0),
         larger_than_bucket=len(large),
         overflow_seconds=sum(max(0.0, c.reserved - c.kept - capacity) for c in large) / rate,
     )
@@ -232,23 +250,42 @@ def bounds(calls: Sequence[Call], *, rpm: int, tpm: int, burst: float = 1.0) -> 
 def main() -> int:
     from corpus import DEFAULT_DATASET, load_documents  # bench/corpus.py
 
+    from contextual_kb.local.bedrock_quotas import WINDOWS
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASET)
-    parser.add_argument("--rpm", type=int, default=600)
+    parser.add_argument("--rpm", type=int, default=0, help="requests a minute; 0: no request quota")
     parser.add_argument("--tpm", type=int, default=800_000)
+    parser.add_argument("--window", choices=WINDOWS, default="bucket", help="the stand-in's window")
     parser.add_argument("--burst", type=float, default=1.0, help="the stand-in's buckets, seconds of quota")
     parser.add_argument("--scheduler-burst", type=float, default=0.5, help="the shared quota's bucket")
+    parser.add_argument(
+        "--model", default=MODEL_ID, help="the model id called (its burndown, its cache minimum)"
+    )
+    parser.add_argument("--reserve-cache-reads", action="store_true", help="the stand-in's switch")
     parser.add_argument("--orders", type=int, default=0, help="also replay the plan in this many orders")
     parser.add_argument("--fleet", default="4,16", help="also in the order of N invocations' calls in turn")
     args = parser.parse_args()
     documents = load_documents(args.dataset)
-    calls = workload(documents)
+    shape = {"model": args.model, "reserve_cache_reads": args.reserve_cache_reads}
+    calls = workload(documents, **shape)
     quota = {"rpm": args.rpm, "tpm": args.tpm, "burst": args.burst}
     b = bounds(calls, **quota)
+    requests = f"{args.rpm} requests a minute" if args.rpm else "no request quota"
     print(
         f"{b.calls} calls reserve {b.reserved:,} tokens and keep {b.kept:,}: the quota's least time "
-        f"{b.least_seconds:.1f} s ({args.tpm:,} tokens, {args.rpm} requests a minute); "
-        f"{b.larger_than_bucket} calls reserve more than the {args.burst:g} s bucket holds, their give-backs "
+        f"{b.least_seconds:.1f} s ({args.tpm:,} tokens, {requests}); ",
+        end="",
+    )
+    if args.window != "bucket":
+        over = sum(c.reserved > args.tpm for c in calls)
+        print(
+            f"under {args.window} a minute holds the whole quota: {_calls(over)} more than it (never "
+            f"let in); nothing spills, so the bound is {100.0 if not over else 0.0:.1f}% of the quota"
+        )
+        return 0
+    print(
+        f"{_calls(b.larger_than_bucket)} more than the {args.burst:g} s bucket holds, their give-backs "
         f"spilling at least {b.overflow_seconds:.1f} s of quota if each waits for the last to end\n"
     )
     print(
@@ -282,16 +319,29 @@ def main() -> int:
             f"- the plan in {args.orders} orders, {label}: {100 * min(shares):.1f}-{100 * max(shares):.1f}%"
         )
     for count in [int(n) for n in args.fleet.split(",") if n]:
-        interleaved = fleet_order(documents, count, rpm=args.rpm, tpm=args.tpm)
+        interleaved = fleet_order(documents, count, rpm=args.rpm, tpm=args.tpm, **shape)
         for front, label in fronts.items():
             r = replay(interleaved, **quota, scheduler_burst=front, in_order=True)
             print(f"- the plan of {count} invocations' calls in turn, {label}: {100 * r.binding:.1f}%")
     return 0
 
 
-def fleet_order(documents: Sequence[dict[str, Any]], count: int, *, rpm: int, tpm: int) -> list[Call]:
+def _calls(count: int) -> str:
+    return f"{count} call reserves" if count == 1 else f"{count} calls reserve"
+
+
+def fleet_order(
+    documents: Sequence[dict[str, Any]],
+    count: int,
+    *,
+    rpm: int,
+    tpm: int,
+    model: str = MODEL_ID,
+    reserve_cache_reads: bool = False,
+) -> list[Call]:
     """The calls of ``bench/fleet.py``'s ``count`` slices, one of each slice in turn. Pure."""
-    per_slice = [workload(part) for part in slices(list(documents), count, rpm, tpm)]
+    shape = {"model": model, "reserve_cache_reads": reserve_cache_reads}
+    per_slice = [workload(part, **shape) for part in slices(list(documents), count, rpm, tpm, model)]
     ordered: list[Call] = []
     for number, calls in enumerate(per_slice):  # documents numbered apart across slices (cache reads)
         per_slice[number] = [replace(c, document=c.document * count + number) for c in calls]

@@ -114,3 +114,23 @@ def test_the_shared_quota_is_set_by_its_stack_settings_only() -> None:
         load({"modelOutputBurndown": 5})
     with pytest.raises(ConfigError, match=r"functionEnvironment\.MODEL_OUTPUT_BURNDOWN"):
         load({"modelTokensPerMinute": 400_000, "functionEnvironment": {"MODEL_OUTPUT_BURNDOWN": "5"}})
+    # Opus 4.8 burns 15 (issue 52); more is refused
+    fifteen = load({"modelTokensPerMinute": 1, "modelOutputBurndown": 15})
+    assert fifteen.function_quota["MODEL_OUTPUT_BURNDOWN"] == "15"
+    with pytest.raises(ConfigError, match="modelOutputBurndown"):
+        load({"modelTokensPerMinute": 1, "modelOutputBurndown": 16})
+
+
+def test_an_rpm_for_a_model_aws_lists_none_for_is_ignored_not_refused() -> None:
+    """pricing.listed_rpm None (Opus 4.7 lists none; Haiku 4.5 lists 10,000 through its global profile):
+    modelRequestsPerMinute is ignored with a warning for synth, and alone it shares no quota."""
+    from contextual_kb.cdk.config import load
+
+    opus = {"functionEnvironment": {"MODEL_ID": "global.anthropic.claude-opus-4-7"}}
+    both = load({**opus, "modelRequestsPerMinute": 500, "modelTokensPerMinute": 400_000})
+    assert both.unlisted_rpm.startswith("modelRequestsPerMinute=500 ignored: AWS lists no requests-per")
+    assert both.function_quota["MODEL_REQUESTS_PER_MINUTE"] == "0" and both.shares_quota
+    alone = load({**opus, "modelRequestsPerMinute": 500})
+    assert not alone.shares_quota and "no quota is shared" in alone.unlisted_rpm
+    haiku = load({"modelRequestsPerMinute": 500})  # the default model, global Haiku 4.5: AWS lists RPM
+    assert haiku.unlisted_rpm == "" and haiku.function_quota["MODEL_REQUESTS_PER_MINUTE"] == "500"

@@ -149,3 +149,22 @@ def test_ingestion_logs_are_exported_for_add_monitoring() -> None:
     contextual.add_monitoring(logs)
     alarms = resources(Template.from_stack(scope).to_json(), "AWS::CloudWatch::Alarm").values()
     assert "IngestionDocumentsFailed" in [a["Properties"]["MetricName"] for a in alarms]
+
+
+def test_an_rpm_for_a_model_aws_lists_none_for_is_ignored_with_one_warning_at_synth() -> None:
+    """Issue 52: Bedrock enforces no RPM for some models (pricing.listed_rpm is None, here Opus 4.7): the
+    stack's modelRequestsPerMinute is ignored with one synth warning, as the function ignores it; a model
+    AWS lists one for keeps it."""
+    opus = {"functionEnvironment": {"MODEL_ID": "global.anthropic.claude-opus-4-7"}}
+    scope = stack()
+    settings = {**opus, "modelRequestsPerMinute": 500, "modelTokensPerMinute": 400_000}
+    ContextualTransformation(scope, "Contextual", settings=settings)
+    template = Template.from_stack(scope).to_json()
+    (function,) = [
+        f for f in resources(template, "AWS::Lambda::Function").values()
+        if "MODEL_TOKENS_PER_MINUTE" in str(f)
+    ]  # fmt: skip
+    variables = function["Properties"]["Environment"]["Variables"]
+    assert variables["MODEL_REQUESTS_PER_MINUTE"] == "0" and variables["MODEL_TOKENS_PER_MINUTE"] == "400000"
+    (warning,) = Annotations.from_stack(scope).find_warning("*", Match.string_like_regexp("modelRequests"))
+    assert "modelRequestsPerMinute=500 ignored: AWS lists no requests-per-minute" in str(warning.entry.data)

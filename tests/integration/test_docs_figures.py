@@ -127,6 +127,17 @@ EXCUSED = {
     "python bench/fleet.py --shared-quota 1.0 --burst-seconds 10": "timings of a fleet: dated measurements",
     "python bench/fleet.py --shared-quota 1.0 --tpm 4000000": "timings of a fleet: dated measurements",
     "python bench/fleet.py --fleet 16 --without hold,pacing": "timings of a fleet: dated measurements",
+    **{
+        f"python bench/fleet.py --shared-quota 1.0 {options}": "timings of a fleet: dated measurements"
+        for options in (
+            "--window sliding-minute",
+            "--window bucket --burst-seconds 1",
+            "--window bucket --burst-seconds 10",
+            "--fleet 4 --tpm 300000 --model global.anthropic.claude-sonnet-4-6",
+            "--fleet 4 --model global.anthropic.claude-sonnet-5",
+        )
+    },
+    "python bench/quota_bound.py --burst 10 --scheduler-burst 5": "the same script as the generated block's",
     "python bench/tokens.py": "needs Mistral's Tekken vocabulary (mistral-common)",
     "make bench-reliability": "fault injection at full size, minutes; tests/reliability runs it scaled down",
     "make bench-load": "timings and memory: dated measurements (make test-long asserts the promises)",

@@ -77,7 +77,10 @@ def test_entries_expire_after_their_ttl_and_a_hit_refreshes_them() -> None:
 
 
 def test_requests_per_minute_are_throttled_as_a_token_bucket() -> None:
-    standin = BedrockStandIn(StandInConfig(rpm=60, burst_seconds=2.0))  # 1 a second, 2 at once
+    # the former default, now the window named "bucket" (clock-minute is the default: tested below)
+    standin = BedrockStandIn(
+        StandInConfig(rpm=60, burst_seconds=2.0, window="bucket")
+    )  # 1 a second, 2 at once
     times = (0.0, 0.0, 0.0, 0.5, 1.0, 3.0, 3.0)  # full at 0; refills 1 a second, up to 2
     statuses = [standin.answer(MODEL, body(SHORT), at)[0] for at in times]
     assert statuses == [200, 200, 429, 429, 200, 200, 200]
@@ -136,13 +139,14 @@ def test_a_request_timed_before_the_last_one_takes_back_no_refill() -> None:
 
 
 def test_a_request_reserves_its_cache_read_and_max_tokens_and_settles_at_its_end() -> None:
-    """Issue 41, item 14: as Bedrock counts (docs/HOW-IT-WORKS.md), a request reserves input + cache write
-    + cache read + max_tokens at its start (a 429 if the quota does not hold that), and at its end keeps
-    input + cache write + output x burndown: the cache read and the unused max_tokens come back."""
+    """Issue 41, item 14, kept behind the switch ``reserve_cache_reads`` (AWS's agent toolkit, May 2026) and
+    on the bucket window it was written for: a request reserves input + cache write + cache read +
+    max_tokens at its start (a 429 if the quota does not hold that), and at its end keeps input + cache
+    write + output x burndown: the cache read and the unused max_tokens come back."""
     # output counted 1:1 here so that the arithmetic stays readable (Haiku 4.5's 5x has its own test)
-    standin = BedrockStandIn(
-        StandInConfig(latency_ms=300, per_token_ms=0, tpm=60_000, burst_seconds=10.0, output_burndown=1)
-    )
+    config = StandInConfig(latency_ms=300, per_token_ms=0, tpm=60_000, burst_seconds=10.0, output_burndown=1)
+    config.window, config.reserve_cache_reads = "bucket", True
+    standin = BedrockStandIn(config)
     question = body(LONG)["messages"][0]["content"][1]["text"]
     reserved = count_tokens("system") + count_tokens(LONG) + count_tokens(question) + 160
     assert 7_000 < reserved < 8_000  # the bucket: 1,000 tokens a second, 10,000 at most
@@ -176,13 +180,15 @@ def test_an_output_token_keeps_the_models_burndown_of_the_quota() -> None:
 def test_a_throttle_says_which_quota_refused_and_whether_the_call_is_larger_than_its_bucket() -> None:
     """What the fleet benchmark reports of its 429s: the request quota's, the token quota's, and of those the
     calls reserving more than the token bucket holds (they pass only with it full)."""
-    standin = BedrockStandIn(StandInConfig(latency_ms=300, per_token_ms=0, rpm=600, tpm=60_000))
+    standin = BedrockStandIn(
+        StandInConfig(latency_ms=300, per_token_ms=0, rpm=600, tpm=60_000, window="bucket")
+    )
     assert standin.answer(MODEL, body(LONG), 0.0)[0] == 200  # ~7,600 reserved: the bucket (1,000) full
     assert standin.answer(MODEL, body(LONG), 0.1)[0] == 429  # larger than the bucket: needs it full
     assert standin.answer(MODEL, body(SHORT, cache=False), 0.2)[0] == 429  # ~180: the bucket below 0
     stats = standin.stats.as_dict()
     assert (stats["throttled"], stats["throttled_by_tokens"], stats["throttled_over_bucket"]) == (2, 2, 1)
-    requests = BedrockStandIn(StandInConfig(rpm=60, tpm=60_000))  # 1 request a second
+    requests = BedrockStandIn(StandInConfig(rpm=60, tpm=60_000, window="bucket"))  # 1 request a second
     assert [requests.answer(MODEL, body(SHORT, cache=False), 0.0)[0] for _ in range(2)] == [200, 429]
     stats = requests.stats.as_dict()
     assert (stats["throttled_by_requests"], stats["throttled_by_tokens"]) == (1, 0)

@@ -14,6 +14,7 @@ from contextual_kb.runtime.context.base import Invocation, SourceDocument
 from contextual_kb.runtime.context.claude.accounting import Usage
 from contextual_kb.runtime.context.claude.client import ModelCallError, Reply
 from contextual_kb.runtime.context.claude.engine import ClaudeStrategy
+from contextual_kb.runtime.context.claude.shared_quota import reserved_tokens
 from contextual_kb.runtime.deadline import Deadline
 from contextual_kb.runtime.documents import assemble
 from contextual_kb.runtime.settings import Settings
@@ -202,3 +203,109 @@ def test_a_remembered_object_that_is_not_ours_is_ignored(s3: Any) -> None:
                 memory.load("memory-bucket", "k.json")
         else:
             assert not memory.load("memory-bucket", "k.json")
+
+
+class BookingClient(FakeClient):
+    """Records what each call books of the shared quota (``quota_tokens``)."""
+
+    def __init__(self, script: Script) -> None:
+        super().__init__(script)
+        self.booked: list[tuple[bool, int]] = []  # (the request marks its document cached, tokens booked)
+
+    def invoke(self, request: dict[str, Any], **quota: Any) -> Reply:  # type: ignore[override]
+        marked = "cache_control" in request["messages"][0]["content"][0]
+        with self._lock:
+            self.booked.append((marked, quota.get("quota_tokens", -1)))
+        return super().invoke(request)
+
+
+def test_a_call_that_reads_its_cached_document_books_no_read() -> None:
+    """Issue 52: Bedrock reserves input + cache write + max_tokens, not a cache read. The first call of a
+    cached document writes it and books it; the others read it and book their question and max_tokens only
+    (before: every call booked the document, which starves per-chunk mode on cached documents)."""
+    client = BookingClient(lambda request, n: reply())
+    quota = {"MODEL_QUOTA_TABLE": "quota", "MODEL_TOKENS_PER_MINUTE": "6000000", "MIN_CACHE_TOKENS": "200"}
+    # output at 1x: what a call books is what Bedrock reserves (booked_tokens: never less)
+    engine = strategy(client, **quota, MODEL_OUTPUT_BURNDOWN="1")
+    chunks = [f"Section {i}. " + "The ledger records every payment twice. " * 20 for i in range(4)]
+    run(engine, [document("ledger.md", chunks)])
+    assert len(client.booked) == 4 and all(marked for marked, _ in client.booked)
+    first, *others = [tokens for _, tokens in client.booked]
+    whole = reserved_tokens(client.requests[0])
+    assert first == whole  # the write: system prompt, document, question, max_tokens
+    for request, tokens in zip(client.requests[1:], others, strict=True):
+        assert tokens == reserved_tokens(request, reads_cache=True) < whole / 3
+
+
+def test_an_rpm_aws_does_not_list_is_ignored_with_one_line_at_cold_start(
+    captured: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 52: MODEL_REQUESTS_PER_MINUTE for a model AWS lists no RPM for (Opus 4.7) is ignored, said once
+    when the strategy is built (the cold start); alone, no quota is shared; a model with one keeps it."""
+    from tests.conftest import output_lines
+
+    client = FakeClient(lambda request, n: reply())
+    opus = {"MODEL_ID": "global.anthropic.claude-opus-4-7", "MODEL_QUOTA_TABLE": "quota"}
+    engine = strategy(client, **opus, MODEL_REQUESTS_PER_MINUTE="500", MODEL_TOKENS_PER_MINUTE="400000")
+    assert engine.quota is not None and engine.quota.rate.requests_per_minute == 0
+    assert engine.quota.rate.tokens_per_minute == 400_000
+    assert strategy(client, **opus, MODEL_REQUESTS_PER_MINUTE="500").quota is None
+    haiku = strategy(client, MODEL_QUOTA_TABLE="quota", MODEL_REQUESTS_PER_MINUTE="500")
+    assert haiku.quota is not None and haiku.quota.rate.requests_per_minute == 500
+    warnings = [line["message"] for line in output_lines(captured) if line.get("level") == "WARNING"]
+    assert warnings == [
+        "MODEL_REQUESTS_PER_MINUTE=500 ignored: AWS lists no requests-per-minute quota for "
+        "global.anthropic.claude-opus-4-7 (Bedrock enforces none for some models since 2026-05-27): remove "
+        "it; the shared quota counts MODEL_TOKENS_PER_MINUTE alone",
+        "MODEL_REQUESTS_PER_MINUTE=500 ignored: AWS lists no requests-per-minute quota for "
+        "global.anthropic.claude-opus-4-7 (Bedrock enforces none for some models since 2026-05-27): remove "
+        "it; without MODEL_TOKENS_PER_MINUTE the shared quota is off",
+    ]
+
+
+def test_the_burndown_goes_to_fifteen() -> None:
+    """Opus 4.8 burns 15 quota tokens an output token (issue 52); more is refused, naming the variable."""
+    from contextual_kb.runtime.settings import ConfigurationError
+
+    assert Settings.from_env({"MODEL_OUTPUT_BURNDOWN": "15"}).model_output_burndown == 15
+    with pytest.raises(ConfigurationError, match="MODEL_OUTPUT_BURNDOWN"):
+        Settings.from_env({"MODEL_OUTPUT_BURNDOWN": "16"})
+
+
+def test_a_unit_whose_read_read_nothing_books_its_prefix_again() -> None:
+    """A document the engine counts as cacheable that Bedrock did not cache (its real minimum above the
+    table's, or the entry evicted): a call expected to read it read nothing, so the calls after it book the
+    prefix, as Bedrock reserves it; a read coming back again stops it."""
+
+    def script(request: dict[str, Any], number: int) -> Reply:
+        read = 0 if number == 2 else 1000  # the second call (the first read) reads nothing
+        return Reply("A context.", Usage(10, 0, read, 5), "end_turn", 0.001, attempts=1, throttles=0)
+
+    client = BookingClient(script)
+    settings = {"MODEL_QUOTA_TABLE": "quota", "MODEL_TOKENS_PER_MINUTE": "6000000", "MIN_CACHE_TOKENS": "200"}
+    engine = strategy(client, MAX_CONCURRENCY="1", MODEL_OUTPUT_BURNDOWN="1", **settings)
+    chunks = [f"Section {i}. " + "The ledger records every payment twice. " * 20 for i in range(5)]
+    run(engine, [document("ledger.md", chunks)])
+    booked = [tokens for _, tokens in client.booked]
+    whole = [reserved_tokens(r) for r in client.requests]
+    # written; expected to read (read nothing); booked whole (read again); read; read
+    assert [b == w for b, w in zip(booked, whole, strict=True)] == [True, False, True, False, False]
+
+
+def test_a_call_books_what_it_is_expected_to_settle_when_more_than_bedrock_reserves() -> None:
+    """At Haiku's 5x a context keeps more than max_tokens reserved: a call books its output as the replies
+    so far used of their max_tokens, at 5x (half of it before any reply), so the timeline is not behind what
+    Bedrock counts while calls run."""
+    client = BookingClient(lambda request, n: reply())  # 5 output tokens a reply
+    quota = {"MODEL_QUOTA_TABLE": "quota", "MODEL_TOKENS_PER_MINUTE": "6000000"}
+    engine = strategy(client, MAX_CONCURRENCY="1", **quota)
+    chunks = [f"Section {i}. short." for i in range(30)]
+    run(engine, [document("notes.md", chunks)])
+    booked = [tokens for _, tokens in client.booked]
+    reserved = [reserved_tokens(r) for r in client.requests]
+    first_output = 5 * 80  # half of the 160 max_tokens at 5x: no reply yet
+    assert booked[0] == reserved[0] - 160 + first_output
+    assert all(b >= r for b, r in zip(booked, reserved, strict=True))
+    # 5 of 160 used by each reply: the estimate falls towards it, and the reservation binds again
+    assert booked[-1] == reserved[-1]
+    assert engine.output_share.value < 0.1

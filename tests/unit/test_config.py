@@ -67,4 +67,4 @@ def test_a_quota_table_without_the_quota_is_refused_in_one_line() -> None:
     with pytest.raises(ConfigurationError, match="MODEL_QUOTA_TABLE is set without the quota to share"):
         Settings.from_env({"MODEL_QUOTA_TABLE": "quota"})
     settings = Settings.from_env({"MODEL_QUOTA_TABLE": "quota", "MODEL_TOKENS_PER_MINUTE": "400000"})
-    assert settings.model_quota_burst_seconds == 0.5
+    assert settings.model_quota_burst_seconds == 2.0

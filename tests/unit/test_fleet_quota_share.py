@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from fleet import binding_share  # bench/ holds scripts, not a package
+from fleet import binding_share, full_minutes  # bench/ holds scripts, not a package
 
 RPM, TPM = 600, 600_000  # 10 requests and 10,000 tokens a second
 
@@ -33,3 +33,13 @@ def test_an_unused_stretch_and_a_short_last_window_count_for_their_seconds() -> 
     requests = [10] * 5 + [0] * 5 + [10] * 2
     assert binding_share(requests, [0] * 12, RPM, TPM) == pytest.approx(7 / 12)
     assert binding_share([], [], RPM, TPM) == 0.0
+
+
+def test_under_a_minute_window_only_whole_minutes_of_settled_charges_count() -> None:
+    """The stand-in's series (minute start from the first request, settled tokens): the minute the work ran
+    out in is partial and left out; a whole minute with nothing settled is a 0, not skipped."""
+    series = [(0, 790_000), (60, 805_000), (120, 300_000)]
+    assert full_minutes(series, busy_seconds=150.2) == [790_000, 805_000]
+    assert full_minutes(series, busy_seconds=180.0) == [790_000, 805_000, 300_000]
+    assert full_minutes([(0, 5), (120, 7)], busy_seconds=185.0) == [5, 0, 7]
+    assert full_minutes(series, busy_seconds=59.9) == []  # no whole minute: the share is not measured

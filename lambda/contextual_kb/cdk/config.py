@@ -102,7 +102,7 @@ class StackConfig(BaseModel):
     model_requests_per_minute: int | None = Field(default=None, alias="modelRequestsPerMinute", ge=1)
     model_tokens_per_minute: int | None = Field(default=None, alias="modelTokensPerMinute", ge=1)
     # Quota tokens one output token takes in that count (Bedrock's burndown rate); unset: the model table's.
-    model_output_burndown: int | None = Field(default=None, alias="modelOutputBurndown", ge=1, le=10)
+    model_output_burndown: int | None = Field(default=None, alias="modelOutputBurndown", ge=1, le=15)
     # OpenSearch Serverless standby replicas in a second AZ (AWS's default); off halves the idle OCUs.
     opensearch_standby_replicas: bool = Field(default=True, alias="opensearchStandbyReplicas")
     # Where the alarms go (docs/OPERATIONS.md, "Alarms"): an address subscribed to the stack's topic, or the
@@ -340,13 +340,30 @@ class StackConfig(BaseModel):
 
     @property
     def shares_quota(self) -> bool:
-        return bool(self.model_requests_per_minute or self.model_tokens_per_minute)
+        return bool(self.quota_requests_per_minute or self.model_tokens_per_minute)
+
+    @property
+    def unlisted_rpm(self) -> str:
+        """The warning for synth when modelRequestsPerMinute is given for a model AWS lists no RPM for: it is
+        ignored, as the function ignores MODEL_REQUESTS_PER_MINUTE then (shared_quota.unlisted_rpm says
+        why); "" otherwise."""
+        from contextual_kb.runtime.context.claude.shared_quota import unlisted_rpm
+
+        warning = unlisted_rpm(self.model_id, self.model_requests_per_minute or 0, "modelRequestsPerMinute")
+        if warning and not self.model_tokens_per_minute:
+            warning += "; without modelTokensPerMinute no quota is shared (no table is made)"
+        return warning
+
+    @property
+    def quota_requests_per_minute(self) -> int:
+        """modelRequestsPerMinute, or 0 where it is ignored (``unlisted_rpm``)."""
+        return 0 if self.unlisted_rpm else self.model_requests_per_minute or 0
 
     @property
     def function_quota(self) -> dict[str, str]:
         """The quota's settings of the function (the table's name is added by the stack)."""
         return {
-            "MODEL_REQUESTS_PER_MINUTE": str(self.model_requests_per_minute or 0),
+            "MODEL_REQUESTS_PER_MINUTE": str(self.quota_requests_per_minute),
             "MODEL_TOKENS_PER_MINUTE": str(self.model_tokens_per_minute or 0),
             **(
                 {"MODEL_OUTPUT_BURNDOWN": str(self.model_output_burndown)}

@@ -7,7 +7,7 @@ update the one table that keeps its turns.
 
 from __future__ import annotations
 
-from aws_cdk import Aws, Duration, RemovalPolicy, Stack
+from aws_cdk import Annotations, Aws, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
@@ -102,6 +102,8 @@ class TransformFunction(Construct):
         self.metrics_namespace = environment["POWERTOOLS_METRICS_NAMESPACE"]
         self.service = environment["POWERTOOLS_SERVICE_NAME"]
         self.quota_table: dynamodb.Table | None = None
+        if config.unlisted_rpm:
+            Annotations.of(self).add_warning_v2("contextual-kb:unlisted-rpm", config.unlisted_rpm)
         if config.shares_quota:
             # One item a model: the end of the quota's timeline (runtime/context/claude/shared_quota.py). A
             # number nobody needs back: no backups, gone with the stack.

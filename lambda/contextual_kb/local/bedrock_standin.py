@@ -7,16 +7,23 @@ would to AWS). It follows the rules that shape our engine, as the facts file sta
 - prompt caching: a prefix up to the last ``cache_control`` block is cached if it reaches the model's
   minimum; an entry is readable only once the response that wrote it has started (after the fixed part),
   so parallel first calls on one document all pay the write; entries live ``ttl`` after their last use;
-- quotas: requests and tokens per minute as token buckets, answered ``429 ThrottlingException``; tokens
-  counted as Bedrock counts them (docs/HOW-IT-WORKS.md): a request reserves input + cache write + cache
-  read + max_tokens at its start (refused if the bucket does not hold that) and, at its end, keeps input +
-  cache write + output x burndown (the cache read and the unused max_tokens given back);
+- quotas, as Bedrock counts them (the rules, each with its source and date: local/bedrock_quotas.py):
+  tokens and requests per minute per model id as called (``global.``, geographic and in-Region rows apart),
+  and tokens per day across models (700M by default); a request reserves input + cache write + max_tokens
+  at its start (the cache read too behind ``reserve_cache_reads``) and is refused ``429
+  ThrottlingException`` when that exceeds what is left; at its end it settles to input + cache write +
+  output x burndown (the model table's), the rest given back. RPM is off unless configured, and ignored
+  (one log line) for a model AWS lists without one. The minute is a named choice (``window``): fixed
+  wall-clock minutes (the default), a sliding 60 s, or the former per-second bucket of ``burst_seconds``.
+  ``/_standin/stats`` carries an ``EstimatedTPMQuotaUsage``-like series: the settled charges of the
+  requests completed in each wall-clock minute, per model;
 - faults: a share of calls answered 500/503, calls that hang, scripted answers, all counted.
 
 Tokens are estimated as UTF-8 bytes / 3.5. Contexts it writes are made from the document's first line and
 the chunk's first words: plausible text of a realistic length, not a model's judgement.
 
-    python -m contextual_kb.local.bedrock_standin --port 8765 --latency-ms 300 --per-token-ms 2
+    python -m contextual_kb.local.bedrock_standin --port 8765 --latency-ms 300 --per-token-ms 2 \
+        [--tpm 5000000] [--rpm 0] [--tpd 700000000] [--window clock-minute] [--reserve-cache-reads]
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ import argparse
 import hashlib
 import heapq
 import html
+import itertools
+import logging
 import math
 import random
 import re
@@ -39,10 +48,35 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
+from contextual_kb.local.bedrock_quotas import (
+    DAY,
+    DEFAULT_WINDOW,
+    MINUTE,
+    TOO_MANY_REQUESTS,
+    TOO_MANY_TOKENS,
+    TOO_MANY_TOKENS_PER_DAY,
+    WINDOWS,
+    FixedWindow,
+    Quota,
+    TokenBucket,
+    Window,
+    reservation,
+    rpm_listed_none,
+    settled_charge,
+    window_quota,
+)
 from contextual_kb.local.http_base import HttpError, JsonHandler, parse_json
 from contextual_kb.local.loopback import LoopbackServer
 from contextual_kb.local.s3server import stop_child
-from contextual_kb.runtime.context.claude.pricing import min_cache_tokens, output_burndown
+from contextual_kb.runtime.context.claude.pricing import (
+    DAILY_TOKENS_DEFAULT,
+    max_output_tokens,
+    min_cache_tokens,
+    output_burndown,
+)
+
+__all__ = ["WINDOWS", "BedrockStandIn", "StandInConfig", "StandInStats", "TokenBucket", "count_tokens"]
+_log = logging.getLogger("contextual-kb.bedrock-standin")
 
 BYTES_PER_TOKEN = 3.5
 TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
@@ -73,9 +107,20 @@ class Seen:
 class StandInConfig:
     latency_ms: float = 300.0
     per_token_ms: float = 2.0
-    rpm: int = 0  # requests per minute; 0 is unlimited
-    tpm: int = 0  # tokens per minute, reserved and kept as Bedrock does (module docstring); 0 is unlimited
-    burst_seconds: float = 1.0  # bucket capacity, in seconds of quota
+    # Each model id as called gets its own quotas of these figures (local/bedrock_quotas.py).
+    rpm: int = 0  # requests per minute; 0: off (ignored for a model AWS lists without one)
+    tpm: int = 0  # tokens per minute, reserved and settled as Bedrock does (module docstring); 0: off
+    tpd: int = DAILY_TOKENS_DEFAULT  # tokens per day, one quota across models; 0: off
+    window: Window = DEFAULT_WINDOW  # how a minute is counted: clock-minute, sliding-minute or bucket
+    burst_seconds: float = 1.0  # the bucket window's capacity, in seconds of quota
+    reserve_cache_reads: bool = False  # a cache read is reserved at admission too (then given back)
+    # The wall-clock time (seconds) of a request's arrival time (time.monotonic() in the server): the
+    # clock-minute window and the day are counted on it. None: the machine's clock.
+    wall_clock: Callable[[float], float] | None = None
+    # The clock starts at the first request (its minute 0 begins with it), instead: a benchmark's first
+    # minute is whole without waiting for the machine's next minute (where a minute starts against a run is
+    # chance, on AWS too).
+    clock_from_first_request: bool = False
     fault_rate: float = 0.0  # share of calls answered 500/503
     throttle_rate: float = 0.0  # share of calls answered 429 regardless of quota
     hang_rate: float = 0.0  # share of calls that wait ``hang_seconds`` before answering
@@ -103,7 +148,10 @@ class StandInStats:
     throttled: int = 0
     throttled_by_requests: int = 0  # refused by the request quota
     throttled_by_tokens: int = 0  # refused by the token quota (a reservation the bucket did not hold)
-    throttled_over_bucket: int = 0  # of those, reservations larger than the bucket (they need it full)
+    # of those, reservations larger than the window can hold (the bucket: they need it full; a minute
+    # window: never let in)
+    throttled_over_bucket: int = 0
+    throttled_by_day: int = 0  # refused by the daily quota
     faults: int = 0
     hangs: int = 0
     invalid: int = 0
@@ -119,12 +167,19 @@ class StandInStats:
     answer_times: list[float] = field(default_factory=list)  # monotonic time of each 200 answer
     # (monotonic time, quota tokens kept) of each request let through, at its arrival
     admitted: list[tuple[float, int]] = field(default_factory=list)
+    # EstimatedTPMQuotaUsage as the stand-in sees it: per model id, per wall-clock minute (its start, epoch
+    # seconds), the settled charges of the requests completed in it (no reservations, no cache reads)
+    estimated_tpm_quota_usage: dict[str, Counter[int]] = field(default_factory=dict)
+    rpm_ignored: list[str] = field(default_factory=list)  # models AWS lists without an RPM quota
+    window: str = DEFAULT_WINDOW
 
     first_request_at: float | None = None  # monotonic, this process
 
     def as_dict(self) -> dict[str, Any]:
-        out = {
-            k: v for k, v in vars(self).items() if k not in {"writes_by_prefix", "answer_times", "admitted"}
+        hidden = {"writes_by_prefix", "answer_times", "admitted", "estimated_tpm_quota_usage"}
+        out = {k: v for k, v in vars(self).items() if k not in hidden}
+        out["estimated_tpm_quota_usage"] = {
+            model: sorted(minutes.items()) for model, minutes in self.estimated_tpm_quota_usage.items()
         }
         out["documents_written"] = len(self.writes_by_prefix)
         out["max_writes_per_prefix"] = max(self.writes_by_prefix.values(), default=0)
@@ -150,48 +205,6 @@ class StandInStats:
         return seconds
 
 
-class TokenBucket:
-    """A quota as the stand-in keeps one: ``per_minute`` refilled continuously, holding ``burst_seconds`` of
-    it, full at the first request. Also the clock-free model of ``bench/quota_bound.py`` (``to``, ``wait``,
-    ``lost``): one bucket for both, so the bound is the stand-in's rules."""
-
-    def __init__(self, per_minute: float, burst_seconds: float) -> None:
-        self.rate = per_minute / 60.0
-        self.capacity = max(1.0, self.rate * burst_seconds)
-        self.level = self.capacity
-        self.at: float | None = None  # the first request's time: the bucket starts full then
-        self.lost = 0.0  # refill and give-backs that found the bucket full
-
-    def to(self, now: float) -> None:
-        """Refilled to ``now``. Requests timed on arrival reach the lock out of order: an earlier one refills
-        nothing (it would take back what the later one was given)."""
-        if self.at is None:
-            self.at = now
-        grown = self.level + max(0.0, now - self.at) * self.rate
-        self.lost += max(0.0, grown - self.capacity)
-        self.level = min(self.capacity, grown)
-        self.at = max(now, self.at)
-
-    def allows(self, amount: float, now: float) -> bool:
-        """Refilled to ``now``: whether a request of ``amount`` may pass (one larger than the bucket once it
-        is full)."""
-        self.to(now)
-        return self.level >= min(amount, self.capacity)
-
-    def wait(self, amount: float) -> float:
-        """Seconds from the last refill until it holds ``amount`` (the bucket full, for one larger)."""
-        return max(0.0, min(amount, self.capacity) - self.level) / self.rate
-
-    def take(self, amount: float) -> None:
-        self.level -= amount
-
-    def give_back(self, amount: float, now: float) -> None:
-        """Refilled to ``now``, then ``amount`` back (a negative one taken): a request settled at its end."""
-        self.to(now)
-        self.lost += max(0.0, self.level + amount - self.capacity)
-        self.level = min(self.capacity, self.level + amount)
-
-
 class BedrockStandIn:
     def __init__(self, config: StandInConfig | None = None) -> None:
         self.config = config or StandInConfig()
@@ -199,9 +212,13 @@ class BedrockStandIn:
         self._lock = threading.Lock()
         self._cache: dict[str, _Entry] = {}
         self._random = random.Random(self.config.seed)
-        self._rpm = TokenBucket(self.config.rpm, self.config.burst_seconds) if self.config.rpm else None
-        self._tpm = TokenBucket(self.config.tpm, self.config.burst_seconds) if self.config.tpm else None
-        self._settlements: list[tuple[float, float]] = []  # (when a request ends, tokens it gives back): heap
+        self._offset = time.time() - time.monotonic()
+        self._quotas: dict[str, tuple[Quota | None, Quota | None]] = {}  # model id -> (RPM, TPM)
+        self._day: Quota | None = None
+        self._reset_quotas()
+        # (when a request ends, order, [(quota, ticket)], reserved, kept): a heap
+        self._settlements: list[tuple[float, int, list[tuple[Quota, object]], int, int]] = []
+        self._order = itertools.count()
         self._scripted: list[int] = []  # statuses to answer next, in order
         self.seen: list[dict[str, Any]] = []  # request bodies, when ``config.record``
         self._server: LoopbackServer | None = None
@@ -214,10 +231,55 @@ class BedrockStandIn:
                 if not hasattr(self.config, name):
                     raise AttributeError(f"StandInConfig has no {name}")
                 setattr(self.config, name, value)
-            config = self.config
-            self._rpm = TokenBucket(config.rpm, config.burst_seconds) if config.rpm else None
-            self._tpm = TokenBucket(config.tpm, config.burst_seconds) if config.tpm else None
+            self._reset_quotas()
             self._settlements.clear()
+
+    def _reset_quotas(self) -> None:
+        config = self.config
+        if config.window not in WINDOWS:
+            raise ValueError(f"window {config.window!r}: one of {', '.join(WINDOWS)}")
+        negative = [name for name in ("rpm", "tpm", "tpd") if getattr(config, name) < 0]
+        if negative or not config.burst_seconds > 0:
+            raise ValueError(
+                f"{', '.join(negative) or 'burst_seconds'}: 0 (off) or more; burst_seconds over 0"
+            )
+        self.stats.window = config.window
+        self._quotas.clear()
+        self._day = FixedWindow(config.tpd, DAY, self._wall) if config.tpd else None
+
+    def _wall(self, at: float) -> float:
+        clock = self.config.wall_clock
+        if clock is not None:
+            return clock(at)
+        first = self.stats.first_request_at
+        if self.config.clock_from_first_request and first is not None:
+            return at - first
+        return at + self._offset
+
+    def _model_quotas(self, model: str) -> tuple[Quota | None, Quota | None]:
+        """The model id's own RPM and TPM (scope included: a global. and a us. profile of one model are
+        two rows). Under the lock."""
+        found = self._quotas.get(model)
+        if found is None:
+            config = self.config
+            rpm = config.rpm
+            if rpm and rpm_listed_none(model):
+                rpm = 0
+                self.stats.rpm_ignored.append(model)
+                _log.warning(
+                    "stand-in: RPM %s ignored for %s: AWS lists no requests-per-minute quota for it",
+                    config.rpm,
+                    model,
+                )
+
+            def make(per_minute: int) -> Quota | None:
+                if not per_minute:
+                    return None
+                burst = config.burst_seconds
+                return window_quota(config.window, per_minute, burst_seconds=burst, wall=self._wall)
+
+            found = self._quotas[model] = (make(rpm), make(config.tpm))
+        return found
 
     def fail_next(self, count: int, status: int = 500) -> None:
         with self._lock:
@@ -252,7 +314,7 @@ class BedrockStandIn:
         """(status, JSON body, seconds to wait before answering)."""
         config = self.config
         try:
-            blocks, system_text, max_tokens = _read_body(body)
+            blocks, system_text, max_tokens = _read_body(body, model)
         except ValueError as exc:
             with self._lock:
                 self.stats.requests += 1
@@ -280,36 +342,34 @@ class BedrockStandIn:
             self.stats.requests += 1
             if self.stats.first_request_at is None:
                 self.stats.first_request_at = arrived
-            # Bedrock reserves every input token, a cache read too, and max_tokens; settled at the end.
-            reserved = total_tokens + max_tokens
-            refused = self._refusal(reserved, arrived)
+            cache_write, cache_read, prefix_key, commit = self._cache_use(model, system_text, blocks, arrived)
+            uncached = total_tokens - cache_write - cache_read
+            reserved = reservation(
+                uncached=uncached,
+                cache_write=cache_write,
+                cache_read=cache_read,
+                max_tokens=max_tokens,
+                cache_reads=config.reserve_cache_reads,
+            )
+            refused, tickets = self._admission(model, reserved, arrived)
             if refused is not None:
                 return refused
+            commit()
             hang = self._random.random() < config.hang_rate
             if hang:
                 self.stats.hangs += 1
-            cache_write, cache_read, prefix_key = self._cache_use(model, system_text, blocks, arrived)
-        text = None
-        if config.responder is not None:
-            text = config.responder(seen)
-        if text is None:
-            # ckb ask's prompt: its sources, each a block of its own, then the <question> block; a document
-            # to contextualize opens with <document>.
-            asked = document.startswith('<source n="') and "<question>" in question
-            text = _answer(f"{document}\n{question}") if asked else _contexts(document, question)
-        output_tokens = count_tokens(text)
-        stop_reason = "end_turn"
-        if output_tokens > max_tokens:
-            cut = text.encode("utf-8", "surrogatepass")[: int(max_tokens * BYTES_PER_TOKEN)]
-            text = cut.decode("utf-8", errors="ignore")
-            output_tokens, stop_reason = max_tokens, "max_tokens"
-        uncached = total_tokens - cache_write - cache_read
+        text, output_tokens, stop_reason = self._text(seen)
         self._count(uncached, cache_write, cache_read, output_tokens, prefix_key)
         delay = (
             config.hang_seconds if hang else (config.latency_ms + config.per_token_ms * output_tokens) / 1000
         )
-        kept = uncached + cache_write + output_burndown(model, config.output_burndown) * output_tokens
-        self._settle(arrived, reserved, kept, arrived + delay)
+        kept = settled_charge(
+            uncached=uncached,
+            cache_write=cache_write,
+            output=output_tokens,
+            burndown=output_burndown(model, config.output_burndown),
+        )
+        self._settle(model, arrived, tickets, reserved, kept, arrived + delay)
         reply = {
             "id": "msg_standin_" + hashlib.sha256(f"{arrived}{prefix_key}".encode()).hexdigest()[:20],
             "type": "message",
@@ -327,6 +387,21 @@ class BedrockStandIn:
         }
         return 200, reply, delay
 
+    def _text(self, seen: Seen) -> tuple[str, int, str]:
+        """(the answer, its output tokens, its stop reason), cut at ``max_tokens``."""
+        text = self.config.responder(seen) if self.config.responder is not None else None
+        if text is None:
+            # ckb ask's prompt: its sources, each a block of its own, then the <question> block; a document
+            # to contextualize opens with <document>.
+            document, question = seen.document, seen.question
+            asked = document.startswith('<source n="') and "<question>" in question
+            text = _answer(f"{document}\n{question}") if asked else _contexts(document, question)
+        output_tokens = count_tokens(text)
+        if output_tokens <= seen.max_tokens:
+            return text, output_tokens, "end_turn"
+        cut = text.encode("utf-8", "surrogatepass")[: int(seen.max_tokens * BYTES_PER_TOKEN)]
+        return cut.decode("utf-8", errors="ignore"), seen.max_tokens, "max_tokens"
+
     def _count(self, uncached: int, cache_write: int, cache_read: int, output: int, prefix_key: str) -> None:
         with self._lock:
             self.stats.answered += 1
@@ -340,54 +415,69 @@ class BedrockStandIn:
             if cache_read:
                 self.stats.cache_reads += 1
 
-    def _settle(self, arrived: float, reserved: int, kept: int, ends: float) -> None:
-        """The request let in at ``arrived`` keeps ``kept`` of the ``reserved`` tokens; the rest goes back
-        to the bucket when it ends (the next request from then on finds it there)."""
+    def _settle(
+        self,
+        model: str,
+        arrived: float,
+        tickets: list[tuple[Quota, object]],
+        reserved: int,
+        kept: int,
+        ends: float,
+    ) -> None:
+        """The request let in at ``arrived`` settles to ``kept`` of the ``reserved`` tokens when it ends (the
+        next request from then on finds the difference), charged to the minute it completes in."""
         with self._lock:
             self.stats.quota_tokens += kept
             self.stats.reserved_tokens += reserved
             self.stats.admitted.append((arrived, kept))
-            if self._tpm is not None:
-                heapq.heappush(self._settlements, (ends, reserved - kept))
+            minute = int(math.floor(self._wall(ends) / MINUTE) * MINUTE)
+            self.stats.estimated_tpm_quota_usage.setdefault(model, Counter())[minute] += kept
+            if tickets:
+                heapq.heappush(self._settlements, (ends, next(self._order), tickets, reserved, kept))
 
     def _settled(self, now: float) -> None:
-        """Requests ended by ``now`` give back what they do not keep, in the order they ended. Under the
-        lock."""
+        """Requests ended by ``now`` settle, in the order they ended. Under the lock."""
         while self._settlements and self._settlements[0][0] <= now:
-            ends, tokens = heapq.heappop(self._settlements)
-            if self._tpm is not None:
-                self._tpm.give_back(tokens, ends)
+            ends, _, tickets, reserved, kept = heapq.heappop(self._settlements)
+            for quota, ticket in tickets:
+                quota.settle(ticket, reserved, kept, ends)
 
-    def _refusal(self, tokens: int, now: float) -> tuple[int, dict[str, Any], float] | None:
-        """A scripted or injected fault, or a throttle; None to answer. Called under the lock."""
+    def _admission(
+        self, model: str, tokens: int, now: float
+    ) -> tuple[tuple[int, dict[str, Any], float] | None, list[tuple[Quota, object]]]:
+        """(a scripted or injected fault, or a throttle, or None to answer; the token quotas' tickets to
+        settle). Called under the lock."""
         config = self.config
         self._settled(now)
         if self._scripted:
             status = self._scripted.pop(0)
             self.stats.faults += 1
-            return status, _error(_ERROR_TYPES.get(status, "InternalServerException"), "scripted"), 0.0
+            kind = _ERROR_TYPES.get(status, "InternalServerException")
+            return (status, _error(kind, "scripted"), 0.0), []
         if self._random.random() < config.fault_rate:
             self.stats.faults += 1
             status = 500 if self._random.random() < 0.5 else 503
-            return status, _error(_ERROR_TYPES[status], "injected fault"), 0.0
-        throttled = self._random.random() < config.throttle_rate
-        # A request refused by either quota counts against neither.
-        if not throttled and self._rpm is not None and not self._rpm.allows(1, now):
-            throttled = True
+            return (status, _error(_ERROR_TYPES[status], "injected fault"), 0.0), []
+        message = TOO_MANY_REQUESTS if self._random.random() < config.throttle_rate else ""
+        rpm, tpm = self._model_quotas(model)
+        # A request refused by any quota counts against none.
+        if not message and rpm is not None and not rpm.allows(1, now):
+            message = TOO_MANY_REQUESTS
             self.stats.throttled_by_requests += 1
-        if not throttled and self._tpm is not None and not self._tpm.allows(tokens, now):
-            throttled = True
+        if not message and tpm is not None and not tpm.allows(tokens, now):
+            message = TOO_MANY_TOKENS
             self.stats.throttled_by_tokens += 1
-            self.stats.throttled_over_bucket += int(tokens > self._tpm.capacity)
-        if throttled:
+            self.stats.throttled_over_bucket += int(tokens > tpm.capacity)
+        if not message and self._day is not None and not self._day.allows(tokens, now):
+            message = TOO_MANY_TOKENS_PER_DAY
+            self.stats.throttled_by_day += 1
+        if message:
             self.stats.throttled += 1
-            message = "Too many requests, please wait before trying again."
-            return 429, _error("ThrottlingException", message), 0.0
-        if self._rpm is not None:
-            self._rpm.take(1)
-        if self._tpm is not None:
-            self._tpm.take(tokens)
-        return None
+            return (429, _error("ThrottlingException", message), 0.0), []
+        if rpm is not None:
+            rpm.take(1, now)
+        tickets = [(quota, quota.take(tokens, now)) for quota in (tpm, self._day) if quota is not None]
+        return None, tickets
 
     def _prefix(
         self, model: str, system_text: str, blocks: list[dict[str, Any]]
@@ -406,19 +496,26 @@ class BedrockStandIn:
 
     def _cache_use(
         self, model: str, system_text: str, blocks: list[dict[str, Any]], now: float
-    ) -> tuple[int, int, str]:
-        """(tokens written, tokens read, prefix key); called under the lock."""
+    ) -> tuple[int, int, str, Callable[[], None]]:
+        """(tokens written, tokens read, prefix key, what to call once the request is let in: a throttled
+        one neither writes nor refreshes the cache); called under the lock."""
         found = self._prefix(model, system_text, blocks)
         if found is None:
-            return 0, 0, ""
+            return 0, 0, "", lambda: None
         tokens, key, ttl = found
         entry = self._cache.get(key)
         if entry is not None and entry.readable_at <= now < entry.expires_at:
-            entry.expires_at = now + ttl  # a hit refreshes the entry
-            return 0, tokens, key
+
+            def refresh() -> None:
+                entry.expires_at = now + ttl  # a hit refreshes the entry
+
+            return 0, tokens, key, refresh
         readable_at = now + self.config.latency_ms / 1000  # once this response starts
-        self._cache[key] = _Entry(readable_at, readable_at + ttl)
-        return tokens, 0, key
+
+        def write() -> None:
+            self._cache[key] = _Entry(readable_at, readable_at + ttl)
+
+        return tokens, 0, key, write
 
 
 _ERROR_TYPES = {
@@ -436,14 +533,18 @@ def _error(kind: str, message: str) -> dict[str, Any]:
     return {"__type": kind, "message": message}
 
 
-def _read_body(body: Any) -> tuple[list[dict[str, Any]], str, int]:
+def _read_body(body: Any, model: str) -> tuple[list[dict[str, Any]], str, int]:
     if not isinstance(body, dict):
         raise ValueError("body must be a JSON object")
     if body.get("anthropic_version") != "bedrock-2023-05-31":
         raise ValueError("anthropic_version must be bedrock-2023-05-31")
     max_tokens = body.get("max_tokens")
-    if not isinstance(max_tokens, int) or max_tokens < 1:
+    # Required in an InvokeModel Anthropic body (local/bedrock_quotas.py): never the model's maximum.
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
         raise ValueError("max_tokens: a positive integer is required")
+    if max_tokens > (most := max_output_tokens(model)):
+        limit = f"{most}, which is the maximum allowed number of output tokens for {model}"
+        raise ValueError(f"max_tokens: {max_tokens} > {limit}")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ValueError("messages: a non-empty list is required")
@@ -570,6 +671,10 @@ def standin_subprocess(
     throttle_rate: float = 0.0,
     output_burndown: int = 0,
     burst_seconds: float = 1.0,
+    window: Window = DEFAULT_WINDOW,
+    tpd: int = DAILY_TOKENS_DEFAULT,
+    reserve_cache_reads: bool = False,
+    clock_from_first_request: bool = False,
 ) -> Iterator[str]:
     """The stand-in in a child process on 127.0.0.1 (its memory and threads apart from the caller's); yields
     its URL and stops it afterwards."""
@@ -577,7 +682,9 @@ def standin_subprocess(
         sys.executable, "-m", "contextual_kb.local.bedrock_standin", "--port", "0",
         "--latency-ms", str(latency_ms), "--per-token-ms", str(per_token_ms), "--rpm", str(rpm),
         "--tpm", str(tpm), "--throttle-rate", str(throttle_rate), "--output-burndown", str(output_burndown),
-        "--burst-seconds", str(burst_seconds),
+        "--burst-seconds", str(burst_seconds), "--window", window, "--tpd", str(tpd),
+        *(["--reserve-cache-reads"] if reserve_cache_reads else []),
+        *(["--clock-from-first-request"] if clock_from_first_request else []),
         "--until-stdin-closes",
     ]  # fmt: skip
     process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -596,9 +703,29 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8765, help="0 picks a free port")
     parser.add_argument("--latency-ms", type=float, default=300.0)
     parser.add_argument("--per-token-ms", type=float, default=2.0)
-    parser.add_argument("--rpm", type=int, default=0)
-    parser.add_argument("--tpm", type=int, default=0)
-    parser.add_argument("--burst-seconds", type=float, default=1.0)
+    parser.add_argument("--rpm", type=int, default=0, help="requests per minute, per model id; 0: off")
+    parser.add_argument("--tpm", type=int, default=0, help="tokens per minute, per model id; 0: off")
+    parser.add_argument(
+        "--tpd", type=int, default=DAILY_TOKENS_DEFAULT, help="tokens per day across models; 0: off"
+    )
+    parser.add_argument(
+        "--window",
+        choices=WINDOWS,
+        default=DEFAULT_WINDOW,
+        help="how a minute is counted (AWS does not document it): fixed wall-clock minutes, the last 60 s, "
+        "or a per-second token bucket of --burst-seconds",
+    )
+    parser.add_argument("--burst-seconds", type=float, default=1.0, help="the bucket window's capacity")
+    parser.add_argument(
+        "--reserve-cache-reads",
+        action="store_true",
+        help="reserve a cache read at admission (then give it back)",
+    )
+    parser.add_argument(
+        "--clock-from-first-request",
+        action="store_true",
+        help="minute 0 (and day 0) begin with the first request, not the machine's clock",
+    )
     parser.add_argument("--fault-rate", type=float, default=0.0)
     parser.add_argument("--throttle-rate", type=float, default=0.0, help="share of calls answered 429")
     parser.add_argument(
@@ -608,12 +735,18 @@ def main() -> None:
         "--until-stdin-closes", action="store_true", help="stop when standard input closes (a parent's pipe)"
     )
     args = parser.parse_args()
+    if min(args.rpm, args.tpm, args.tpd) < 0 or args.burst_seconds <= 0:
+        parser.error("--rpm, --tpm and --tpd are 0 (off) or more; --burst-seconds is over 0")
     config = StandInConfig(
         latency_ms=args.latency_ms,
         per_token_ms=args.per_token_ms,
         rpm=args.rpm,
         tpm=args.tpm,
+        tpd=args.tpd,
+        window=args.window,
         burst_seconds=args.burst_seconds,
+        reserve_cache_reads=args.reserve_cache_reads,
+        clock_from_first_request=args.clock_from_first_request,
         fault_rate=args.fault_rate,
         throttle_rate=args.throttle_rate,
         output_burndown=args.output_burndown,

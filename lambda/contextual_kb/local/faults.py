@@ -650,7 +650,7 @@ def scenarios(scale: str = QUICK) -> list[Scenario]:
         else "a quota of 1 request a minute, 100 chunks, 6 s left",
         many if not full else Workload(files=10, chunks_per_file=10),
         timeout_seconds=60.0 if full else 6.0,
-        standin={"rpm": 1, "burst_seconds": 1.0, "latency_ms": 300.0 if full else 5.0},
+        standin={"rpm": 1, "window": "bucket", "burst_seconds": 1.0, "latency_ms": 300.0 if full else 5.0},
         env={"DEADLINE_RESERVE_SECONDS": "5" if full else "1", **fast_retries},
         must_see=("throttled",),
     )

@@ -59,10 +59,13 @@ from contextual_kb.runtime.context.claude.prompts import (
 )
 from contextual_kb.runtime.context.claude.scheduling import Job, Planner
 from contextual_kb.runtime.context.claude.shared_quota import (
+    OutputShare,
     QuotaRate,
     SharedQuota,
+    booked_tokens,
     kept_tokens,
     reserved_tokens,
+    unlisted_rpm,
 )
 from contextual_kb.runtime.context.claude.windows import Unit, estimate_tokens, plan_units
 from contextual_kb.runtime.context.structural import StructuralStrategy
@@ -147,6 +150,7 @@ class ClaudeStrategy(ContextStrategy):
         # algorithm makes one call at a time, as published. One per environment, as the client.
         self.quota = self._shared_quota()
         self.output_burndown = output_burndown(settings.model_id, settings.model_output_burndown)
+        self.output_share = OutputShare()  # of max_tokens, what replies use: for what a call books
         self.fallback = StructuralStrategy(
             max_chars=settings.structural_max_chars, max_names=settings.structural_max_names
         )
@@ -182,7 +186,18 @@ class ClaudeStrategy(ContextStrategy):
         s = self.settings
         if not s.model_quota_table or self.published:
             return None
-        rate = QuotaRate(s.model_requests_per_minute, s.model_tokens_per_minute, s.model_quota_burst_seconds)
+        requests_per_minute = s.model_requests_per_minute
+        if warning := unlisted_rpm(s.model_id, requests_per_minute):  # once, at the cold start
+            requests_per_minute = 0
+            tokens = s.model_tokens_per_minute
+            logger.warning(
+                warning
+                + ("; the shared quota counts MODEL_TOKENS_PER_MINUTE alone" if tokens else "")
+                + ("" if tokens else "; without MODEL_TOKENS_PER_MINUTE the shared quota is off")
+            )
+            if not tokens:
+                return None
+        rate = QuotaRate(requests_per_minute, s.model_tokens_per_minute, s.model_quota_burst_seconds)
         # No invocation books a turn it could not be sent by: none further ahead than an attempt waits
         # (MODEL_TIMEOUT_SECONDS) plus the largest call (a document just under MAX_DOCUMENT_TOKENS, twice
         # for the prompt around it, and a full group's max_tokens at the burndown). An end beyond: a clock.
@@ -248,6 +263,9 @@ class _Open:
     fallback: dict[int, str] = field(default_factory=dict)  # chunk index -> reason
     scheduled: bool = False
     cacheable: list[bool] = field(default_factory=list)
+    # cached units whose last call expected to read the prefix and read none (below Bedrock's real minimum,
+    # or evicted): their next calls book the prefix, as Bedrock will reserve it
+    unread: set[int] = field(default_factory=set)
     _texts: dict[int, str] = field(default_factory=dict)
     _normal: dict[int, str] = field(default_factory=dict)
 
@@ -622,11 +640,21 @@ class _Run:
                 self._fallback_jobs([job], "model_unavailable", str(exc))
                 return
             request = self._request(job)
+            job.max_tokens = int(request.get("max_tokens", 0))
             if self.s.quota is None:
                 calls[pool.submit(client.invoke, request)] = (job, now)
                 continue
-            # Bedrock reserves the whole prompt, a cache read too, and max_tokens; the reply settles it
-            tokens = reserved_tokens(request, output_burndown=self.s.output_burndown)
+            # Bedrock reserves the prompt and max_tokens, not a cache read: the unit's first call writes its
+            # cached prefix (reserved), the others read it (not); the reply settles to what was kept
+            reserved = reserved_tokens(request, reads_cache=self._reads_cache(job))
+            # booked: that, or what it is expected to settle if more (a 5x burndown keeps more than it
+            # reserved): the timeline is not behind what Bedrock counts while the call runs
+            tokens = booked_tokens(
+                request,
+                reserved,
+                output_burndown=self.s.output_burndown,
+                output_share=self.s.output_share.value,
+            )
             future = pool.submit(
                 client.invoke,
                 request,
@@ -635,6 +663,14 @@ class _Run:
                 wait_until=self._wait_until(),
             )
             calls[future] = (job, now)
+
+    def _reads_cache(self, job: Job) -> bool:
+        """The call is expected to read its unit's cached prefix: the unit is cached and this is not the
+        call that writes it (``scheduling``: it runs alone, before the others), and its last read call did
+        read it. A cache that expired or was written again is what the reply's usage says, settled as
+        such."""
+        opened = self.open[job.doc]
+        return opened.cacheable[job.unit] and not job.first and job.unit not in opened.unread
 
     def _wait_until(self) -> float:
         """Until when (epoch seconds) a call may wait for its turns of the shared quota: while it could
@@ -692,16 +728,7 @@ class _Run:
         acct.attempts += reply.attempts
         acct.throttles += reply.throttles
         acct.add_usage(reply.usage)
-        if self.s.quota is not None and reply.quota_booking is not None:  # Bedrock gives back the cache
-            # read and the unused max_tokens
-            usage = reply.usage
-            kept = kept_tokens(
-                input_tokens=usage.input_tokens,
-                cache_write_tokens=usage.cache_write_tokens,
-                output_tokens=usage.output_tokens,
-                output_burndown=self.s.output_burndown,
-            )
-            self.s.quota.settle(reply.quota_booking, kept)
+        self._settle(job, reply)
         acct.latencies.append(reply.seconds)
         self.s.limit.on_success()
         self.breaker.on_success()
@@ -729,6 +756,35 @@ class _Run:
                 opened.fallback.setdefault(index, "answer_rejected")
             self.planner.finished(job)
         self._release(opened, job.unit)
+
+    def _settle(self, job: Job, reply: Reply) -> None:
+        """With a shared quota: the reply settles its booking to what Bedrock kept (the unused max_tokens
+        given back, output at the burndown charged), and says what the next calls book (the output replies
+        use, whether the unit's cache was read)."""
+        if self.s.quota is None:
+            return
+        usage = reply.usage
+        if reply.quota_booking is not None:
+            kept = kept_tokens(
+                input_tokens=usage.input_tokens,
+                cache_write_tokens=usage.cache_write_tokens,
+                output_tokens=usage.output_tokens,
+                output_burndown=self.s.output_burndown,
+            )
+            self.s.quota.settle(reply.quota_booking, kept)
+        self.s.output_share.add(usage.output_tokens, job.max_tokens)
+        self._note_cache_read(job, reply)
+
+    def _note_cache_read(self, job: Job, reply: Reply) -> None:
+        """A call of a cached unit after its first that read nothing from the cache: the unit's next calls
+        book the prefix (Bedrock reserves what it does not read), until one reads it again."""
+        opened = self.open[job.doc]
+        if not opened.cacheable[job.unit] or job.first:
+            return
+        if reply.usage.cache_read_tokens:
+            opened.unread.discard(job.unit)
+        else:
+            opened.unread.add(job.unit)
 
     def _release(self, opened: _Open, unit: int) -> None:
         """A unit with nothing left to ask no longer needs its prompt text (a long document has many)."""

@@ -41,6 +41,7 @@ class Job:
     not_before: float = 0.0  # a throttled job waits until then (the caller's clock)
     first: bool = False  # the call that writes the unit's cache
     probe: bool = False  # the call the breaker let through to test the model (set by the caller)
+    max_tokens: int = 0  # what its request asked for (set by the caller)
 
 
 @dataclass

@@ -17,13 +17,16 @@ are set. The quota to give is what this Knowledge Base's ingestion may use of th
 Region, in Service Quotas), a little under it: the tokens of a call are estimated before it is sent, and a
 call that is throttled anyway is handled as before (the SDK's paced retries, the adaptive limit).
 
-What a call costs is what Bedrock counts (docs/HOW-IT-WORKS.md, "How Bedrock counts a request"): at its
-start Bedrock **reserves** ``input + cache write + cache read + max_tokens`` (a 429 when the quota does not
-hold that), and at its end it **keeps** ``input + cache write + output x burndown``, giving the cache read
-and the unused ``max_tokens`` back; a 429 reserves nothing. So a call books the reservation (or what it
-may keep, if more: a model with a 5x burndown) and, once its reply says what was kept, settles: the
-difference brings this invocation's later turns forward at once and goes back to the table's timeline with
-its next booking (no round trip of its own); an attempt answered 429 gives its whole turn back.
+What a call costs is what Bedrock counts (docs/HOW-IT-WORKS.md, "How Bedrock counts a request";
+../shared/notes/bedrock-quotas.md): at its start Bedrock **reserves** ``input + cache write + max_tokens``
+(a 429 when the quota does not hold that; a cache read is not reserved), and at its end it **settles** to
+``input + cache write + output x burndown`` (a cache read never counts). So a call books the reservation,
+its cached prefix only when it writes it (``reserved_tokens``: the engine knows which call of a unit
+writes the cache and which read it), and once its reply's usage says what was settled, the difference
+goes back: given back (the unused ``max_tokens``), it brings this invocation's later turns forward at once
+and goes back to the table's timeline with its next booking (no round trip of its own); charged (output at
+a burndown over what ``max_tokens`` reserved), it moves the timeline on with that booking. An attempt
+answered 429 gives its whole turn back. The timeline's minute is any 60 seconds (``QuotaRate``).
 
 Each invocation books at most ``lead`` seconds of the quota ahead (a call booked and then abandoned at a
 deadline wastes at most that); one thread of an invocation books at a time, for every call of it then
@@ -46,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from contextual_kb.runtime.context.claude.pricing import known_model, listed_rpm
 from contextual_kb.runtime.observability import logger
 
 if TYPE_CHECKING:
@@ -53,9 +57,11 @@ if TYPE_CHECKING:
 
 LEAD_SECONDS = 2.0
 TABLE_RETRY_SECONDS = 30.0  # after a table error, calls go without turns this long
-# A booking (a read and a write, or two after a raced write) slower than this is a table failure: DynamoDB
-# answers in milliseconds, and a slow booking holds up the calls of the invocation waiting for it.
-BOOKING_SECONDS = 1.0
+# A booking (a read and a write, or more after raced writes) slower than this is a table failure: DynamoDB
+# answers in milliseconds, and a slow booking holds up the calls of the invocation waiting for it. The lead:
+# a booking books up to that much of the quota, so one faster than it keeps the invocation's calls flowing
+# (1 s failed 15 of 16 invocations' tables in a fleet on a loaded machine: 2,683 429s, bench/fleet.py).
+BOOKING_SECONDS = LEAD_SECONDS
 # What a reply gives back goes to the timeline with this invocation's next booking; one older than the
 # quota's own minute is dropped (the quota it stood for has long refilled, or gone unused).
 GIVE_BACK_SECONDS = 60.0
@@ -68,11 +74,23 @@ QUOTA_BYTES_PER_TOKEN = 3.5
 
 @dataclass(frozen=True, slots=True)
 class QuotaRate:
-    """The quota shared, per minute, and how much of it (seconds of it) may pass at once."""
+    """The quota shared, per minute, and how much of it (seconds of it) may pass at once.
+
+    The window Bedrock counts a minute in is not documented (clock minutes, a sliding minute, a bucket): the
+    turns hold for the strictest of the documented shapes, any 60 seconds, which every clock minute is. A
+    timeline let ``burst_seconds`` ahead of the clock sends at most ``span + burst_seconds`` of its seconds in
+    any ``span`` seconds, so a minute of the quota is ``60 + burst_seconds`` seconds of the timeline: any 60
+    seconds hold at most the quota (``60 / (60 + burst)`` of it sustained), and nothing assumes a
+    per-second refill."""
 
     requests_per_minute: int
     tokens_per_minute: int
-    burst_seconds: float = 0.5
+    burst_seconds: float = 0.5  # the function's default is MODEL_QUOTA_BURST_SECONDS's (settings.py)
+
+    @property
+    def minute(self) -> float:
+        """Seconds of the timeline one minute of the quota takes: the minute and the burst sent within it."""
+        return 60.0 + self.burst_seconds
 
     def cost(self, tokens: int) -> float:
         """Seconds of the quota one call of ``tokens`` counted tokens takes: the binding quota's. Pure."""
@@ -80,11 +98,11 @@ class QuotaRate:
 
     def request_cost(self) -> float:
         """Seconds of the request quota one call takes (0 without one). Pure."""
-        return 60.0 / self.requests_per_minute if self.requests_per_minute else 0.0
+        return self.minute / self.requests_per_minute if self.requests_per_minute else 0.0
 
     def token_cost(self, tokens: int) -> float:
         """Seconds of the token quota ``tokens`` take (0 without one). Pure."""
-        return 60.0 * tokens / self.tokens_per_minute if self.tokens_per_minute else 0.0
+        return self.minute * tokens / self.tokens_per_minute if self.tokens_per_minute else 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,22 +118,83 @@ def take_turn(tat: float, now: float, cost: float, burst: float) -> Turn:
     return Turn(tat=max(tat, now) + cost, send_at=max(now, tat - max(0.0, burst - cost)))
 
 
+def unlisted_rpm(model_id: str, requests_per_minute: int, setting: str = "MODEL_REQUESTS_PER_MINUTE") -> str:
+    """A warning line when ``requests_per_minute`` is given for a model the model table knows and AWS lists
+    no RPM quota for (``pricing.listed_rpm``: Bedrock stopped enforcing RPM for some models in May 2026); ""
+    otherwise. The RPM is then ignored, not refused: counting a quota AWS does not enforce only slows the
+    calls, and AWS's RPM rows changed more than once in 2026, so neither a deploy nor an ingestion should
+    fail over one. A model not in the table keeps the RPM given: nothing is known of it. Pure."""
+    if not requests_per_minute or not known_model(model_id) or listed_rpm(model_id) is not None:
+        return ""
+    return (
+        f"{setting}={requests_per_minute} ignored: AWS lists no requests-per-minute quota for {model_id} "
+        "(Bedrock enforces none for some models since 2026-05-27): remove it"
+    )
+
+
 def estimated_tokens(text: str) -> int:
     """Tokens of ``text`` as the quota's estimate counts them. Pure."""
     return math.ceil(len(text.encode("utf-8")) / QUOTA_BYTES_PER_TOKEN)
 
 
-def reserved_tokens(request: Mapping[str, Any], *, output_burndown: int = 1) -> int:
-    """The tokens a call books for ``request`` (``messages.create`` keyword arguments), estimated: what
-    Bedrock reserves at its start, every input token (a cache read is reserved too) and ``max_tokens``; or,
-    with an output burndown over 1, what the call may keep (each output token ``output_burndown``), so that
-    settling only ever gives back. Pure."""
-    texts: list[str] = [block.get("text", "") for block in request.get("system", [])]
+def reserved_tokens(
+    request: Mapping[str, Any], *, reads_cache: bool = False, reserve_cache_reads: bool = False
+) -> int:
+    """What Bedrock reserves at the start of a call of ``request`` (``messages.create`` keyword arguments),
+    estimated: its input and ``max_tokens``, never multiplied by the output burndown (that multiplies what
+    is settled, not what is reserved). The prompt's cached prefix (everything up to the last block marked
+    ``cache_control``) is reserved when it is written (``reads_cache`` False: the unit's first call, or a
+    prompt not cached) and not when the call is expected to read it, as AWS's pages say (a cache read is
+    neither reserved nor kept); ``reserve_cache_reads``: reserved all the same, as an older AWS text says
+    (the stand-in's switch of the same name). Pure."""
+    prefix, rest = _prompt_bytes(request)
+    counted = rest if reads_cache and not reserve_cache_reads else prefix + rest
+    return math.ceil(counted / QUOTA_BYTES_PER_TOKEN) + int(request.get("max_tokens", 0))
+
+
+def _prompt_bytes(request: Mapping[str, Any]) -> tuple[int, int]:
+    """(bytes of the cached prefix, bytes of the rest) of the request's prompt: the system blocks, then the
+    messages' blocks, in the order Bedrock caches them; no block marked ``cache_control``: no prefix."""
+    blocks: list[tuple[int, bool]] = [
+        (len(block.get("text", "").encode("utf-8")), "cache_control" in block)
+        for block in request.get("system", [])
+    ]
     for message in request.get("messages", []):
         for block in message.get("content", []):
-            texts.append(block.get("text", "") if isinstance(block, dict) else str(block))
-    input_tokens = math.ceil(sum(len(t.encode("utf-8")) for t in texts) / QUOTA_BYTES_PER_TOKEN)
-    return input_tokens + max(1, output_burndown) * int(request.get("max_tokens", 0))
+            if isinstance(block, dict):
+                blocks.append((len(block.get("text", "").encode("utf-8")), "cache_control" in block))
+            else:
+                blocks.append((len(str(block).encode("utf-8")), False))
+    end = max((i + 1 for i, (_, marked) in enumerate(blocks) if marked), default=0)
+    return sum(size for size, _ in blocks[:end]), sum(size for size, _ in blocks[end:])
+
+
+def booked_tokens(
+    request: Mapping[str, Any], reserved: int, *, output_burndown: int, output_share: float
+) -> int:
+    """What a call books on the timeline: the larger of what Bedrock reserves (``reserved``) and what it is
+    expected to settle, its output estimated as ``output_share`` of ``max_tokens`` (what the replies so far
+    used of theirs) at the burndown. Why: at a 5x burndown a call settles more than it reserves (a context
+    of 74 tokens keeps 370, where 160 were reserved), and a timeline booking the reservation alone runs
+    ahead of what any 60 s hold until the replies' charges reach it: measured, 29 refusals in a 4-invocation
+    fleet under a sliding minute (bench/fleet.py). The reply settles it either way. Pure."""
+    max_tokens = int(request.get("max_tokens", 0))
+    output = math.ceil(min(1.0, max(0.0, output_share)) * max_tokens)
+    return max(reserved, reserved - max_tokens + max(1, output_burndown) * output)
+
+
+class OutputShare:
+    """The share of ``max_tokens`` replies use, for ``booked_tokens``: a moving average of the replies'
+    (the last 20 or so weigh most), from ``start``. One per environment; updated by the engine's loop."""
+
+    def __init__(self, start: float = 0.5, weight: float = 0.1) -> None:
+        self.value = start
+        self.weight = weight
+
+    def add(self, output_tokens: int, max_tokens: int) -> None:
+        if max_tokens > 0:
+            share = min(1.0, output_tokens / max_tokens)
+            self.value += self.weight * (share - self.value)
 
 
 def kept_tokens(
