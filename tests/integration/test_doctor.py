@@ -1085,3 +1085,22 @@ def test_doctor_sizes_the_maps_against_the_steps_reserved_concurrency_when_it_ha
     assert len(found["detail"]) + len(found["todo"]) < 400 and "\n" not in found["detail"]
     for stub in aws.stubs.values():
         stub.assert_no_pending_responses()
+
+
+def test_a_shared_rpm_the_function_ignores_is_said_and_not_checked() -> None:
+    """Issue 52: modelRequestsPerMinute for a model AWS lists no RPM for (Opus 4.7) is ignored by the function
+    (shared_quota.unlisted_rpm); doctor does not judge it against the account's and says to remove it."""
+    from contextual_kb.query.doctor import _shared_quota
+    from contextual_kb.runtime.settings import Settings
+
+    settings = Settings.model_validate(
+        {"MODEL_ID": "global.anthropic.claude-opus-4-7", "MODEL_QUOTA_TABLE": "t",
+         "MODEL_REQUESTS_PER_MINUTE": "900", "MODEL_TOKENS_PER_MINUTE": "400000"}
+    )  # fmt: skip
+    check = _shared_quota(settings, "Opus 4.7", requests=100, tokens=2_000_000)
+    assert check.status == "warn" and "900 requests" not in check.detail
+    assert (
+        "MODEL_REQUESTS_PER_MINUTE" not in check.detail
+        and "modelRequestsPerMinute=900 ignored" in check.detail
+    )
+    assert "remove modelRequestsPerMinute" in check.todo

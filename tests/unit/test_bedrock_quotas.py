@@ -17,7 +17,6 @@ from contextual_kb.local.bedrock_quotas import (
     SlidingWindow,
     TokenBucket,
     reservation,
-    rpm_listed_none,
     settled_charge,
     window_quota,
 )
@@ -27,6 +26,7 @@ from contextual_kb.local.bedrock_standin import (
     count_tokens,
     standin_subprocess,
 )
+from contextual_kb.runtime.context.claude.pricing import rpm_listed_none
 
 HAIKU = "global.anthropic.claude-haiku-4-5-20251001-v1:0"
 SONNET_5 = "global.anthropic.claude-sonnet-5-v1:0"

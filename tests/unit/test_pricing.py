@@ -500,3 +500,18 @@ def test_a_known_model_is_no_warning(monkeypatch: pytest.MonkeyPatch) -> None:
     registry.build_strategy(claude_settings("global." + HAIKU_45))
     registry.build_strategy(Settings.from_env({"CONTEXT_STRATEGY": "structural", "MODEL_ID": "nova"}))
     assert recorder.warnings == []
+
+
+def test_one_rule_says_where_aws_lists_no_rpm_for_the_function_and_the_stand_in() -> None:
+    """pricing.rpm_listed_none: Claude 5 and later, Opus 4.7 and later; a model the notes hold no RPM row for
+    (Opus 4.5) is not taken to have none, and neither is a model that is not Claude."""
+    from contextual_kb.runtime.context.claude.pricing import listed_rpm, rpm_listed_none
+    from contextual_kb.runtime.context.claude.shared_quota import unlisted_rpm
+
+    for model in ("global.anthropic.claude-sonnet-5-v1:0", "anthropic.claude-fable-5-1-v1:0",
+                  "us.anthropic.claude-opus-4-8-v1:0", "global.anthropic.claude-opus-4-7"):  # fmt: skip
+        assert rpm_listed_none(model) and unlisted_rpm(model, 500).startswith("MODEL_REQUESTS_PER_MINUTE=500")
+    for model in ("anthropic.claude-opus-4-5-20251101-v1:0", "global.anthropic.claude-haiku-4-5-20251001-v1",
+                  "anthropic.claude-sonnet-4-6", "amazon.nova-pro-v1:0", "mistral.large"):  # fmt: skip
+        assert not rpm_listed_none(model) and unlisted_rpm(model, 500) == ""
+    assert listed_rpm("anthropic.claude-opus-4-5-20251101-v1:0") is None  # no row here, yet kept

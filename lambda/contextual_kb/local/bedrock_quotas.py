@@ -23,7 +23,8 @@ The rules, each with its source and the date it was read (research with quotes:
 - Per model id as called: each id (a ``global.`` / geographic profile or an in-Region model) has its own
   TPM and RPM rows (quotas.html, 2026: "Cross-Region InvokeModel tokens per minute" beside the on-demand
   rows). RPM is off unless configured and ignored, with one log line, for a model AWS lists without one
-  (Sonnet 5 and later: ``rpm_listed_none``): Bedrock "no longer enforces" RPM there (quotas-runtime.html,
+  (Claude 5 and later, Opus 4.7 and later: ``pricing.rpm_listed_none``, the rule the function's shared quota
+  follows too): Bedrock "no longer enforces" RPM there (quotas-runtime.html,
   2026-05-27 release note), so a configured figure cannot be what throttles such a model.
 - A daily quota per account and Region across models, default 700M (``DAILY_TOKENS_DEFAULT``), charged the
   same settled amount and refused with "Too many tokens per day, please wait before trying again." (the
@@ -70,17 +71,6 @@ def settled_charge(*, uncached: int, cache_write: int, output: int, burndown: in
     """What a completed request is charged, against TPM, the daily quota and ``EstimatedTPMQuotaUsage``: its
     cache read never. Pure."""
     return uncached + cache_write + output * burndown
-
-
-def rpm_listed_none(model_id: str) -> bool:
-    """AWS lists no requests-per-minute quota for this model on bedrock-runtime: Claude 5 and later (the
-    General Reference as transcribed 2026-10-07/09: "Sonnet 5 has only TPM rows ... and no
-    requests-per-minute row"). Other models keep a configured RPM: where the notes hold no row for them,
-    AWS may list one."""
-    from contextual_kb.runtime.context.claude.pricing import anthropic_version
-
-    version = anthropic_version(model_id) if "claude" in model_id.lower() else None
-    return version is not None and version >= (5, 0)
 
 
 class Quota(Protocol):

@@ -61,7 +61,6 @@ from contextual_kb.local.bedrock_quotas import (
     TokenBucket,
     Window,
     reservation,
-    rpm_listed_none,
     settled_charge,
     window_quota,
 )
@@ -73,6 +72,7 @@ from contextual_kb.runtime.context.claude.pricing import (
     max_output_tokens,
     min_cache_tokens,
     output_burndown,
+    rpm_listed_none,
 )
 
 __all__ = ["WINDOWS", "BedrockStandIn", "StandInConfig", "StandInStats", "TokenBucket", "count_tokens"]

@@ -42,6 +42,7 @@ from contextual_kb.runtime.context.claude.pricing import (
     unknown_model_defaults,
 )
 from contextual_kb.runtime.context.claude.prompts import BEDROCK_ANTHROPIC_VERSION
+from contextual_kb.runtime.context.claude.shared_quota import unlisted_rpm
 from contextual_kb.runtime.settings import ConfigurationError, Settings
 
 Status = Literal["ok", "fail", "warn"]
@@ -663,7 +664,11 @@ def _concurrency(settings: Settings, family: str, requests: float, tokens: float
 def _shared_quota(settings: Settings, quota: str, requests: float, tokens: float) -> Check:
     """The quota the invocations share (modelRequestsPerMinute, modelTokensPerMinute) against the account's:
     above it, the turns let through more than Bedrock does."""
-    shared = {"requests": settings.model_requests_per_minute, "tokens": settings.model_tokens_per_minute}
+    # The function ignores an RPM given for a model AWS lists none for (shared_quota.unlisted_rpm): so does
+    # this check, and it says so.
+    ignored = unlisted_rpm(settings.model_id, settings.model_requests_per_minute, "modelRequestsPerMinute")
+    shared_requests = 0 if ignored else settings.model_requests_per_minute
+    shared = {"requests": shared_requests, "tokens": settings.model_tokens_per_minute}
     account = {"requests": requests, "tokens": tokens}
     over = [kind for kind in shared if shared[kind] > account[kind]]
     if over:
@@ -676,7 +681,15 @@ def _shared_quota(settings: Settings, quota: str, requests: float, tokens: float
             f"set model{kind.title()}PerMinute to {int(0.9 * account[kind]):,} or less (90%), and deploy",
         )
     burndown = output_burndown(settings.model_id, settings.model_output_burndown)
-    if requests == float("inf"):  # no request quota listed: only the tokens are shared against one
+    if ignored:
+        return Check(
+            "quotas",
+            "warn",
+            f"{quota}: {tokens:,.0f} tokens a minute; the invocations share "
+            f"{settings.model_tokens_per_minute:,} of them, an output token counted as {burndown}; {ignored}",
+            "remove modelRequestsPerMinute from the stack's settings, and deploy",
+        )
+    if requests == float("inf") or not shared_requests:  # only the tokens are shared against a quota
         return Check(
             "quotas",
             "ok",

@@ -318,6 +318,22 @@ def listed_rpm(model_id: str) -> int | None:
     return facts.rpm.at(profile_scope(model_id)) if facts and facts.rpm else None
 
 
+def rpm_listed_none(model_id: str) -> bool:
+    """AWS lists no requests-per-minute quota for this model on bedrock-runtime, so a configured RPM is not
+    what throttles it: Claude 5 and later (the General Reference as transcribed 2026-10-07/09: "Sonnet 5 has
+    only TPM rows ... and no requests-per-minute row") and Opus 4.7 and later (quotas-runtime.html's note,
+    2026: "RPM quotas on the bedrock-runtime endpoint vary by model. For example, Anthropic Claude Opus 4.7
+    and Clau..."; cut off in what we hold, read as naming models without one). One rule for the function's
+    shared quota and the stand-in. Other models keep a configured RPM: where the notes hold no row (Opus
+    4.5, say), AWS may list one, so ``listed_rpm`` None alone does not mean none is listed. Pure."""
+    if "claude" not in model_id.lower():
+        return False
+    version = anthropic_version(model_id)
+    if version is None:
+        return False
+    return version >= (5, 0) or ("opus" in model_id.lower() and version >= (4, 7))
+
+
 def default_tpm(model_id: str) -> int | None:
     """The default tokens per minute AWS lists for the model at the id's scope (General Reference, as
     transcribed 2026-10-07/09: https://docs.aws.amazon.com/general/latest/gr/bedrock.html), None where the

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from contextual_kb.runtime.context.claude.pricing import known_model, listed_rpm
+from contextual_kb.runtime.context.claude.pricing import rpm_listed_none
 from contextual_kb.runtime.observability import logger
 
 if TYPE_CHECKING:
@@ -119,12 +119,12 @@ def take_turn(tat: float, now: float, cost: float, burst: float) -> Turn:
 
 
 def unlisted_rpm(model_id: str, requests_per_minute: int, setting: str = "MODEL_REQUESTS_PER_MINUTE") -> str:
-    """A warning line when ``requests_per_minute`` is given for a model the model table knows and AWS lists
-    no RPM quota for (``pricing.listed_rpm``: Bedrock stopped enforcing RPM for some models in May 2026); ""
-    otherwise. The RPM is then ignored, not refused: counting a quota AWS does not enforce only slows the
-    calls, and AWS's RPM rows changed more than once in 2026, so neither a deploy nor an ingestion should
-    fail over one. A model not in the table keeps the RPM given: nothing is known of it. Pure."""
-    if not requests_per_minute or not known_model(model_id) or listed_rpm(model_id) is not None:
+    """A warning line when ``requests_per_minute`` is given for a model AWS lists no RPM quota for
+    (``pricing.rpm_listed_none``, the stand-in's rule too: Bedrock stopped enforcing RPM for some models in
+    May 2026); "" otherwise. The RPM is then ignored, not refused: counting a quota AWS does not enforce only
+    slows the calls, and AWS's RPM rows changed more than once in 2026, so neither a deploy nor an ingestion
+    should fail over one. A model the rule does not name keeps the RPM given. Pure."""
+    if not requests_per_minute or not rpm_listed_none(model_id):
         return ""
     return (
         f"{setting}={requests_per_minute} ignored: AWS lists no requests-per-minute quota for {model_id} "
