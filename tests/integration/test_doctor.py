@@ -236,6 +236,22 @@ def healthy(aws: Clients, **overrides: Any) -> None:
             answer()
 
 
+def healthy_with_model(aws: Clients, model_id: str, **overrides: Any) -> None:
+    """``healthy``, the function configured with ``model_id`` and that model answering the probe."""
+    healthy(
+        aws,
+        function=lambda: aws.stubs["lambda"].add_response(
+            "get_function_configuration", function({"MODEL_ID": model_id})
+        ),
+        model=lambda: aws.stubs["bedrock-runtime"].add_response(
+            "invoke_model",
+            {"body": StreamingBody(io.BytesIO(b"{}"), 2), "contentType": "application/json"},
+            {"modelId": model_id, "body": ANY},
+        ),
+        **overrides,
+    )
+
+
 def doctor(*args: str) -> tuple[int, list[dict[str, str]]]:
     result = runner.invoke(app, ["doctor", "--region", REGION, "--json", *args])
     return result.exit_code, json.loads(result.stdout)
@@ -364,17 +380,7 @@ def test_model_access_denied_is_explained(aws: Clients) -> None:
 
 def test_a_model_not_in_the_table_warns_with_the_defaults_it_runs_with(aws: Clients) -> None:
     newer = "global.anthropic.claude-opus-5"
-    healthy(
-        aws,
-        function=lambda: aws.stubs["lambda"].add_response(
-            "get_function_configuration", function({"MODEL_ID": newer})
-        ),
-        model=lambda: aws.stubs["bedrock-runtime"].add_response(
-            "invoke_model",
-            {"body": StreamingBody(io.BytesIO(b"{}"), 2), "contentType": "application/json"},
-            {"modelId": newer, "body": ANY},
-        ),
-    )
+    healthy_with_model(aws, newer)
     code, checks = doctor()
     check = by_name(checks)["model"]
     assert code == 0, checks  # a warning, not a failure: the model answers
@@ -561,16 +567,9 @@ def test_the_quota_listing_is_read_to_its_last_page(aws: Clients) -> None:
 def test_a_model_without_a_request_quota_says_none_listed(aws: Clients) -> None:
     opus = "global.anthropic.claude-opus-4-7"
     tpm = "Global cross-region model inference tokens per minute for Anthropic Claude Opus 4.7"
-    healthy(
+    healthy_with_model(
         aws,
-        function=lambda: aws.stubs["lambda"].add_response(
-            "get_function_configuration", function({"MODEL_ID": opus})
-        ),
-        model=lambda: aws.stubs["bedrock-runtime"].add_response(
-            "invoke_model",
-            {"body": StreamingBody(io.BytesIO(b"{}"), 2), "contentType": "application/json"},
-            {"modelId": opus, "body": ANY},
-        ),
+        opus,
         quotas=lambda: aws.stubs["service-quotas"].add_response(
             "list_service_quotas", {"Quotas": [{"QuotaName": tpm, "Value": 6_000_000.0}]}
         ),
