@@ -302,10 +302,16 @@ class _WatchedDeadlines:
 
 
 @contextlib.contextmanager
-def _watching(watch: _Watch) -> Iterator[None]:
+def _watching(watch: _Watch, timeout_seconds: float) -> Iterator[None]:
     """The handler's deadline watched, and every booking of a shared quota's turn checked against the
-    model's time when it is booked (the latest a call may wait is the code's choice: ``give_up_at``)."""
+    model's time when it is booked (the latest a call may wait is the code's choice: ``give_up_at``).
+
+    The quota's table here is moto in this process, sharing the interpreter with the handler's threads and
+    the stand-in: its round trip measures the machine, not DynamoDB (a loaded machine took over 2 s a booking
+    and the table was skipped as slow). So a booking counts as slow only past the Lambda's whole time; the
+    slow-table rule itself is tested on an injected clock (tests/unit/test_shared_quota.py)."""
     from contextual_kb.runtime import handler
+    from contextual_kb.runtime.context.claude import shared_quota
     from contextual_kb.runtime.context.claude.shared_quota import SharedQuota
 
     book = SharedQuota.book
@@ -321,11 +327,13 @@ def _watching(watch: _Watch) -> Iterator[None]:
 
     handler.Deadline = _WatchedDeadlines(watch)  # type: ignore[attr-defined,assignment]
     SharedQuota.book = watched_book  # type: ignore[method-assign,assignment]
+    slow_booking, shared_quota.BOOKING_SECONDS = shared_quota.BOOKING_SECONDS, timeout_seconds
     try:
         yield
     finally:
         handler.Deadline = Deadline  # type: ignore[attr-defined,misc]
         SharedQuota.book = book  # type: ignore[method-assign]
+        shared_quota.BOOKING_SECONDS = slow_booking
 
 
 # --- chaos: what changes while the handler runs ---
@@ -439,7 +447,7 @@ def run(scenario: Scenario, standin: BedrockStandIn) -> Outcome:
         if chaos:
             chaos.start()
         try:
-            with _watching(watch):
+            with _watching(watch, scenario.timeout_seconds):
                 result = runner.invoke(event, context, fresh=False)
         except runner.HandlerError as exc:
             outcome.error = str(exc)
