@@ -15,6 +15,7 @@ from contextual_kb.local.kb_staging import StagedFile, build_event, stage_file
 from contextual_kb.local.lambda_context import LocalLambdaContext
 from contextual_kb.local.quota_table import create_quota_table
 from contextual_kb.runtime import handler
+from contextual_kb.runtime.deadline import Deadline
 from contextual_kb.runtime.errors import ModelError
 from tests.conftest import output_lines
 
@@ -375,12 +376,31 @@ def test_deadline_stops_calls_and_every_chunk_still_comes_back(
     # it at its first claude invocation (1.5 s here), which, run alone, spent the whole 2 s budget.
     import contextual_kb.runtime.context.claude.engine  # noqa: F401
 
+    # Judged by what the code controls (issue 54): the hard stop it computed, the calls it stopped, the
+    # chunks it counted. Not by the seconds it took: on a loaded machine (load 5-7 on 2 cores) the tail after
+    # the hard stop, moto's writes included, ran past the reserve. The wall-clock proof is
+    # bench/reliability.py's, on a quiet machine; tests/reliability judges the deadline on its own clock.
+    made: list[Deadline] = []
+
+    class Watched(Deadline):
+        @classmethod
+        def from_remaining(
+            cls, remaining_seconds: float, *, reserve_seconds: float, clock: Any = time.monotonic
+        ) -> Deadline:
+            made.append(
+                Deadline.from_remaining(remaining_seconds, reserve_seconds=reserve_seconds, clock=clock)
+            )
+            return made[-1]
+
+    monkeypatch.setattr(handler, "Deadline", Watched)
     context = LocalLambdaContext(timeout_seconds=3)
     response = run(event, context)
-    assert context.get_remaining_time_in_millis() > 500  # returned before the Lambda's end
+    (deadline,) = made
+    assert abs(deadline.hard_stop - (context._started + 3 - 1)) < 0.25  # the Lambda's end less the reserve
     items = assert_every_chunk_back(s3, response, staged)
     from_model = [i for i in items if context_of(i).startswith("This chunk is from")]
-    assert 0 < len(from_model) < 60
+    # 60 calls of 0.2 s two at a time take 6 s: the model was stopped, having been asked
+    assert len(from_model) < 60 and standin.stats.requests > 0
     assert all(context_of(i) for i in items)  # the rest got the structural context
     log = summary(captured)
     assert log["model"]["fallbacks"]["deadline"] == 60 - len(from_model)
