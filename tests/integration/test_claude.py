@@ -10,12 +10,12 @@ from typing import Any
 import boto3
 import pytest
 
+from contextual_kb.local import faults
 from contextual_kb.local.bedrock_standin import BedrockStandIn, Seen
 from contextual_kb.local.kb_staging import StagedFile, build_event, stage_file
 from contextual_kb.local.lambda_context import LocalLambdaContext
 from contextual_kb.local.quota_table import create_quota_table
 from contextual_kb.runtime import handler
-from contextual_kb.runtime.deadline import Deadline
 from contextual_kb.runtime.errors import ModelError
 from tests.conftest import output_lines
 
@@ -379,30 +379,17 @@ def test_deadline_stops_calls_and_every_chunk_still_comes_back(
     # Judged by what the code controls (issue 54): the hard stop it computed, the calls it stopped, the
     # chunks it counted. Not by the seconds it took: on a loaded machine (load 5-7 on 2 cores) the tail after
     # the hard stop, moto's writes included, ran past the reserve. The wall-clock proof is
-    # bench/reliability.py's, on a quiet machine; tests/reliability judges the deadline on its own clock.
-    made: list[tuple[float, Deadline]] = []  # when the handler made its deadline, and the deadline
-
-    class Watched(Deadline):
-        @classmethod
-        def from_remaining(
-            cls, remaining_seconds: float, *, reserve_seconds: float, clock: Any = time.monotonic
-        ) -> Deadline:
-            made_at = clock()
-            made.append(
-                (
-                    made_at,
-                    Deadline.from_remaining(remaining_seconds, reserve_seconds=reserve_seconds, clock=clock),
-                )
-            )
-            return made[-1][1]
-
-    monkeypatch.setattr(handler, "Deadline", Watched)
+    # bench/reliability.py's, on a quiet machine.
+    # The fault harness's own watch (local/faults.py): the hard stop the Lambda's end less the reserve, or at
+    # once when less than the reserve was left as the handler started (a loaded machine can spend the 2 s
+    # before it: then no call is started, the code's choice); the model given up once its time ran out.
+    watch = faults.Watch()
     context = LocalLambdaContext(timeout_seconds=3)
-    response = run(event, context)
-    ((made_at, deadline),) = made
-    # The Lambda's end less the reserve; at once if less than the reserve was left when the handler started
-    # (a loaded machine can spend the 2 s before it: then no call is started, which is the code's choice).
-    assert abs(deadline.hard_stop - max(context._started + 3 - 1, made_at)) < 0.25
+    with faults.watching(watch, context.timeout_seconds):
+        response = run(event, context)
+    outcome = faults.Outcome("deadline stops calls", chunks_in=60, timeout_seconds=3)
+    watch.report(outcome, expected_hard_stop=context._started + 3 - 1)
+    assert outcome.deadline_problems() == []
     items = assert_every_chunk_back(s3, response, staged)
     from_model = [i for i in items if context_of(i).startswith("This chunk is from")]
     # 60 calls of 0.2 s two at a time take 6 s: the model was stopped. How many it answered first is the

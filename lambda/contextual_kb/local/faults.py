@@ -85,7 +85,7 @@ class Outcome:
     seconds: float = 0.0  # wall-clock, for the benchmark's table: a loaded machine lengthens it
     timeout_seconds: float = 0.0
     hard_stop_seconds: float = 0.0  # the handler's own deadline: timeout - DEADLINE_RESERVE_SECONDS
-    # What the code controls of its deadline, on its own clock (``_Watch``), whatever the machine's load:
+    # What the code controls of its deadline, on its own clock (``Watch``), whatever the machine's load:
     # how far the hard stop it computed is off the Lambda's end less the reserve; whether its model time
     # ran out, and how long it went on with the model after it did; how far past its model time it let a
     # call wait for a turn of the shared quota (seconds; 0 when never).
@@ -202,7 +202,7 @@ QUOTA_WAIT_TOLERANCE = 0.5
 
 
 @dataclass
-class _Watch:
+class Watch:
     """What the handler's deadline saw, on its own clock: when the model's time ran out as the code looked
     at it, and when it last looked (the model loop looks at it until the model is given up)."""
 
@@ -258,7 +258,7 @@ class _Watch:
 class _WatchedDeadline(Deadline):
     """The handler's own ``Deadline``, telling ``watch`` when the code looks at its model time."""
 
-    watch: _Watch | None = field(default=None, compare=False)
+    watch: Watch | None = field(default=None, compare=False)
 
     def budgeted(self, tail: Tail) -> Deadline:
         budgeted = replace(self, tail=tail)
@@ -290,7 +290,7 @@ class _WatchedDeadlines:
     """Stands for ``Deadline`` in the handler's module while a scenario runs: the deadline it makes is
     watched."""
 
-    def __init__(self, watch: _Watch) -> None:
+    def __init__(self, watch: Watch) -> None:
         self.watch = watch
 
     def from_remaining(self, remaining_seconds: float, *, reserve_seconds: float) -> Deadline:
@@ -302,7 +302,7 @@ class _WatchedDeadlines:
 
 
 @contextlib.contextmanager
-def _watching(watch: _Watch, timeout_seconds: float) -> Iterator[None]:
+def watching(watch: Watch, timeout_seconds: float) -> Iterator[None]:
     """The handler's deadline watched, and every booking of a shared quota's turn checked against the
     model's time when it is booked (the latest a call may wait is the code's choice: ``give_up_at``).
 
@@ -420,7 +420,7 @@ def run(scenario: Scenario, standin: BedrockStandIn) -> Outcome:
     s3 = boto3.client("s3")
     event, total = _stage(s3, scenario.workload)
     outcome = Outcome(scenario.name, chunks_in=total, timeout_seconds=scenario.timeout_seconds)
-    watch = _Watch()
+    watch = Watch()
     standin.configure(**scenario.standin)
     env = dict(scenario.env)
     if scenario.shared_quota:
@@ -447,7 +447,7 @@ def run(scenario: Scenario, standin: BedrockStandIn) -> Outcome:
         if chaos:
             chaos.start()
         try:
-            with _watching(watch, scenario.timeout_seconds):
+            with watching(watch, scenario.timeout_seconds):
                 result = runner.invoke(event, context, fresh=False)
         except runner.HandlerError as exc:
             outcome.error = str(exc)
@@ -511,7 +511,7 @@ def _stage(s3: Any, load: Workload) -> tuple[dict[str, Any], int]:
     return build_event(BUCKET, staged), sum(len(f.chunks) for f in staged)
 
 
-def _delay(seconds: float, watch: _Watch) -> Callable[..., None]:
+def _delay(seconds: float, watch: Watch) -> Callable[..., None]:
     """A botocore ``before-send`` hook: S3 answering slowly (the request then goes on as usual); how many
     requests wait at once, at most, is counted."""
 
