@@ -32,6 +32,7 @@ from tests.integration.test_claude import (
 )
 
 PENDING = "contextual-kb/pending/"
+REMEMBERED = "contextual-kb/contexts/"
 
 
 def bucket_objects(s3: Any) -> dict[str, bytes]:
@@ -98,39 +99,48 @@ def test_a_deferred_document_called_again_is_recorded_and_counted_once(
     assert standin.stats.requests == 0
 
 
-def _serialized_s3(monkeypatch: pytest.MonkeyPatch, parties: int) -> threading.Event:
+def _serialized_s3(monkeypatch: pytest.MonkeyPatch, parties: int) -> tuple[threading.Event, threading.Event]:
     """moto checks ``If-None-Match`` and stores in two steps, which two threads can interleave; S3 does it
     at once (the first of concurrent conditional writes wins: conditional-writes.html). Each PutObject is
-    made atomic here, and conditional ones wait for each other, while the event returned is set, so that
-    they meet for certain."""
+    made atomic here, and the pending records' conditional writes wait for each other, while the event
+    returned is set, so that they meet for certain. Only those: how many other conditional writes a call
+    makes (remembered contexts, which a call's own writer threads make beside its pending record) depends
+    on what the other call wrote first, so pairing every one let a loaded machine leave one write waiting
+    for a partner that never came (issue 54). Also returned: an event set once contexts are remembered."""
     from moto.s3.responses import S3Response
 
     lock = threading.Lock()
     meet = threading.Barrier(parties, timeout=30)
-    meeting = threading.Event()
+    meeting, remembered = threading.Event(), threading.Event()
     meeting.set()
     original: Callable[..., Any] = S3Response.put_object
 
     def put_object(self: Any) -> Any:
-        if self.headers.get("If-None-Match") == "*" and meeting.is_set():
+        key = self.parse_key_name()
+        if key.startswith(PENDING) and self.headers.get("If-None-Match") == "*" and meeting.is_set():
             meet.wait()
         with lock:
-            return original(self)
+            response = original(self)
+        if key.startswith(REMEMBERED):
+            remembered.set()
+        return response
 
     monkeypatch.setattr(S3Response, "put_object", put_object)
-    return meeting
+    return meeting, remembered
 
 
+@pytest.mark.parametrize("second_starts", ["at_once", "after_the_first_remembered"])
 def test_two_identical_calls_at_once_write_the_same_outputs_and_one_pending_record(
-    s3: Any, standin: BedrockStandIn, monkeypatch: pytest.MonkeyPatch
+    s3: Any, standin: BedrockStandIn, monkeypatch: pytest.MonkeyPatch, second_starts: str
 ) -> None:
     """Two execution environments run the same event side by side (the KB calling again while the first
     call still runs): both responses are the same, every chunk comes back, the one pending document (its
     model calls refused) is recorded once and counted once, and a third call asks the model nothing for the
-    document both remembered."""
+    document both remembered. ``after_the_first_remembered``: the second starts once the first has written
+    its remembered contexts, so it reads them (what a busy machine's scheduling did, issue 54)."""
     standin.configure(fault_for=lambda seen: 400 if "Notes section" in seen.document else None)
     event, staged = stage(s3, {"ledger.md": big_chunks(4), "notes.md": paragraphs("notes", 2)})
-    meeting = _serialized_s3(monkeypatch, parties=2)
+    meeting, remembered = _serialized_s3(monkeypatch, parties=2)
     results: list[tuple[dict[str, Any], Any]] = []
     errors: list[BaseException] = []
 
@@ -145,8 +155,10 @@ def test_two_identical_calls_at_once_write_the_same_outputs_and_one_pending_reco
             errors.append(exc)
 
     threads = [threading.Thread(target=call) for _ in range(2)]
-    for thread in threads:
-        thread.start()
+    threads[0].start()
+    if second_starts == "after_the_first_remembered":
+        assert remembered.wait(timeout=60), "the first call wrote no remembered contexts"
+    threads[1].start()
     for thread in threads:
         thread.join(timeout=120)
     assert not errors, errors
