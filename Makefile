@@ -53,10 +53,13 @@ eval-lucene: lucene  ## ckb eval --local: Lucene's BM25 with the deployed analys
 
 # What `make test` runs: the whole suite by default; .ci/run narrows it for its second Python (TESTS=...).
 TESTS ?= -m "not long and not lifecycle and not ends"
+# pytest-xdist: a worker per core, at most 4 (each starts its own jsii for the stacks' synths), a test file
+# per worker at a time (a file's fixtures and servers stay in one process). WORKERS=0: one process.
+WORKERS ?= auto
 test: $(STAMP) $(TEST_LUCENE)  ## lint, then the test suite (no AWS, no network)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest $(TESTS) -q
+	$(BIN)/python -m pytest -n $(WORKERS) --maxprocesses 4 --dist loadfile $(TESTS) -q
 
 test-long: $(STAMP)  ## the long tests: a 50 MB document, 10,000 chunks, memory against the number of files, the built wheel
 	$(BIN)/python -m pytest -m long -q
