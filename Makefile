@@ -13,7 +13,8 @@ STAMP  := $(VENV)/.installed
 
 # The CDK CLI, pinned: the 3.x CLI rejects this app's cloud assembly. It runs the app with this venv's
 # Python (cdk.json's "app" names .venv's, for a CLI run by hand).
-CDK := npx --yes aws-cdk@2.1148.1 --app "$(BIN)/python app.py"
+CDK_CLI := npx --yes aws-cdk@2.1148.1
+CDK := $(CDK_CLI) --app "$(BIN)/python app.py"
 VECTOR_STORE ?= opensearch
 # Attach to a Knowledge Base you already have (docs/ATTACH.md): make deploy KNOWLEDGE_BASE_ID=... DATA_SOURCE_ID=...
 # KNOWLEDGE_BASE_ROLE_ARN=... (stack ContextualKbAttached); otherwise the full stack with VECTOR_STORE.
@@ -55,10 +56,13 @@ eval-lucene: lucene  ## ckb eval --local: Lucene's BM25 with the deployed analys
 TESTS ?= -m "not long and not lifecycle and not ends"
 # pytest-xdist: a worker per core, at most 4 (each starts its own jsii for the stacks' synths), a test file
 # per worker at a time (a file's fixtures and servers stay in one process). WORKERS=0: one process.
+# Workers run the CDK CLI at the same time, and npx without its lock (npm/cli#8224) is not safe to run
+# concurrently on a package it has not cached yet: the recipe fetches it first.
 WORKERS ?= auto
 test: $(STAMP) $(TEST_LUCENE)  ## lint, then the test suite (no AWS, no network)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	@$(CDK_CLI) --version > /dev/null
 	$(BIN)/python -m pytest -n $(WORKERS) --maxprocesses 4 --dist loadfile $(TESTS) -q
 
 test-long: $(STAMP)  ## the long tests: a 50 MB document, 10,000 chunks, memory against the number of files, the built wheel
