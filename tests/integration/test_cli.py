@@ -20,6 +20,12 @@ def _quiet(monkeypatch: pytest.MonkeyPatch) -> None:
     # The commands set CONTEXT_STRATEGY in the process environment: restore it after each test.
     monkeypatch.setenv("CONTEXT_STRATEGY", "structural")
     monkeypatch.chdir(ROOT)
+    # Each `ckb transform` process starts an empty local S3; in one process moto's state outlives a run, so
+    # whatever test file ran before this one on the same pytest-xdist worker could leave contexts to
+    # remember, and the model would not be asked (a busy run, issue 54). Empty, as a process starts.
+    from moto.core.base_backend import BackendDict
+
+    BackendDict.reset()
 
 
 def test_transform_prints_a_summary_and_the_response() -> None:
@@ -126,7 +132,7 @@ def test_transform_says_where_the_model_calls_went_and_what_they_cost(standin: o
     assert result.exit_code == 0, result.output
     said = " ".join(result.output.split())
     url = standin.url  # type: ignore[attr-defined]
-    # An earlier test's contexts may be remembered (one local S3 per process): counted, not called.
+    # Contexts remembered from an earlier run would be counted, not called (each test starts an empty S3).
     assert re.search(
         rf"model calls: \d+ to the model endpoint {url} \(ANTHROPIC_BEDROCK_BASE_URL\)"
         r"(; \d+ chunk\(s\) took the context remembered from an earlier run)? tokens:",
