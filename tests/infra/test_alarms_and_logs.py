@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -16,16 +15,14 @@ import pytest
 
 from contextual_kb.cdk.deferred_workflow import ALARM_IDS
 from tests.infra.conftest import cfn_lint, resources
-from tests.infra.test_readme_commands import ROOT, _environment, as_synth, cdk_commands, synthesize_at_once
+from tests.infra.test_readme_commands import ROOT, SYNTHS_HANG_GUARD, cdk_commands, synth, synthesize_at_once
 
 EMAIL = "oncall@example.com"
 TOPIC = "arn:aws:sns:us-east-1:123456789012:oncall"
 KB_ID, DS_ID, ROLE = "ABCDEFGHIJ", "KLMNOPQRST", "arn:aws:iam::123456789012:role/kb-service-role"
 ATTACH = [f"KNOWLEDGE_BASE_ID={KB_ID}", f"DATA_SOURCE_ID={DS_ID}", f"KNOWLEDGE_BASE_ROLE_ARN={ROLE}"]
+pytestmark = SYNTHS_HANG_GUARD
 # name: (make arguments, the stack, its topic is ours, ingestion logs delivered, the stack's key)
-# The hang guard (pyproject: 600 s a test) for a module whose first test's setup is all its synths through
-# the CDK CLI: 3 min one after another at load 1-2, over 10 at load 9 (issue 54's busy runs).
-pytestmark = pytest.mark.timeout(1800)
 VARIANTS: dict[str, tuple[list[str], str, bool, bool, bool]] = {
     "full-email": ([f"CDK_CONTEXT=-c alarmEmail={EMAIL}"], "ContextualKb", True, True, False),
     "full-kms-email": (
@@ -61,20 +58,16 @@ VARIANTS: dict[str, tuple[list[str], str, bool, bool, bool]] = {
 ALARMS = {"Errors", "DurationNearTimeout", "Throttles", "Fallbacks", "ModelThrottles", "ModelTokensNearQuota"}
 
 
-def _synth(args: list[str], out: Path) -> subprocess.CompletedProcess[str]:
+def _command(args: list[str]) -> list[str]:
+    """The CDK CLI call `make deploy` makes with ``args``."""
     (command,) = cdk_commands(["deploy", *args], {})
-    return subprocess.run(
-        as_synth(command, out), cwd=ROOT, env=_environment(), capture_output=True, text=True, check=False
-    )
+    return command
 
 
 @pytest.fixture(scope="module")
 def templates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict[str, Any]]]:
     folder = tmp_path_factory.mktemp("alarms")
-    calls = {}
-    for name, (args, *_) in VARIANTS.items():
-        (command,) = cdk_commands(["deploy", *args], {})
-        calls[name] = (command, folder / name)
+    calls = {name: (_command(args), folder / name) for name, (args, *_) in VARIANTS.items()}
     out = {}
     for name, ran in synthesize_at_once(calls).items():
         stack = VARIANTS[name][1]
@@ -304,7 +297,7 @@ def test_attach_mode_adds_the_delivery_after_the_inspection_and_before_switching
 def test_a_malformed_address_or_arn_fails_synth_in_one_line(
     tmp_path: Path, setting: str, message: str
 ) -> None:
-    ran = _synth([f"CDK_CONTEXT={setting}"], tmp_path / "out")
+    ran = synth(_command([f"CDK_CONTEXT={setting}"]), tmp_path / "out")
     assert ran.returncode != 0
     errors = [line for line in ran.stderr.splitlines() if line.startswith("error:")]
     assert errors == [message]

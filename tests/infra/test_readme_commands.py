@@ -39,7 +39,8 @@ FULL, ATTACHED = "ContextualKb", "ContextualKbAttached"
 K = TypeVar("K")
 # The hang guard (pyproject: 600 s a test) for a module whose first test's setup is all its synths through
 # the CDK CLI: 3 min one after another at load 1-2, over 10 at load 9 (issue 54's busy runs).
-pytestmark = pytest.mark.timeout(1800)
+SYNTHS_HANG_GUARD = pytest.mark.timeout(1800)
+pytestmark = SYNTHS_HANG_GUARD
 
 
 def fenced_lines(text: str) -> list[list[str]]:
@@ -141,6 +142,13 @@ def _context(command: list[str]) -> tuple[str, ...]:
     return tuple(sorted(command[i + 1] for i, w in enumerate(command) if w == "-c"))
 
 
+def synth(command: list[str], out: Path) -> subprocess.CompletedProcess[str]:
+    """One CDK CLI call, made synth into ``out``, as the user's shell runs it (offline, from the checkout)."""
+    return subprocess.run(
+        as_synth(command, out), cwd=ROOT, env=_environment(), capture_output=True, text=True, check=False
+    )
+
+
 def synthesize_at_once(
     calls: Mapping[K, tuple[list[str], Path]],
 ) -> dict[K, subprocess.CompletedProcess[str]]:
@@ -148,18 +156,7 @@ def synthesize_at_once(
     most of its time, and one after another they took over pytest-timeout's 600 s on a loaded machine (load
     9: issue 54's busy runs); at once, the machine shares its cores among them."""
     with ThreadPoolExecutor(max_workers=max(1, len(calls))) as pool:
-        running = {
-            key: pool.submit(
-                subprocess.run,
-                as_synth(command, out),
-                cwd=ROOT,
-                env=_environment(),
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            for key, (command, out) in calls.items()
-        }
+        running = {key: pool.submit(synth, command, out) for key, (command, out) in calls.items()}
         return {key: future.result() for key, future in running.items()}
 
 
@@ -236,14 +233,7 @@ def test_a_misspelt_setting_fails_synth_in_one_line(tmp_path: Path) -> None:
     """`-c vectorstore=s3vectors` would deploy OpenSearch Serverless (hundreds of dollars a month): an unknown
     key fails synth, through the CLI as users run it, naming the closest setting."""
     (command, *_) = cdk_commands(["deploy", "CDK_CONTEXT=-c vectorstore=s3vectors"], {})
-    ran = subprocess.run(
-        as_synth(command, tmp_path / "out"),
-        cwd=ROOT,
-        env=_environment(),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    ran = synth(command, tmp_path / "out")
     assert ran.returncode != 0
     errors = [line for line in ran.stderr.splitlines() if line.startswith("error:")]
     assert errors == [
