@@ -15,7 +15,7 @@ import pytest
 
 from contextual_kb.cdk.deferred_workflow import ALARM_IDS
 from tests.infra.conftest import cfn_lint, resources
-from tests.infra.test_readme_commands import ROOT, SYNTHS_HANG_GUARD, cdk_commands, synth, synthesize_at_once
+from tests.infra.test_readme_commands import ROOT, SYNTHS_HANG_GUARD, cdk_commands, synth, synthesize_each
 
 EMAIL = "oncall@example.com"
 TOPIC = "arn:aws:sns:us-east-1:123456789012:oncall"
@@ -69,7 +69,7 @@ def templates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path,
     folder = tmp_path_factory.mktemp("alarms")
     calls = {name: (_command(args), folder / name) for name, (args, *_) in VARIANTS.items()}
     out = {}
-    for name, ran in synthesize_at_once(calls).items():
+    for name, ran in synthesize_each(calls).items():
         stack = VARIANTS[name][1]
         assert ran.returncode == 0, f"{name}: {ran.stderr[-3000:]}"
         path = folder / name / f"{stack}.template.json"
