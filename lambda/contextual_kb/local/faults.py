@@ -94,7 +94,9 @@ class Outcome:
     model_overrun: float = 0.0
     quota_wait_past: float = 0.0
     quota_bookings: int = 0  # turns of the shared quota asked for (each checked as above)
-    compute_late: float = 0.0  # how long past its compute time it went on with the structural pass
+    quota_turns: int = 0  # ... and given
+    calls_allowed: int = 0  # the times the deadline let a call start (a busy machine can leave none)
+    compute_late: float = 0.0  # CPU seconds a compute pass went on past its compute time (Watch)
     s3_most_in_flight: int = 0  # S3 requests of the handler's store at once, at most (with s3_delay_seconds)
     model: dict[str, Any] = field(default_factory=dict)  # the summary line's model accounting
     standin: dict[str, Any] = field(default_factory=dict)  # what the stand-in saw
@@ -163,7 +165,7 @@ class Outcome:
                 "DEADLINE_RESERVE_SECONDS"
             )
         if self.compute_late > COMPUTE_LATE_TOLERANCE:
-            found.append(f"the structural pass went on {self.compute_late:.1f} s past its compute time")
+            found.append(f"a compute pass went on {self.compute_late:.1f} s of its CPU past its compute time")
         if self.model_overrun > MODEL_OVERRUN_TOLERANCE:
             found.append(f"the model was waited for {self.model_overrun:.1f} s past its own time")
         if self.quota_wait_past > QUOTA_WAIT_TOLERANCE:
@@ -195,10 +197,20 @@ class Outcome:
 # quota wait is bounded by the model time when the call starts, and the tail's estimate may grow meanwhile.
 HARD_STOP_TOLERANCE = 0.1
 MODEL_OVERRUN_TOLERANCE = 1.0
-# The structural pass looks at its compute time every 4,096 lines of outline and every 1,024 chunks: 0.2 s
-# apart at most on a machine at load 12 (measured); one ignoring it went on 2.5-3.5 s past.
-COMPUTE_LATE_TOLERANCE = 1.0
+# Seconds of the pass's own CPU (Watch.compute_late). The structural pass looks at its compute time every
+# 4,096 lines of outline and every 256 chunks: it went on 0.02-0.16 s of CPU past it in the heading-dense
+# scenario; with its looks taken out, 1.5-1.8 s (measured: docs/BENCHMARKS.md, "Fault scenarios").
+COMPUTE_LATE_TOLERANCE = 0.5
 QUOTA_WAIT_TOLERANCE = 0.5
+
+
+@dataclass
+class _Pass:
+    """A compute pass under way on one thread, on that thread's CPU clock."""
+
+    left: float  # compute time left (seconds) at the last look that found some, or at the start
+    looked: float  # the thread's CPU time then
+    ran_out: float | None = None  # the thread's CPU time when a look first found none left
 
 
 @dataclass
@@ -212,11 +224,14 @@ class Watch:
     last_model_look: float | None = None
     quota_wait_past: float = 0.0
     quota_bookings: int = 0
-    compute_looked: bool = False  # a look at the compute time found some left
-    compute_late_seen: bool = False
-    # How long past its compute time the code first saw it had run out (having had some), or ended a
-    # structural pass (whether it looked or not): how long it went on computing past it.
+    quota_turns: int = 0
+    calls_allowed: int = 0
+    # How much work a compute pass (the structural contexts, the rechunking) did past its compute time, in
+    # seconds of its own thread's CPU (``cpu_clock``): what a loaded machine does not lengthen, as the
+    # wall-clock seconds past it are (a thread left waiting for a core ran 1.7-2.9 s past in busy runs).
     compute_late: float = 0.0
+    cpu_clock: Callable[[], float] = time.thread_time
+    passes: threading.local = field(default_factory=threading.local)  # the pass under way on each thread
     in_flight: int = 0
     most_in_flight: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -229,23 +244,43 @@ class Watch:
         if self.model_time_up is not None and self.last_model_look is not None:
             outcome.model_overrun = self.last_model_look - self.model_time_up
         outcome.quota_wait_past = max(0.0, self.quota_wait_past)
-        outcome.quota_bookings = self.quota_bookings
+        outcome.quota_bookings, outcome.quota_turns = self.quota_bookings, self.quota_turns
+        outcome.calls_allowed = self.calls_allowed
         outcome.compute_late = self.compute_late
         outcome.s3_most_in_flight = self.most_in_flight
 
-    def looked_at_compute(self, left: float) -> None:
-        """``left``: the compute time left; once it ran out, how late the code first saw it is how long it
-        went on computing past it (the hard stop less the tail's S3 part)."""
-        with self.lock:
-            if left > 0:
-                self.compute_looked = True
-            elif self.compute_looked and not self.compute_late_seen:
-                self.compute_late_seen = True
-                self.compute_late = max(self.compute_late, -left)
+    def pass_started(self, left: float) -> None:
+        """A compute pass starts on this thread with ``left`` of its compute time."""
+        self.passes.current = _Pass(max(0.0, left), self.cpu_clock())
 
-    def pass_ended(self, left: float) -> None:
+    def looked_at_compute(self, left: float) -> None:
+        """The code looked at its compute time (``left``). The first look that finds none left is judged:
+        the CPU the pass spent since the last look that found some, less what was left then, is work it
+        did past its compute time before it saw so."""
+        current: _Pass | None = getattr(self.passes, "current", None)
+        if current is None or current.ran_out is not None:
+            return  # a look outside a pass (the engine deciding what to start) is the model time's business
+        now = self.cpu_clock()
+        if left > 0:
+            current.left, current.looked = left, now
+        else:
+            current.ran_out = now
+            self._late(now - current.looked - current.left)
+
+    def pass_ended(self) -> None:
+        """A pass ended (or was given up): once a look found no time left, all it did after is past its
+        compute time (the document-level context for the rest: a little); a pass that never found its time
+        run out is judged as at a look, whether or not it looked at all."""
+        current: _Pass | None = getattr(self.passes, "current", None)
+        if current is None:
+            return
+        self.passes.current = None
+        now = self.cpu_clock()
+        self._late(now - (current.ran_out if current.ran_out is not None else current.looked + current.left))
+
+    def _late(self, seconds: float) -> None:
         with self.lock:
-            self.compute_late = max(self.compute_late, -left)
+            self.compute_late = max(self.compute_late, seconds)
 
     def looked(self, now: float, left: float) -> None:
         if left <= 0 and self.model_time_up is None:
@@ -272,18 +307,18 @@ class _WatchedDeadline(Deadline):
             self.watch.looked(self.clock(), left)
         return left
 
+    def can_start(self, expected_seconds: float) -> bool:
+        allowed = Deadline.can_start(self, expected_seconds)
+        if allowed and self.watch is not None:
+            with self.watch.lock:
+                self.watch.calls_allowed += 1
+        return allowed
+
     def compute_remaining(self) -> float:
         left = Deadline.compute_remaining(self)
         if self.watch is not None:
             self.watch.looked_at_compute(left)
         return left
-
-    def note_structural(self, chars: int, seconds: float) -> None:
-        # A structural pass ended (one given up for the document-level context ends without this): how far
-        # past the compute time, whether or not the code looked at it.
-        if self.watch is not None:
-            self.watch.pass_ended(Deadline.compute_remaining(self))
-        Deadline.note_structural(self, chars, seconds)
 
 
 class _WatchedDeadlines:
@@ -310,9 +345,11 @@ def watching(watch: Watch, timeout_seconds: float) -> Iterator[None]:
     the stand-in: its round trip measures the machine, not DynamoDB (a loaded machine took over 2 s a booking
     and the table was skipped as slow). So a booking counts as slow only past the Lambda's whole time; the
     slow-table rule itself is tested on an injected clock (tests/unit/test_shared_quota.py)."""
-    from contextual_kb.runtime import handler
+    from contextual_kb.runtime import handler, transform
+    from contextual_kb.runtime.context.base import ChunkContext
     from contextual_kb.runtime.context.claude import shared_quota
     from contextual_kb.runtime.context.claude.shared_quota import SharedQuota
+    from contextual_kb.runtime.context.structural import StructuralStrategy
 
     book = SharedQuota.book
 
@@ -323,16 +360,46 @@ def watching(watch: Watch, timeout_seconds: float) -> Iterator[None]:
             with watch.lock:
                 watch.quota_wait_past = max(watch.quota_wait_past, give_up_at - model_ends)
                 watch.quota_bookings += 1
-        return book(quota, tokens, give_up_at)
+        booking = book(quota, tokens, give_up_at)  # NoTurnError: none given before give_up_at
+        with watch.lock:
+            watch.quota_turns += 1
+        return booking
+
+    # The compute passes, each judged on its thread's CPU clock (Watch.pass_started, pass_ended).
+    contexts_for, chunk_document = StructuralStrategy.contexts_for, transform.chunk_document
+
+    def watched_contexts_for(
+        strategy: StructuralStrategy, document: Any, deadline: Deadline | None = None
+    ) -> list[ChunkContext | None]:
+        if deadline is None:
+            return contexts_for(strategy, document, deadline)
+        watch.pass_started(Deadline.compute_remaining(deadline))
+        try:
+            return contexts_for(strategy, document, deadline)
+        finally:
+            watch.pass_ended()
+
+    def watched_chunk_document(*args: Any, **kwargs: Any) -> Any:
+        if watch.deadline is None:
+            return chunk_document(*args, **kwargs)
+        watch.pass_started(Deadline.compute_remaining(watch.deadline))
+        try:
+            return chunk_document(*args, **kwargs)
+        finally:
+            watch.pass_ended()
 
     handler.Deadline = _WatchedDeadlines(watch)  # type: ignore[attr-defined,assignment]
     SharedQuota.book = watched_book  # type: ignore[method-assign,assignment]
+    StructuralStrategy.contexts_for = watched_contexts_for  # type: ignore[method-assign]
+    transform.chunk_document = watched_chunk_document  # type: ignore[attr-defined]
     slow_booking, shared_quota.BOOKING_SECONDS = shared_quota.BOOKING_SECONDS, timeout_seconds
     try:
         yield
     finally:
         handler.Deadline = Deadline  # type: ignore[attr-defined,misc]
         SharedQuota.book = book  # type: ignore[method-assign]
+        StructuralStrategy.contexts_for = contexts_for  # type: ignore[method-assign]
+        transform.chunk_document = chunk_document  # type: ignore[attr-defined]
         shared_quota.BOOKING_SECONDS = slow_booking
 
 
@@ -722,9 +789,9 @@ def scenarios(scale: str = QUICK) -> list[Scenario]:
             "heading-dense document, short time",
             "a 20 MB manual with a heading every few lines, a slow model, a 30 s Lambda"
             if full
-            else "a 6 MB manual with a heading every few lines, a slow model, a 3 s Lambda",
+            else "a 12 MB manual with a heading every few lines, a slow model, a 3 s Lambda",
             Workload(
-                files=1, chunks_per_file=0, manual_chars=20_000_000 if full else 6_000_000, per_batch=500
+                files=1, chunks_per_file=0, manual_chars=20_000_000 if full else 12_000_000, per_batch=500
             ),
             timeout_seconds=30.0 if full else 3.0,
             standin={"latency_ms": 5000.0 if full else 2000.0},
