@@ -150,9 +150,9 @@ def synth(command: list[str], out: Path) -> subprocess.CompletedProcess[str]:
 
 def synthesize_each(calls: Mapping[K, tuple[list[str], Path]]) -> dict[K, subprocess.CompletedProcess[str]]:
     """Each CDK CLI call (``command``, made synth into ``out``), one after another. Not at once: all of a
-    module's synths together (each a node CLI, a Python app, jsii and a pip bundling) take the machine from
-    the other pytest-xdist worker, whose fault scenarios still judge the structural pass in seconds (with
-    three runs side by side the load reached 38). SYNTHS_HANG_GUARD covers their time on a loaded machine."""
+    module's synths together (each a node CLI, a Python app, jsii and a pip bundling) took the machine from
+    the other pytest-xdist worker (with three runs side by side the load reached 38) and saved little.
+    SYNTHS_HANG_GUARD covers their time on a loaded machine."""
     return {key: synth(command, out) for key, (command, out) in calls.items()}
 
 
