@@ -199,7 +199,7 @@ HARD_STOP_TOLERANCE = 0.1
 MODEL_OVERRUN_TOLERANCE = 1.0
 # Seconds of the pass's own CPU (Watch.compute_late). The structural pass looks at its compute time every
 # 4,096 lines of outline and every 256 chunks: it went on 0.02-0.16 s of CPU past it in the heading-dense
-# scenario; with its looks taken out, 1.5-1.8 s (measured: docs/BENCHMARKS.md, "Fault scenarios").
+# scenario, 1.5-1.8 s with its looks taken out (docs/RELIABILITY.md, "Fault injection, end to end").
 COMPUTE_LATE_TOLERANCE = 0.5
 QUOTA_WAIT_TOLERANCE = 0.5
 
