@@ -278,6 +278,18 @@ class Watch:
         now = self.cpu_clock()
         self._late(now - (current.ran_out if current.ran_out is not None else current.looked + current.left))
 
+    @contextlib.contextmanager
+    def compute_pass(self, deadline: Deadline | None) -> Iterator[None]:
+        """A compute pass under ``deadline`` (none: not judged), from its start to its end."""
+        if deadline is None:
+            yield
+            return
+        self.pass_started(Deadline.compute_remaining(deadline))  # the class's: not a look of the code's
+        try:
+            yield
+        finally:
+            self.pass_ended()
+
     def _late(self, seconds: float) -> None:
         with self.lock:
             self.compute_late = max(self.compute_late, seconds)
@@ -371,22 +383,12 @@ def watching(watch: Watch, timeout_seconds: float) -> Iterator[None]:
     def watched_contexts_for(
         strategy: StructuralStrategy, document: Any, deadline: Deadline | None = None
     ) -> list[ChunkContext | None]:
-        if deadline is None:
+        with watch.compute_pass(deadline):
             return contexts_for(strategy, document, deadline)
-        watch.pass_started(Deadline.compute_remaining(deadline))
-        try:
-            return contexts_for(strategy, document, deadline)
-        finally:
-            watch.pass_ended()
 
     def watched_chunk_document(*args: Any, **kwargs: Any) -> Any:
-        if watch.deadline is None:
+        with watch.compute_pass(watch.deadline):
             return chunk_document(*args, **kwargs)
-        watch.pass_started(Deadline.compute_remaining(watch.deadline))
-        try:
-            return chunk_document(*args, **kwargs)
-        finally:
-            watch.pass_ended()
 
     handler.Deadline = _WatchedDeadlines(watch)  # type: ignore[attr-defined,assignment]
     SharedQuota.book = watched_book  # type: ignore[method-assign,assignment]
